@@ -1,0 +1,74 @@
+use std::fmt;
+
+/// Result of a fabric operation.
+pub type FabricResult<T> = Result<T, FabricError>;
+
+/// What can go wrong below the runtime.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FabricError {
+    /// An operating-system call failed.
+    Os { what: String, errno: i32 },
+    /// A peer is gone or never came up.
+    Peer { rank: u32, reason: String },
+    /// Start-up did not complete in time.
+    Timeout { what: String },
+    /// An address or length outside a registered region.
+    OutOfBounds {
+        offset: usize,
+        len: usize,
+        region_len: usize,
+    },
+    /// Bytes received that do not form a valid message.
+    Malformed { what: String },
+    /// A message larger than the fabric carries.
+    TooLarge {
+        what: &'static str,
+        len: usize,
+        max: usize,
+    },
+    /// The fabric cannot do this operation; the runtime must use its AM-based path.
+    Unsupported { what: &'static str },
+    /// Ranks disagree on start-up parameters.
+    Mismatch { what: String },
+}
+
+impl FabricError {
+    /// Builds an [`FabricError::Os`] from `errno` of the last failed call.
+    pub fn last_os(what: impl Into<String>) -> Self {
+        FabricError::Os {
+            what: what.into(),
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        }
+    }
+}
+
+impl fmt::Display for FabricError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FabricError::Os { what, errno } => {
+                write!(f, "{what}: {}", std::io::Error::from_raw_os_error(*errno))
+            }
+            FabricError::Peer { rank, reason } => write!(f, "rank {rank} {reason}"),
+            FabricError::Timeout { what } => write!(f, "timed out: {what}"),
+            FabricError::OutOfBounds {
+                offset,
+                len,
+                region_len,
+            } => write!(
+                f,
+                "access of {len} bytes at offset {offset} is outside a region of {region_len} bytes"
+            ),
+            FabricError::Malformed { what } => write!(f, "malformed message: {what}"),
+            FabricError::TooLarge { what, len, max } => {
+                write!(
+                    f,
+                    "{what} of {len} bytes exceeds the maximum of {max} bytes"
+                )
+            }
+            FabricError::Unsupported { what } => write!(f, "not supported by this fabric: {what}"),
+            FabricError::Mismatch { what } => write!(f, "ranks disagree: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for FabricError {}

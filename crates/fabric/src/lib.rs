@@ -1,0 +1,115 @@
+//! # weft-fabric — the layer that moves bytes
+//!
+//! A *fabric* moves bytes between the ranks of a job: it registers memory so that peers can
+//! reach it, performs RMA (put/get) and remote atomics where it can, sends and receives active
+//! messages (AMs) and reports completions. It knows nothing of segments' element types, handler
+//! closures or completion styles: those belong to the runtime layer above (`weft-runtime`),
+//! which only ever talks to a fabric through the [`Fabric`] trait.
+//!
+//! Every fabric has the same shape (as libfabric providers do), and says what it can do through
+//! [`Caps`]. Where a fabric lacks a capability (say, native remote atomics) the runtime falls
+//! back to an AM-based implementation.
+//!
+//! All `unsafe` code of weft that touches shared memory or the operating system lives in this
+//! crate, each block with a `// SAFETY:` comment.
+//!
+//! Fabrics available:
+//! - [`shm::ShmFabric`]: processes of one node, through shared-memory files mapped by every
+//!   rank. RMA and atomics are direct loads and stores; AMs travel through lock-free rings.
+
+pub mod os;
+pub mod pod;
+pub mod shm;
+
+mod error;
+mod types;
+
+pub use error::{FabricError, FabricResult};
+pub use types::*;
+
+/// The interface every fabric implements. The runtime layer is written against this trait only.
+///
+/// Operations on remote memory name a [`RemoteRegion`] (obtained from [`Fabric::attach`] with a
+/// peer's registration descriptor) and a byte offset. Bounds are checked by the caller (the
+/// runtime) *and* by the fabric: an out-of-range access is an error, never a stray write.
+///
+/// Completion: an operation returns [`Issued::Done`] when it has completed (remotely visible)
+/// before returning, as every shared-memory operation does, or [`Issued::Pending`] when its
+/// completion will be reported later through [`EventSink::on_complete`] during
+/// [`Fabric::progress`] with the token the caller passed in.
+pub trait Fabric: Send + Sync + 'static {
+    /// Short name of the fabric ("shm", "ofi").
+    fn name(&self) -> &'static str;
+    /// This process's rank in the job.
+    fn rank(&self) -> Rank;
+    /// Number of ranks in the job.
+    fn size(&self) -> u32;
+    /// What this fabric can do natively.
+    fn caps(&self) -> Caps;
+
+    /// Allocates `len` bytes of registered memory that peers can reach once they attach it.
+    /// The memory is zero-filled and page-aligned.
+    fn register(&self, len: usize) -> FabricResult<LocalRegion>;
+    /// Attaches a peer's registered region from the descriptor its owner produced.
+    fn attach(&self, rank: Rank, desc: &[u8]) -> FabricResult<RemoteRegion>;
+    /// Called once every peer has attached `region`: the fabric may drop the names it used to
+    /// publish the region (shared-memory files are unlinked here).
+    fn seal(&self, region: &LocalRegion) -> FabricResult<()>;
+
+    /// Writes `src` to `dst` at byte `offset`. `src` may be reused as soon as this returns
+    /// (local completion); remote completion is `Issued::Done` or a later completion event.
+    fn put(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        src: &[u8],
+        token: u64,
+    ) -> FabricResult<Issued>;
+    /// Reads `dst.len()` bytes at byte `offset` of `src` into `dst`; complete when it returns.
+    fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()>;
+    /// Performs an atomic operation on the 8-byte-aligned `u64` at `offset` of `dst`.
+    /// `Issued::Done` carries the previous value.
+    fn atomic(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        op: AtomicOp,
+        token: u64,
+    ) -> FabricResult<Issued>;
+
+    /// Completes remotely every put and atomic this process issued with token 0 that
+    /// returned [`Issued::Pending`] (OpenSHMEM's quiet).
+    fn quiet(&self) -> FabricResult<()>;
+
+    /// Tries to send an active message; `Ok(false)` means the path to `dst` is full right now
+    /// (back-pressure): make progress and try again. Nothing is dropped or queued unboundedly.
+    fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool>;
+
+    /// Delivers incoming AMs and completions to `sink`; returns how many events were delivered.
+    /// With `PollSet::RepliesOnly` only replies and completions are delivered, which is what a
+    /// request handler may wait on without recursion.
+    fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize>;
+
+    /// True if an event is probably waiting (cheap check, no delivery).
+    fn has_incoming(&self) -> bool;
+
+    /// Sleeps until an AM arrives for this rank or `timeout` passes.
+    fn wait_incoming(&self, timeout: std::time::Duration);
+
+    /// Reports whether peer `rank` is still part of the job.
+    fn peer_state(&self, rank: Rank) -> PeerState;
+
+    /// Marks this rank as finalized: peers waiting on it get an error instead of hanging.
+    fn finalize(&self);
+
+    /// The communication resources this fabric holds (for `weft info`).
+    fn resources(&self) -> Vec<Resource>;
+}
+
+/// Receives what [`Fabric::progress`] delivers.
+pub trait EventSink {
+    /// An active message arrived. The payload borrow ends when this returns.
+    fn on_am(&self, am: AmIn<'_>);
+    /// An operation issued with `token` completed; `value` is the fetched value for atomics.
+    fn on_complete(&self, token: u64, value: u64, result: FabricResult<()>);
+}

@@ -1,0 +1,337 @@
+//! Thin, safe wrappers over the operating-system calls weft needs: shared-memory files,
+//! futexes, process liveness and signals. Every `unsafe` block here has its `// SAFETY:` note.
+
+use crate::{FabricError, FabricResult};
+use std::ffi::CString;
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Directory of POSIX shared-memory files.
+pub const SHM_DIR: &str = "/dev/shm";
+
+/// A shared mapping of a file in [`SHM_DIR`]; unmapped on drop.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: a Mapping is a plain address range; synchronisation of what is stored in it is the
+// business of its users (atomics and the ring protocol).
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only hands out the address.
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    /// Start address.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length mapping.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: ptr/len came from a successful mmap of exactly this length and nothing
+            // created by this Mapping outlives it (callers keep the Mapping alive while they use
+            // pointers into it).
+            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+        }
+    }
+}
+
+fn path_of(name: &str) -> FabricResult<CString> {
+    CString::new(format!("{SHM_DIR}/{name}")).map_err(|_| FabricError::Malformed {
+        what: format!("shared-memory name {name:?}"),
+    })
+}
+
+fn map_fd(fd: libc::c_int, len: usize, what: &str) -> FabricResult<Mapping> {
+    if len == 0 {
+        return Ok(Mapping {
+            ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+            len: 0,
+        });
+    }
+    // SAFETY: fd is an open descriptor of a file at least `len` bytes long; we ask for a fresh
+    // shared mapping anywhere in the address space, so no existing memory is affected.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_POPULATE,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(FabricError::last_os(format!(
+            "mmap of {len} bytes for {what}"
+        )));
+    }
+    Ok(Mapping { ptr: p.cast(), len })
+}
+
+struct Fd(libc::c_int);
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: the descriptor is owned by this guard and closed once.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// Creates `name` (exclusively) with `len` zero bytes, maps it, lets `init` fill it, then
+/// publishes it atomically under `name` (a peer never sees a half-initialised file).
+pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> FabricResult<Mapping> {
+    let tmp = format!("{name}.tmp");
+    let cpath = path_of(&tmp)?;
+    // SAFETY: cpath is a valid NUL-terminated string; O_EXCL makes us the only creator.
+    let fd = unsafe {
+        libc::open(
+            cpath.as_ptr(),
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+            0o600,
+        )
+    };
+    if fd < 0 {
+        return Err(FabricError::last_os(format!("creating {SHM_DIR}/{tmp}")));
+    }
+    let fd = Fd(fd);
+    let cleanup = |e: FabricError| {
+        unlink(&tmp);
+        e
+    };
+    // SAFETY: fd is open for writing.
+    if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
+        return Err(cleanup(FabricError::last_os(format!(
+            "sizing {SHM_DIR}/{tmp} to {len} bytes (is /dev/shm full?)"
+        ))));
+    }
+    let map = map_fd(fd.0, len, &tmp).map_err(cleanup)?;
+    init(map.as_ptr());
+    let final_path = path_of(name)?;
+    // SAFETY: both paths are valid C strings.
+    if unsafe { libc::rename(cpath.as_ptr(), final_path.as_ptr()) } != 0 {
+        return Err(cleanup(FabricError::last_os(format!(
+            "publishing {SHM_DIR}/{name}"
+        ))));
+    }
+    Ok(map)
+}
+
+/// Maps an existing shared file; `Ok(None)` if it does not exist (yet).
+pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
+    let cpath = path_of(name)?;
+    // SAFETY: valid C string.
+    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            return Ok(None);
+        }
+        return Err(FabricError::last_os(format!("opening {SHM_DIR}/{name}")));
+    }
+    let fd = Fd(fd);
+    // SAFETY: zeroed stat is a valid out-parameter, fd is open.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fd is open and st is writable.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return Err(FabricError::last_os(format!("stat of {SHM_DIR}/{name}")));
+    }
+    map_fd(fd.0, st.st_size as usize, name).map(Some)
+}
+
+/// Removes a shared file; a missing file is not an error.
+pub fn unlink(name: &str) {
+    if let Ok(c) = path_of(name) {
+        // SAFETY: valid C string; unlink has no memory effects.
+        unsafe { libc::unlink(c.as_ptr()) };
+    }
+}
+
+/// Removes every shared file whose name starts with `prefix`; returns how many were removed.
+pub fn unlink_prefix(prefix: &str) -> usize {
+    let Ok(rd) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    rd.flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
+/// Blocks while `*word == expected`, at most `timeout`. Works across processes on shared maps.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: word points to a live, 4-byte aligned u32; the kernel only reads it. A shared
+    // (non-private) futex is used because the word may live in memory shared between processes.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const _,
+            0,
+            0,
+        )
+    };
+}
+
+/// Wakes every waiter blocked in [`futex_wait`] on `word`.
+pub fn futex_wake_all(word: &AtomicU32) {
+    // SAFETY: word points to a live u32; FUTEX_WAKE does not access user memory otherwise.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            0,
+            0,
+            0,
+        )
+    };
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Whether process `pid` is still running (a zombie counts as dead).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => match s
+            .rfind(')')
+            .and_then(|i| s[i + 1..].split_whitespace().next())
+        {
+            Some(state) => state != "Z" && state != "X",
+            None => true,
+        },
+        Err(_) => false,
+    }
+}
+
+/// Sends signal `sig` to process `pid`; errors are ignored (the process may be gone).
+pub fn kill(pid: u32, sig: i32) {
+    // SAFETY: kill has no memory effects.
+    unsafe { libc::kill(pid as libc::pid_t, sig) };
+}
+
+/// Asks the kernel to SIGKILL this process when its parent dies. Meant for a launcher's
+/// `pre_exec` hook: async-signal-safe.
+pub fn die_with_parent() -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and touches no memory.
+    if unsafe {
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Name of a signal ("SIGKILL"), or its number.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+static INTERRUPTED: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_interrupt(sig: libc::c_int) {
+    INTERRUPTED.store(sig as u32, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Routes SIGINT, SIGTERM and SIGHUP to a flag read by [`interrupted`] instead of ending the
+/// process, so that a launcher can stop its ranks and clean up.
+pub fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        unsafe {
+            libc::signal(
+                sig,
+                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            )
+        };
+    }
+}
+
+/// The signal caught by [`catch_interrupts`], if any.
+pub fn interrupted() -> Option<i32> {
+    match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+        0 => None,
+        s => Some(s as i32),
+    }
+}
+
+/// Nanoseconds from a monotonic clock (cheap; for benchmarks and timeouts).
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid out-parameter.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Spawns `cmd` so that the child is killed if this process (its launcher) dies.
+pub fn spawn_tied_to_parent(
+    cmd: &mut std::process::Command,
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the hook runs in the child between fork and exec and only calls prctl, which is
+    // async-signal-safe and allocates nothing.
+    unsafe { cmd.pre_exec(die_with_parent) };
+    cmd.spawn()
+}
+
+impl Mapping {
+    /// The `i`-th `u64` of the mapping as an atomic, or `None` if out of range.
+    pub fn atomic_u64(&self, i: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        if i.checked_add(1)?.checked_mul(8)? > self.len {
+            return None;
+        }
+        // SAFETY: in bounds; the mapping is page-aligned so every u64 slot is 8-aligned; the
+        // memory lives as long as &self.
+        Some(unsafe { &*self.ptr.cast::<std::sync::atomic::AtomicU64>().add(i) })
+    }
+}
+
+/// SIGTERM, for launchers.
+pub const SIGTERM: i32 = libc::SIGTERM;

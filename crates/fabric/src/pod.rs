@@ -1,0 +1,152 @@
+//! Plain-old-data element types and safe views of registered memory.
+//!
+//! Registered memory is written by peers at any time (that is what one-sided communication
+//! means), so handing out `&[T]` or `&mut [T]` over it cannot be checked by the compiler.
+//! [`LocalView`] offers element reads and writes that are always sound, atomics, and `unsafe`
+//! slice views for zero-copy compute when the program's synchronisation (a barrier, a flag)
+//! guarantees that no peer writes the range meanwhile.
+
+use crate::LocalRegion;
+use std::marker::PhantomData;
+use std::sync::atomic::AtomicU64;
+
+/// Types that may live in registered memory and travel as raw bytes: `Copy`, no pointers, no
+/// padding-dependent invariants, and every bit pattern is a valid value.
+///
+/// # Safety
+/// Implement only for types for which every bit pattern of `size_of::<T>()` bytes is a valid
+/// value and which contain no references, pointers or interior mutability.
+pub unsafe trait Pod: Copy + Send + Sync + 'static {}
+
+macro_rules! pod {
+    ($($t:ty),*) => { $(
+        // SAFETY: primitive numeric types accept every bit pattern.
+        unsafe impl Pod for $t {}
+    )* };
+}
+pod!(u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize, f32, f64);
+// SAFETY: an array of Pod elements has no padding and accepts every bit pattern.
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+
+/// The bytes of a slice of `Pod` values.
+pub fn bytes_of<T: Pod>(s: &[T]) -> &[u8] {
+    // SAFETY: T is Pod (no padding invariants), the byte length is the slice's size in memory,
+    // and u8 has alignment 1.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+/// The bytes of a mutable slice of `Pod` values (any bytes written form valid values).
+pub fn bytes_of_mut<T: Pod>(s: &mut [T]) -> &mut [u8] {
+    // SAFETY: as bytes_of; every bit pattern written is a valid T because T is Pod.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
+}
+
+/// A typed view of this rank's part of a registered region (see the module documentation).
+pub struct LocalView<'a, T: Pod> {
+    ptr: *mut T,
+    len: usize,
+    _region: PhantomData<&'a LocalRegion>,
+}
+
+// SAFETY: the view is an address range in memory kept alive by the borrowed region; all safe
+// accesses are volatile element copies or atomics.
+unsafe impl<T: Pod> Send for LocalView<'_, T> {}
+// SAFETY: as above.
+unsafe impl<T: Pod> Sync for LocalView<'_, T> {}
+
+impl<'a, T: Pod> LocalView<'a, T> {
+    /// Views `region` as `len` elements of `T`; `None` if it does not fit or is misaligned.
+    pub fn new(region: &'a LocalRegion, len: usize) -> Option<Self> {
+        let ptr = region.as_ptr().cast::<T>();
+        let fits = len
+            .checked_mul(std::mem::size_of::<T>())
+            .is_some_and(|b| b <= region.len);
+        (fits && (ptr as usize).is_multiple_of(std::mem::align_of::<T>())).then_some(LocalView {
+            ptr,
+            len,
+            _region: PhantomData,
+        })
+    }
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True if the view has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Reads element `i`; panics if `i` is out of range.
+    pub fn read(&self, i: usize) -> T {
+        assert!(
+            i < self.len,
+            "index {i} out of range for a segment of {} elements",
+            self.len
+        );
+        // SAFETY: i is in range of live memory; a volatile read tolerates concurrent peers.
+        unsafe { self.ptr.add(i).read_volatile() }
+    }
+    /// Writes element `i`; panics if `i` is out of range.
+    pub fn write(&self, i: usize, v: T) {
+        assert!(
+            i < self.len,
+            "index {i} out of range for a segment of {} elements",
+            self.len
+        );
+        // SAFETY: as read.
+        unsafe { self.ptr.add(i).write_volatile(v) }
+    }
+    /// Copies `out.len()` elements starting at `start` into `out`; panics if out of range.
+    pub fn copy_out(&self, start: usize, out: &mut [T]) {
+        assert!(
+            start.checked_add(out.len()).is_some_and(|e| e <= self.len),
+            "range out of bounds"
+        );
+        // SAFETY: the source range is in bounds of live memory; out is an exclusive slice.
+        unsafe { std::ptr::copy(self.ptr.add(start), out.as_mut_ptr(), out.len()) }
+    }
+    /// Copies `src` into the view starting at `start`; panics if out of range.
+    pub fn copy_in(&self, start: usize, src: &[T]) {
+        assert!(
+            start.checked_add(src.len()).is_some_and(|e| e <= self.len),
+            "range out of bounds"
+        );
+        // SAFETY: the destination range is in bounds of live memory; src is a live slice.
+        unsafe { std::ptr::copy(src.as_ptr(), self.ptr.add(start), src.len()) }
+    }
+    /// The whole view as a slice.
+    ///
+    /// # Safety
+    /// No peer (and no other thread) may write this memory while the slice is alive.
+    pub unsafe fn as_slice(&self) -> &[T] {
+        // SAFETY: in bounds and alive; exclusivity of writers is the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+    /// The whole view as a mutable slice.
+    ///
+    /// # Safety
+    /// No peer (and no other thread) may read or write this memory while the slice is alive.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [T] {
+        // SAFETY: in bounds and alive; exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl<T: Pod> LocalView<'_, T> {
+    /// Element `i` of a view whose elements are 8-byte aligned, as an atomic: the right way to
+    /// read a flag or counter that peers update with RMA or remote atomics.
+    pub fn atomic(&self, i: usize) -> &AtomicU64 {
+        assert!(
+            std::mem::size_of::<T>() == 8,
+            "atomic access needs 8-byte elements"
+        );
+        assert!(
+            i < self.len,
+            "index {i} out of range for a segment of {} elements",
+            self.len
+        );
+        // SAFETY: the element is in bounds, 8 bytes and 8-aligned (the region is page-aligned
+        // and T is 8 bytes); AtomicU64 has the layout of u64; the memory outlives the borrow.
+        unsafe { &*self.ptr.add(i).cast::<AtomicU64>() }
+    }
+}

@@ -1,0 +1,587 @@
+//! The shared-memory fabric: every rank of a node maps every other rank's registered memory,
+//! so put, get and atomics are plain copies and atomic instructions that need nothing from the
+//! target's CPU (the design of GASNet-EX's PSHM). Active messages travel through one
+//! single-producer ring per (sender, receiver, request/reply) in the receiver's inbox file.
+//!
+//! Files live in `/dev/shm` under names unique to the job (`weft-JOB-...`) and are unlinked as
+//! soon as every rank has mapped them, so nothing is left behind even after `kill -9`. (The
+//! launcher also removes anything of its job that a rank killed during start-up left.)
+
+mod control;
+pub mod ring;
+
+use crate::os::{self, Mapping};
+use crate::{
+    AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
+    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource,
+};
+use control::{Control, State};
+use ring::{Body, Receiver, RingPtr, Sender};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+/// Largest medium AM payload of the shared-memory fabric.
+pub const MAX_MEDIUM: usize = 64 * 1024;
+
+/// Start-up parameters of the shared-memory fabric.
+#[derive(Clone, Debug)]
+pub struct ShmConfig {
+    /// Job id, unique on the node (part of every file name).
+    pub job: String,
+    /// This rank.
+    pub rank: Rank,
+    /// Ranks in the job (all on this node).
+    pub size: u32,
+    /// Bytes of each AM ring (rounded to whole 64-byte slots; at least 4 × the largest medium).
+    pub ring_bytes: usize,
+    /// How long start-up waits for every rank to appear.
+    pub init_timeout: Duration,
+}
+
+/// Prefix of every shared-memory file of job `job`.
+pub fn file_prefix(job: &str) -> String {
+    format!("weft-{job}-")
+}
+
+/// The shared-memory fabric (see the module documentation).
+pub struct ShmFabric {
+    rank: Rank,
+    size: u32,
+    job: String,
+    slots: usize,
+    max_medium: usize,
+    inbox_bytes: usize,
+    /// Every rank's inbox (control block + rings), ours included.
+    inboxes: Vec<Arc<Mapping>>,
+    /// Producer state of the rings in each destination's inbox: [request, reply].
+    senders: Vec<[Mutex<Sender>; 2]>,
+    /// Consumer state of the rings in our inbox, per source: [request, reply].
+    receivers: Vec<[Inbound; 2]>,
+    local_regions: RwLock<Vec<Option<Arc<Mapping>>>>,
+    remote_maps: Mutex<Vec<Arc<Mapping>>>,
+    next_region: AtomicU32,
+    polls: AtomicU64,
+}
+
+/// One ring of our inbox: the consumer under a lock, plus what a poller needs to peek at it
+/// without taking the lock (idle polls then cost one load per ring).
+struct Inbound {
+    ring: RingPtr,
+    head: AtomicU64,
+    rx: Mutex<Receiver>,
+}
+
+impl Inbound {
+    fn new(ring: RingPtr, max_medium: usize) -> Self {
+        Inbound {
+            ring,
+            head: AtomicU64::new(0),
+            rx: Mutex::new(Receiver::new(ring, max_medium)),
+        }
+    }
+    fn ready(&self) -> bool {
+        self.ring.ready_at(self.head.load(Ordering::Relaxed))
+    }
+}
+
+fn inbox_name(job: &str, rank: Rank) -> String {
+    format!("{}{rank}", file_prefix(job))
+}
+
+fn region_name(job: &str, rank: Rank, id: u32) -> String {
+    format!("{}{rank}-r{id}", file_prefix(job))
+}
+
+fn ring_offset(slots: usize, src: Rank, class: AmClass) -> usize {
+    let idx = src as usize * 2 + usize::from(class == AmClass::Reply);
+    control::CONTROL_BYTES + idx * ring::ring_bytes(slots)
+}
+
+fn class_index(c: AmClass) -> usize {
+    usize::from(c == AmClass::Reply)
+}
+
+impl ShmFabric {
+    /// Creates this rank's inbox, maps every peer's and waits until all ranks have done so.
+    pub fn init(cfg: ShmConfig) -> FabricResult<Self> {
+        if cfg.rank >= cfg.size {
+            return Err(FabricError::Mismatch {
+                what: format!("rank {} of a job of {}", cfg.rank, cfg.size),
+            });
+        }
+        let slots = (cfg.ring_bytes / ring::SLOT).max(64);
+        let max_medium =
+            MAX_MEDIUM.min(slots / 4 * ring::SLOT - ring::HEADER - 8 * crate::AM_MAX_ARGS);
+        let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
+        let own = os::create_shared(&inbox_name(&cfg.job, cfg.rank), inbox_bytes, |p| {
+            // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
+            unsafe { Control::init(p, cfg.rank, cfg.size, slots as u32, os::pid()) }
+        })?;
+        let own = Arc::new(own);
+        let deadline = Instant::now() + cfg.init_timeout;
+        let mut inboxes = Vec::with_capacity(cfg.size as usize);
+        for r in 0..cfg.size {
+            if r == cfg.rank {
+                inboxes.push(own.clone());
+                continue;
+            }
+            let name = inbox_name(&cfg.job, r);
+            let map = loop {
+                if let Some(m) = os::open_shared(&name)? {
+                    break m;
+                }
+                if Instant::now() > deadline {
+                    os::unlink(&inbox_name(&cfg.job, cfg.rank));
+                    return Err(FabricError::Timeout {
+                        what: format!(
+                            "rank {r} did not start within {:?} ({} missing)",
+                            cfg.init_timeout, name
+                        ),
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            };
+            if map.len() != inbox_bytes {
+                return Err(FabricError::Mismatch {
+                    what: format!("rank {r}'s inbox is {} bytes, ours {inbox_bytes} (different WEFT_AM_RING_KIB or size?)", map.len()),
+                });
+            }
+            // SAFETY: the map holds at least CONTROL_BYTES bytes, published after init.
+            unsafe { Control::at(map.as_ptr()) }.check(r, cfg.size, slots as u32)?;
+            inboxes.push(Arc::new(map));
+        }
+        let ring_at = |inbox: &Mapping, src: Rank, class: AmClass| {
+            // SAFETY: the offset lies inside the inbox (layout computed from the same slots and
+            // size, checked above), is 64-aligned, and the mapping outlives the fabric's rings.
+            unsafe { RingPtr::new(inbox.as_ptr().add(ring_offset(slots, src, class)), slots) }
+        };
+        let senders = inboxes
+            .iter()
+            .map(|ib| {
+                [AmClass::Request, AmClass::Reply]
+                    .map(|c| Mutex::new(Sender::new(ring_at(ib, cfg.rank, c))))
+            })
+            .collect();
+        let receivers = (0..cfg.size)
+            .map(|src| {
+                [AmClass::Request, AmClass::Reply]
+                    .map(|c| Inbound::new(ring_at(&own, src, c), max_medium))
+            })
+            .collect();
+        let fab = ShmFabric {
+            rank: cfg.rank,
+            size: cfg.size,
+            job: cfg.job.clone(),
+            slots,
+            max_medium,
+            inbox_bytes,
+            inboxes,
+            senders,
+            receivers,
+            local_regions: RwLock::new(Vec::new()),
+            remote_maps: Mutex::new(Vec::new()),
+            next_region: AtomicU32::new(0),
+            polls: AtomicU64::new(0),
+        };
+        // Start-up barrier: count ourselves in rank 0's control block once every inbox is mapped.
+        fab.control(0).attached().fetch_add(1, Ordering::AcqRel);
+        loop {
+            if fab.control(0).attached().load(Ordering::Acquire) >= cfg.size {
+                break;
+            }
+            if let Some((r, why)) = (0..cfg.size).find_map(|r| match fab.peer_state(r) {
+                PeerState::Dead(w) => Some((r, w)),
+                _ => None,
+            }) {
+                return Err(FabricError::Peer {
+                    rank: r,
+                    reason: format!("died during start-up ({why})"),
+                });
+            }
+            if Instant::now() > deadline {
+                return Err(FabricError::Timeout {
+                    what: "waiting for every rank to map the others' inboxes".into(),
+                });
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        os::unlink(&inbox_name(&cfg.job, cfg.rank));
+        fab.control(cfg.rank)
+            .state
+            .store(State::Running as u32, Ordering::Release);
+        Ok(fab)
+    }
+
+    fn control(&self, r: Rank) -> &Control {
+        // SAFETY: every inbox starts with an initialised Control block and stays mapped while
+        // self lives.
+        unsafe { Control::at(self.inboxes[r as usize].as_ptr()) }
+    }
+
+    fn ring_doorbell(&self, dst: Rank) {
+        let c = self.control(dst);
+        fence(Ordering::SeqCst);
+        if c.sleepers.load(Ordering::Relaxed) != 0 {
+            c.doorbell.fetch_add(1, Ordering::Release);
+            os::futex_wake_all(&c.doorbell);
+        }
+    }
+
+    /// Bytes of a local region, for long AMs; `None` if the range is not inside one.
+    fn local_bytes(&self, region: u32, offset: u64, len: u64) -> Option<&[u8]> {
+        let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
+        let map = regions.get(region as usize)?.as_ref()?;
+        let end = offset.checked_add(len)?;
+        if end > map.len() as u64 {
+            return None;
+        }
+        // SAFETY: the range lies inside the mapping, which lives as long as the fabric (regions
+        // are never removed from the table), hence as long as &self.
+        Some(unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset as usize), len as usize) })
+    }
+
+    fn remote_ptr(
+        &self,
+        region: &RemoteRegion,
+        offset: usize,
+        len: usize,
+    ) -> FabricResult<*mut u8> {
+        region.check(offset, len)?;
+        Ok((region.addr as usize + offset) as *mut u8)
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn caps(&self) -> Caps {
+        Caps {
+            rma: true,
+            atomics: true,
+            load_store: true,
+            am_max_args: crate::AM_MAX_ARGS,
+            am_max_medium: self.max_medium,
+            am_max_long: usize::MAX,
+        }
+    }
+
+    fn register(&self, len: usize) -> FabricResult<LocalRegion> {
+        let id = self.next_region.fetch_add(1, Ordering::Relaxed);
+        let map = Arc::new(os::create_shared(
+            &region_name(&self.job, self.rank, id),
+            len,
+            |_| {},
+        )?);
+        let mut regions = self
+            .local_regions
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        if regions.len() <= id as usize {
+            regions.resize(id as usize + 1, None);
+        }
+        regions[id as usize] = Some(map.clone());
+        let mut desc = id.to_le_bytes().to_vec();
+        desc.extend_from_slice(&(len as u64).to_le_bytes());
+        Ok(LocalRegion::new(id, map, desc))
+    }
+
+    fn attach(&self, rank: Rank, desc: &[u8]) -> FabricResult<RemoteRegion> {
+        if desc.len() != 12 || rank >= self.size {
+            return Err(FabricError::Malformed {
+                what: format!("region descriptor of {} bytes for rank {rank}", desc.len()),
+            });
+        }
+        let id = u32::from_le_bytes(desc[..4].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(desc[4..].try_into().unwrap_or_default()) as usize;
+        let addr = if rank == self.rank {
+            let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
+            match regions.get(id as usize) {
+                Some(Some(m)) if m.len() == len => m.as_ptr(),
+                _ => {
+                    return Err(FabricError::Malformed {
+                        what: format!("no local region {id} of {len} bytes"),
+                    })
+                }
+            }
+        } else {
+            let name = region_name(&self.job, rank, id);
+            let map = os::open_shared(&name)?.ok_or_else(|| FabricError::Peer {
+                rank,
+                reason: format!("has not published region {id} ({name})"),
+            })?;
+            if map.len() != len {
+                return Err(FabricError::Mismatch {
+                    what: format!("{name} is {} bytes, descriptor says {len}", map.len()),
+                });
+            }
+            let p = map.as_ptr();
+            self.remote_maps
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Arc::new(map));
+            p
+        };
+        Ok(RemoteRegion {
+            rank,
+            id,
+            len,
+            addr: addr as u64,
+            key: 0,
+        })
+    }
+
+    fn seal(&self, region: &LocalRegion) -> FabricResult<()> {
+        os::unlink(&region_name(&self.job, self.rank, region.id));
+        Ok(())
+    }
+
+    fn put(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        src: &[u8],
+        _token: u64,
+    ) -> FabricResult<Issued> {
+        let p = self.remote_ptr(dst, offset, src.len())?;
+        // SAFETY: p..p+len lies in a live mapping of dst (bounds checked) and src is a live
+        // slice. The ranges may overlap only for a put from a segment into itself, so use the
+        // overlap-safe copy.
+        unsafe { std::ptr::copy(src.as_ptr(), p, src.len()) };
+        fence(Ordering::Release);
+        Ok(Issued::Done(0))
+    }
+
+    fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()> {
+        let p = self.remote_ptr(src, offset, dst.len())?;
+        fence(Ordering::Acquire);
+        // SAFETY: p..p+len lies in a live mapping (bounds checked); dst is a live exclusive slice.
+        unsafe { std::ptr::copy(p, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn atomic(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        op: AtomicOp,
+        _token: u64,
+    ) -> FabricResult<Issued> {
+        let p = self.remote_ptr(dst, offset, 8)?;
+        if !(p as usize).is_multiple_of(8) {
+            return Err(FabricError::Malformed {
+                what: format!("atomic at offset {offset}: not 8-byte aligned"),
+            });
+        }
+        // SAFETY: p is 8-aligned and inside a live shared mapping; every access to remote
+        // atomics goes through atomic instructions, which are coherent across processes.
+        let a = unsafe { &*(p as *const AtomicU64) };
+        Ok(Issued::Done(op.apply(a)))
+    }
+
+    fn quiet(&self) -> FabricResult<()> {
+        // Every shared-memory operation completes before it returns.
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
+        if dst >= self.size {
+            return Err(FabricError::Peer {
+                rank: dst,
+                reason: format!("does not exist (job of {})", self.size),
+            });
+        }
+        let body = match msg.payload {
+            AmPayload::Short => Body::Short,
+            AmPayload::Medium(p) => {
+                if p.len() > self.max_medium {
+                    return Err(FabricError::TooLarge {
+                        what: "medium AM payload",
+                        len: p.len(),
+                        max: self.max_medium,
+                    });
+                }
+                Body::Medium(p)
+            }
+            AmPayload::Long {
+                region,
+                offset,
+                data,
+            } => {
+                if region.rank != dst {
+                    return Err(FabricError::Malformed {
+                        what: format!(
+                            "long AM to rank {dst} targets rank {}'s memory",
+                            region.rank
+                        ),
+                    });
+                }
+                self.put(region, offset, data, 0)?;
+                Body::Long {
+                    region: region.id,
+                    offset: offset as u64,
+                    len: data.len() as u64,
+                }
+            }
+        };
+        let sent = self.senders[dst as usize][class_index(msg.class)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_send(msg.handler, msg.args, body)?;
+        if sent {
+            self.ring_doorbell(dst);
+        }
+        Ok(sent)
+    }
+
+    fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {
+        self.polls.fetch_add(1, Ordering::Relaxed);
+        let mut delivered = 0;
+        let classes: &[AmClass] = match set {
+            PollSet::All => &[AmClass::Reply, AmClass::Request],
+            PollSet::RepliesOnly => &[AmClass::Reply],
+        };
+        for &class in classes {
+            for src in 0..self.size {
+                let inbound = &self.receivers[src as usize][class_index(class)];
+                if !inbound.ready() {
+                    continue;
+                }
+                let Ok(mut rx) = inbound.rx.try_lock() else {
+                    continue;
+                };
+                // Bounded per ring so that one busy sender cannot starve the others.
+                for _ in 0..64 {
+                    let mut bad = None;
+                    let got = rx.recv(|m| {
+                        let payload = match m.body {
+                            Body::Short => AmInPayload::Short,
+                            Body::Medium(p) => AmInPayload::Medium(p),
+                            Body::Long { region, offset, len } => match self.local_bytes(region, offset, len) {
+                                Some(data) => AmInPayload::Long { region, offset: offset as usize, data },
+                                None => {
+                                    bad = Some(FabricError::Malformed {
+                                        what: format!("long AM from rank {src} names {len} bytes at {offset} of region {region}"),
+                                    });
+                                    return;
+                                }
+                            },
+                        };
+                        sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
+                    })?;
+                    if let Some(e) = bad {
+                        return Err(e);
+                    }
+                    if !got {
+                        break;
+                    }
+                    delivered += 1;
+                }
+                inbound.head.store(rx.head(), Ordering::Relaxed);
+            }
+        }
+        Ok(delivered)
+    }
+
+    fn has_incoming(&self) -> bool {
+        self.receivers.iter().flatten().any(Inbound::ready)
+    }
+
+    fn wait_incoming(&self, timeout: Duration) {
+        let c = self.control(self.rank);
+        let seen = c.doorbell.load(Ordering::Acquire);
+        c.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !self.has_incoming() {
+            os::futex_wait(&c.doorbell, seen, timeout);
+        }
+        c.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn peer_state(&self, rank: Rank) -> PeerState {
+        let c = self.control(rank);
+        match c.state.load(Ordering::Acquire) {
+            s if s == State::Finalized as u32 => PeerState::Finalized,
+            _ => {
+                let pid = c.pid();
+                if os::process_alive(pid) {
+                    PeerState::Running
+                } else {
+                    PeerState::Dead(format!("process {pid} is gone"))
+                }
+            }
+        }
+    }
+
+    fn finalize(&self) {
+        self.control(self.rank)
+            .state
+            .store(State::Finalized as u32, Ordering::Release);
+        // Wake any peer sleeping on us so it notices promptly.
+        for r in 0..self.size {
+            let c = self.control(r);
+            c.doorbell.fetch_add(1, Ordering::Release);
+            os::futex_wake_all(&c.doorbell);
+        }
+    }
+
+    fn resources(&self) -> Vec<Resource> {
+        let rb = ring::ring_bytes(self.slots) as u64;
+        let n = self.size as u64;
+        let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
+        let local: Vec<_> = regions.iter().flatten().collect();
+        let remote = self.remote_maps.lock().unwrap_or_else(|e| e.into_inner());
+        vec![
+            Resource {
+                kind: "inbox control blocks (doorbell, state)".into(),
+                count: 1,
+                bytes: control::CONTROL_BYTES as u64,
+            },
+            Resource {
+                kind: format!("AM request rings in, {} slots of 64 B each", self.slots),
+                count: n,
+                bytes: n * rb,
+            },
+            Resource {
+                kind: format!("AM reply rings in, {} slots of 64 B each", self.slots),
+                count: n,
+                bytes: n * rb,
+            },
+            Resource {
+                kind: "peer inboxes mapped (outgoing rings)".into(),
+                count: n - 1,
+                bytes: (n - 1) * self.inbox_bytes as u64,
+            },
+            Resource {
+                kind: "registered regions (local)".into(),
+                count: local.len() as u64,
+                bytes: local.iter().map(|m| m.len() as u64).sum(),
+            },
+            Resource {
+                kind: "peer regions mapped".into(),
+                count: remote.len() as u64,
+                bytes: remote.iter().map(|m| m.len() as u64).sum(),
+            },
+        ]
+    }
+}
+
+impl Drop for ShmFabric {
+    fn drop(&mut self) {
+        self.finalize();
+        // Nothing of ours may stay in /dev/shm, whatever happened during start-up.
+        os::unlink(&inbox_name(&self.job, self.rank));
+        let n = self.next_region.load(Ordering::Relaxed);
+        for id in 0..n {
+            os::unlink(&region_name(&self.job, self.rank, id));
+        }
+    }
+}

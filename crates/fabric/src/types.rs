@@ -1,0 +1,279 @@
+//! Plain data types shared by every fabric and the runtime.
+
+/// A process's index in the job, `0..size`.
+pub type Rank = u32;
+
+/// Most `u64` arguments an active message carries (as GASNet's 16 handler arguments).
+pub const AM_MAX_ARGS: usize = 16;
+
+/// What a fabric can do natively; the runtime uses AM-based paths for what is missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Caps {
+    /// Native one-sided put/get.
+    pub rma: bool,
+    /// Native remote `u64` atomics.
+    pub atomics: bool,
+    /// Peers' registered memory is directly load/store addressable (shared memory).
+    pub load_store: bool,
+    /// Most `u64` arguments of one AM.
+    pub am_max_args: usize,
+    /// Largest medium AM payload, bytes.
+    pub am_max_medium: usize,
+    /// Largest long AM payload, bytes.
+    pub am_max_long: usize,
+}
+
+/// Memory this rank registered; peers attach it through [`LocalRegion::desc`].
+/// The memory stays mapped as long as any clone of the `LocalRegion` lives.
+#[derive(Clone)]
+pub struct LocalRegion {
+    /// Fabric-local id of the region.
+    pub id: u32,
+    addr: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// What a peer passes to [`crate::Fabric::attach`] to reach this region.
+    pub desc: Vec<u8>,
+    _keep: std::sync::Arc<crate::os::Mapping>,
+}
+
+impl std::fmt::Debug for LocalRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "LocalRegion {{ id: {}, addr: {:#x}, len: {} }}",
+            self.id, self.addr, self.len
+        )
+    }
+}
+
+impl LocalRegion {
+    /// Describes registered memory backed by `mapping`; used by fabric implementations.
+    pub fn new(id: u32, mapping: std::sync::Arc<crate::os::Mapping>, desc: Vec<u8>) -> Self {
+        LocalRegion {
+            id,
+            addr: mapping.as_ptr() as usize,
+            len: mapping.len(),
+            desc,
+            _keep: mapping,
+        }
+    }
+    /// Start of the region in this process.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+}
+
+/// A peer's registered region, as seen from this rank.
+#[derive(Clone, Debug)]
+pub struct RemoteRegion {
+    /// Owner of the memory.
+    pub rank: Rank,
+    /// The owner's region id (carried by long AMs).
+    pub id: u32,
+    /// Length in bytes.
+    pub len: usize,
+    /// Address used to reach it: a local mapping for shared memory, the target virtual
+    /// address (or 0-based offset) for network fabrics.
+    pub addr: u64,
+    /// Remote protection key (0 where the fabric needs none).
+    pub key: u64,
+}
+
+impl RemoteRegion {
+    /// Checks that `[offset, offset+len)` lies inside the region.
+    pub fn check(&self, offset: usize, len: usize) -> crate::FabricResult<()> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(crate::FabricError::OutOfBounds {
+                offset,
+                len,
+                region_len: self.len,
+            }),
+        }
+    }
+}
+
+/// How an operation was issued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Issued {
+    /// Complete before returning; carries the fetched value for atomics (0 otherwise).
+    Done(u64),
+    /// Completion comes later through [`crate::EventSink::on_complete`].
+    Pending,
+}
+
+/// A remote atomic operation on a `u64`; every variant yields the previous value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AtomicOp {
+    /// Reads the value.
+    Load,
+    /// Writes `v` (release ordering).
+    Store(u64),
+    /// Adds `v` (wrapping).
+    FetchAdd(u64),
+    /// Bitwise and with `v`.
+    FetchAnd(u64),
+    /// Bitwise or with `v`.
+    FetchOr(u64),
+    /// Bitwise xor with `v`.
+    FetchXor(u64),
+    /// Replaces with `v`.
+    Swap(u64),
+    /// Writes `new` if the value equals `expected`.
+    CompareSwap { expected: u64, new: u64 },
+}
+
+impl AtomicOp {
+    /// Encodes the operation as three words (for AM-based atomics).
+    pub fn encode(self) -> [u64; 3] {
+        match self {
+            AtomicOp::Load => [0, 0, 0],
+            AtomicOp::Store(v) => [1, v, 0],
+            AtomicOp::FetchAdd(v) => [2, v, 0],
+            AtomicOp::FetchAnd(v) => [3, v, 0],
+            AtomicOp::FetchOr(v) => [4, v, 0],
+            AtomicOp::FetchXor(v) => [5, v, 0],
+            AtomicOp::Swap(v) => [6, v, 0],
+            AtomicOp::CompareSwap { expected, new } => [7, expected, new],
+        }
+    }
+    /// Decodes [`AtomicOp::encode`]'s words; `None` for an unknown opcode.
+    pub fn decode(w: [u64; 3]) -> Option<Self> {
+        Some(match w[0] {
+            0 => AtomicOp::Load,
+            1 => AtomicOp::Store(w[1]),
+            2 => AtomicOp::FetchAdd(w[1]),
+            3 => AtomicOp::FetchAnd(w[1]),
+            4 => AtomicOp::FetchOr(w[1]),
+            5 => AtomicOp::FetchXor(w[1]),
+            6 => AtomicOp::Swap(w[1]),
+            7 => AtomicOp::CompareSwap {
+                expected: w[1],
+                new: w[2],
+            },
+            _ => return None,
+        })
+    }
+    /// Applies the operation to a local atomic; returns the previous value.
+    pub fn apply(self, a: &std::sync::atomic::AtomicU64) -> u64 {
+        use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+        match self {
+            AtomicOp::Load => a.load(Acquire),
+            AtomicOp::Store(v) => {
+                let old = a.load(Acquire);
+                a.store(v, Release);
+                old
+            }
+            AtomicOp::FetchAdd(v) => a.fetch_add(v, AcqRel),
+            AtomicOp::FetchAnd(v) => a.fetch_and(v, AcqRel),
+            AtomicOp::FetchOr(v) => a.fetch_or(v, AcqRel),
+            AtomicOp::FetchXor(v) => a.fetch_xor(v, AcqRel),
+            AtomicOp::Swap(v) => a.swap(v, AcqRel),
+            AtomicOp::CompareSwap { expected, new } => {
+                match a.compare_exchange(expected, new, AcqRel, Acquire) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        }
+    }
+}
+
+/// Requests and replies travel on separate resources so that two ranks flooding each other
+/// cannot deadlock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AmClass {
+    /// A request: its handler may send one reply.
+    Request,
+    /// A reply: its handler may send nothing.
+    Reply,
+}
+
+/// Payload of an outgoing AM.
+#[derive(Clone, Copy, Debug)]
+pub enum AmPayload<'a> {
+    /// Arguments only.
+    Short,
+    /// Bytes delivered to the handler.
+    Medium(&'a [u8]),
+    /// Bytes written to `region` at `offset` before the handler runs.
+    Long {
+        region: &'a RemoteRegion,
+        offset: usize,
+        data: &'a [u8],
+    },
+}
+
+/// An outgoing active message.
+#[derive(Clone, Copy, Debug)]
+pub struct AmOut<'a> {
+    /// Handler index (runtime-assigned).
+    pub handler: u16,
+    /// Request or reply.
+    pub class: AmClass,
+    /// Handler arguments, at most [`Caps::am_max_args`].
+    pub args: &'a [u64],
+    /// Payload.
+    pub payload: AmPayload<'a>,
+}
+
+/// Payload of an incoming AM.
+#[derive(Debug)]
+pub enum AmInPayload<'a> {
+    /// Arguments only.
+    Short,
+    /// Bytes carried in the message.
+    Medium(&'a [u8]),
+    /// Bytes already written to local region `region` at `offset`.
+    Long {
+        region: u32,
+        offset: usize,
+        data: &'a [u8],
+    },
+}
+
+/// An incoming active message, valid during [`crate::EventSink::on_am`].
+#[derive(Debug)]
+pub struct AmIn<'a> {
+    /// Sender.
+    pub src: Rank,
+    /// Handler index.
+    pub handler: u16,
+    /// Request or reply.
+    pub class: AmClass,
+    /// Arguments.
+    pub args: &'a [u64],
+    /// Payload.
+    pub payload: AmInPayload<'a>,
+}
+
+/// Which incoming events [`crate::Fabric::progress`] delivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PollSet {
+    /// Requests, replies and completions.
+    All,
+    /// Replies and completions only (what a request handler may wait on).
+    RepliesOnly,
+}
+
+/// Whether a peer is still part of the job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerState {
+    /// Running normally.
+    Running,
+    /// Left the job cleanly.
+    Finalized,
+    /// Died; the text says how it was detected.
+    Dead(String),
+}
+
+/// One kind of communication resource and how much of it a fabric holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resource {
+    /// What it is ("AM request rings", "registered regions", ...).
+    pub kind: String,
+    /// How many.
+    pub count: u64,
+    /// Bytes of memory they take.
+    pub bytes: u64,
+}

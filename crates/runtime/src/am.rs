@@ -1,0 +1,323 @@
+//! Active messages: registration, sending (with back-pressure) and dispatch.
+
+use crate::segment::GlobalPtr;
+use crate::{Comm, Error, Result};
+use std::cell::Cell;
+use std::sync::Arc;
+use weft_fabric::{AmClass, AmIn, AmInPayload, AmOut, AmPayload, EventSink, FabricResult, PollSet};
+
+/// Id of a registered active-message handler (from [`crate::Builder::handler`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct AmHandler(pub(crate) u16);
+
+impl AmHandler {
+    /// The numeric id (the same on every rank).
+    pub fn id(self) -> u16 {
+        self.0
+    }
+}
+
+pub(crate) type HandlerFn = Arc<dyn Fn(&AmMsg<'_>) + Send + Sync>;
+
+pub(crate) struct HandlerEntry {
+    pub name: String,
+    pub f: HandlerFn,
+}
+
+thread_local! {
+    /// The class of the handler running on this thread, if any.
+    static IN_HANDLER: Cell<Option<AmClass>> = const { Cell::new(None) };
+}
+
+pub(crate) fn in_handler() -> Option<AmClass> {
+    IN_HANDLER.with(|h| h.get())
+}
+
+/// An active message being handled: who sent it, its arguments and payload, and the means to
+/// reply (from request handlers only, at most once).
+pub struct AmMsg<'a> {
+    comm: &'a Comm,
+    src: u32,
+    class: AmClass,
+    args: &'a [u64],
+    payload: &'a [u8],
+    long_offset: Option<usize>,
+    replied: Cell<bool>,
+}
+
+impl<'a> AmMsg<'a> {
+    /// The sending rank.
+    pub fn src(&self) -> u32 {
+        self.src
+    }
+    /// The handler arguments.
+    pub fn args(&self) -> &'a [u64] {
+        self.args
+    }
+    /// The payload: the message's bytes for a medium AM, the bytes written into this rank's
+    /// segment for a long AM, empty for a short AM.
+    pub fn payload(&self) -> &'a [u8] {
+        self.payload
+    }
+    /// For a long AM, the byte offset in the segment where the payload was written.
+    pub fn long_offset(&self) -> Option<usize> {
+        self.long_offset
+    }
+    /// Whether this message is a reply.
+    pub fn is_reply(&self) -> bool {
+        self.class == AmClass::Reply
+    }
+    /// The communication object (for RMA to local segments, rank, size...).
+    pub fn comm(&self) -> &'a Comm {
+        self.comm
+    }
+    fn check_reply(&self) -> Result<()> {
+        if self.class == AmClass::Reply {
+            return Err(Error::Misuse("a reply handler cannot reply"));
+        }
+        if self.replied.replace(true) {
+            return Err(Error::Misuse("a request handler may reply only once"));
+        }
+        Ok(())
+    }
+    /// Replies with arguments only.
+    pub fn reply_short(&self, h: AmHandler, args: &[u64]) -> Result<()> {
+        self.check_reply()?;
+        self.comm
+            .send_am(self.src, h.0, AmClass::Reply, args, AmPayload::Short)
+    }
+    /// Replies with a payload delivered to the reply handler.
+    pub fn reply_medium(&self, h: AmHandler, args: &[u64], payload: &[u8]) -> Result<()> {
+        self.check_reply()?;
+        self.comm.send_am(
+            self.src,
+            h.0,
+            AmClass::Reply,
+            args,
+            AmPayload::Medium(payload),
+        )
+    }
+    /// Replies with a payload written to `dst` (in the requester's segment) before the reply
+    /// handler runs.
+    pub fn reply_long(
+        &self,
+        h: AmHandler,
+        args: &[u64],
+        payload: &[u8],
+        dst: GlobalPtr<u8>,
+    ) -> Result<()> {
+        self.check_reply()?;
+        if dst.rank() != self.src {
+            return Err(Error::Misuse(
+                "a long reply must target the requester's memory",
+            ));
+        }
+        self.comm.send_long(h.0, AmClass::Reply, args, payload, dst)
+    }
+}
+
+impl Comm {
+    /// Sends a request carrying arguments only to `dst`.
+    pub fn am_request_short(&self, dst: u32, h: AmHandler, args: &[u64]) -> Result<()> {
+        self.check_request(h)?;
+        self.send_am(dst, h.0, AmClass::Request, args, AmPayload::Short)
+    }
+    /// Sends a request whose payload (at most [`crate::Caps::am_max_medium`] bytes) is delivered
+    /// to the handler on `dst`.
+    pub fn am_request_medium(
+        &self,
+        dst: u32,
+        h: AmHandler,
+        args: &[u64],
+        payload: &[u8],
+    ) -> Result<()> {
+        self.check_request(h)?;
+        self.send_am(dst, h.0, AmClass::Request, args, AmPayload::Medium(payload))
+    }
+    /// Sends a request whose payload is first written to `dst` (a location in the target's
+    /// segment, bounds-checked); the handler runs on `dst.rank()` once the bytes are in place.
+    pub fn am_request_long(
+        &self,
+        h: AmHandler,
+        args: &[u64],
+        payload: &[u8],
+        dst: GlobalPtr<u8>,
+    ) -> Result<()> {
+        self.check_request(h)?;
+        self.send_long(h.0, AmClass::Request, args, payload, dst)
+    }
+
+    fn check_request(&self, h: AmHandler) -> Result<()> {
+        if in_handler().is_some() {
+            return Err(Error::Misuse(
+                "requests cannot be sent from inside an AM handler (reply instead)",
+            ));
+        }
+        if h.0 as usize >= self.handlers.len() {
+            return Err(Error::UnknownHandler {
+                id: h.0,
+                src: self.rank(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn send_long(
+        &self,
+        h: u16,
+        class: AmClass,
+        args: &[u64],
+        payload: &[u8],
+        dst: GlobalPtr<u8>,
+    ) -> Result<()> {
+        let (seg, offset) = self.resolve(dst, payload.len())?;
+        let region = seg.remote(dst.rank());
+        if !self.native_rma {
+            return Err(Error::Misuse(
+                "long AMs need a fabric with RMA; use a medium AM",
+            ));
+        }
+        self.send_am(
+            dst.rank(),
+            h,
+            class,
+            args,
+            AmPayload::Long {
+                region,
+                offset,
+                data: payload,
+            },
+        )
+    }
+
+    /// Sends any AM, making progress while the path to `dst` is full.
+    pub(crate) fn send_am(
+        &self,
+        dst: u32,
+        h: u16,
+        class: AmClass,
+        args: &[u64],
+        payload: AmPayload<'_>,
+    ) -> Result<()> {
+        if dst >= self.size() {
+            return Err(Error::NoSuchRank {
+                rank: dst,
+                size: self.size(),
+            });
+        }
+        if args.len() > self.caps.am_max_args {
+            return Err(Error::TooLarge {
+                what: "AM argument count",
+                len: args.len(),
+                max: self.caps.am_max_args,
+            });
+        }
+        if let AmPayload::Medium(p) = payload {
+            if p.len() > self.caps.am_max_medium {
+                return Err(Error::TooLarge {
+                    what: "medium AM payload (bytes)",
+                    len: p.len(),
+                    max: self.caps.am_max_medium,
+                });
+            }
+        }
+        let msg = AmOut {
+            handler: h,
+            class,
+            args,
+            payload,
+        };
+        if self.fabric.am_try_send(dst, &msg)? {
+            return Ok(());
+        }
+        // Back-pressure: the ring is full. Make progress (replies only when inside a handler, so
+        // that handlers never recurse into requests) until the receiver drains it.
+        let set = if in_handler().is_some() {
+            PollSet::RepliesOnly
+        } else {
+            PollSet::All
+        };
+        let mut sent = false;
+        self.wait_with(crate::progress::Deps::Rank(dst), set, || {
+            sent = match self.fabric.am_try_send(dst, &msg) {
+                Ok(s) => s,
+                Err(e) => {
+                    self.record_error(e.into());
+                    true
+                }
+            };
+            sent
+        })?;
+        self.take_error()
+    }
+}
+
+impl EventSink for Comm {
+    fn on_am(&self, am: AmIn<'_>) {
+        let Some(h) = self.handlers.get(am.handler as usize) else {
+            self.record_error(Error::UnknownHandler {
+                id: am.handler,
+                src: am.src,
+            });
+            return;
+        };
+        let (payload, long_offset) = match am.payload {
+            AmInPayload::Short => (&[][..], None),
+            AmInPayload::Medium(p) => (p, None),
+            AmInPayload::Long { offset, data, .. } => (data, Some(offset)),
+        };
+        let msg = AmMsg {
+            comm: self,
+            src: am.src,
+            class: am.class,
+            args: am.args,
+            payload,
+            long_offset,
+            replied: Cell::new(false),
+        };
+        let outer = IN_HANDLER.with(|c| c.replace(Some(am.class)));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (h.f)(&msg)));
+        IN_HANDLER.with(|c| c.set(outer));
+        if r.is_err() {
+            self.record_error(Error::Remote(format!(
+                "AM handler {:?} panicked on a message from rank {}",
+                h.name, am.src
+            )));
+        }
+    }
+
+    fn on_complete(&self, token: u64, value: u64, result: FabricResult<()>) {
+        self.ops.complete(token, value, result.map_err(Error::from));
+    }
+}
+
+/// Handlers the runtime itself registers before the program's (ids `0..COUNT`).
+pub(crate) mod internal {
+    use super::{HandlerEntry, HandlerFn};
+    use std::sync::Arc;
+
+    pub const BARRIER: u16 = 0;
+    pub const EXCHANGE: u16 = 1;
+    pub const RMA_PUT: u16 = 2;
+    pub const RMA_GET: u16 = 3;
+    pub const RMA_ATOMIC: u16 = 4;
+    pub const RMA_DONE: u16 = 5;
+    pub const COUNT: u16 = 6;
+
+    pub fn handlers() -> Vec<HandlerEntry> {
+        let list: [(&str, HandlerFn); COUNT as usize] = [
+            ("weft.barrier", Arc::new(|m| m.comm().on_barrier(m))),
+            ("weft.exchange", Arc::new(|m| m.comm().on_exchange(m))),
+            ("weft.rma.put", Arc::new(|m| m.comm().on_am_put(m))),
+            ("weft.rma.get", Arc::new(|m| m.comm().on_am_get(m))),
+            ("weft.rma.atomic", Arc::new(|m| m.comm().on_am_atomic(m))),
+            ("weft.rma.done", Arc::new(|m| m.comm().on_am_done(m))),
+        ];
+        list.into_iter()
+            .map(|(n, f)| HandlerEntry {
+                name: n.to_string(),
+                f,
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,157 @@
+//! Configuration: builder values, then `WEFT_*` environment variables, then defaults.
+//!
+//! | variable | meaning | default |
+//! |---|---|---|
+//! | `WEFT_RANK`, `WEFT_SIZE`, `WEFT_JOB` | set by the launcher (`weft run`): this rank, the number of ranks, the job id | a job of one rank |
+//! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies) | 256 |
+//! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 0 |
+//! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20 |
+//! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
+//! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
+//! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
+
+use crate::{Error, Result};
+use std::time::Duration;
+
+/// Which implementation carries RMA and atomics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RmaPath {
+    /// The fabric's native RMA/atomics where it has them, the AM-based path otherwise.
+    Native,
+    /// Always the AM-based path (what a fabric without RMA gets).
+    ActiveMessages,
+}
+
+/// Resolved configuration of a world (see the module documentation for the variables).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub size: u32,
+    /// Job id.
+    pub job: String,
+    /// Bytes of each AM ring.
+    pub ring_bytes: usize,
+    /// Run a progress thread.
+    pub progress_thread: bool,
+    /// Spin time of waits before backing off.
+    pub spin: Duration,
+    /// RMA implementation.
+    pub rma: RmaPath,
+    /// Start-up timeout.
+    pub init_timeout: Duration,
+    /// Interval of peer liveness checks during waits.
+    pub peer_check: Duration,
+}
+
+/// Values set on a [`crate::Builder`]; `None` means "environment, then default".
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Overrides {
+    pub ring_kib: Option<usize>,
+    pub progress_thread: Option<bool>,
+    pub spin_us: Option<u64>,
+    pub rma: Option<RmaPath>,
+    pub init_timeout_s: Option<u64>,
+}
+
+fn var(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+fn parse<T: std::str::FromStr>(name: &str, expect: &str) -> Result<Option<T>> {
+    match var(name) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| Error::Config(format!("{name}={v:?}: expected {expect}"))),
+    }
+}
+
+fn parse_bool(name: &str) -> Result<Option<bool>> {
+    match var(name).as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("1" | "true" | "yes" | "on") => Ok(Some(true)),
+        Some("0" | "false" | "no" | "off") => Ok(Some(false)),
+        Some(v) => Err(Error::Config(format!("{name}={v:?}: expected 0 or 1"))),
+    }
+}
+
+fn positive(name: &str, v: u64) -> Result<u64> {
+    if v == 0 {
+        return Err(Error::Config(format!("{name} must be positive")));
+    }
+    Ok(v)
+}
+
+impl Config {
+    pub(crate) fn resolve(o: &Overrides) -> Result<Config> {
+        let size: Option<u32> = parse("WEFT_SIZE", "a positive number of ranks")?;
+        let rank: Option<u32> = parse("WEFT_RANK", "a rank number")?;
+        let (rank, size, job) = match (rank, size, var("WEFT_JOB")) {
+            (None, None, None) => (0, 1, format!("solo{}x{:x}", std::process::id(), weft_fabric::os::now_ns())),
+            (Some(r), Some(s), Some(j)) => {
+                if s == 0 || r >= s {
+                    return Err(Error::Config(format!("WEFT_RANK={r} is not below WEFT_SIZE={s}")));
+                }
+                if !j.chars().all(|c| c.is_ascii_alphanumeric()) || j.len() > 64 {
+                    return Err(Error::Config(format!("WEFT_JOB={j:?}: expected up to 64 letters and digits")));
+                }
+                (r, s, j)
+            }
+            _ => {
+                return Err(Error::Config(
+                    "WEFT_RANK, WEFT_SIZE and WEFT_JOB must be set together (start ranks with `weft run -n N`)".into(),
+                ))
+            }
+        };
+        let ring_kib = match o.ring_kib {
+            Some(v) => v as u64,
+            None => parse("WEFT_AM_RING_KIB", "a number of KiB")?.unwrap_or(256),
+        };
+        let ring_kib = positive("WEFT_AM_RING_KIB", ring_kib)?;
+        if !(16..=64 * 1024).contains(&ring_kib) {
+            return Err(Error::Config(format!(
+                "WEFT_AM_RING_KIB={ring_kib}: expected 16 to 65536"
+            )));
+        }
+        let rma = match (o.rma, var("WEFT_RMA").as_deref()) {
+            (Some(r), _) => r,
+            (None, None | Some("native")) => RmaPath::Native,
+            (None, Some("am")) => RmaPath::ActiveMessages,
+            (None, Some(v)) => {
+                return Err(Error::Config(format!(
+                    "WEFT_RMA={v:?}: expected native or am"
+                )))
+            }
+        };
+        let spin_us = match o.spin_us {
+            Some(v) => v,
+            None => parse("WEFT_SPIN_US", "a number of microseconds")?.unwrap_or(20),
+        };
+        let init_s = match o.init_timeout_s {
+            Some(v) => v,
+            None => parse("WEFT_INIT_TIMEOUT_S", "a number of seconds")?.unwrap_or(60),
+        };
+        let peer_ms = positive(
+            "WEFT_PEER_CHECK_MS",
+            parse("WEFT_PEER_CHECK_MS", "a number of milliseconds")?.unwrap_or(10),
+        )?;
+        Ok(Config {
+            rank,
+            size,
+            job,
+            ring_bytes: ring_kib as usize * 1024,
+            progress_thread: match o.progress_thread {
+                Some(b) => b,
+                None => parse_bool("WEFT_PROGRESS_THREAD")?.unwrap_or(false),
+            },
+            spin: Duration::from_micros(spin_us),
+            rma,
+            init_timeout: Duration::from_secs(positive("WEFT_INIT_TIMEOUT_S", init_s)?),
+            peer_check: Duration::from_millis(peer_ms),
+        })
+    }
+}

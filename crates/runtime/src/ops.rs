@@ -1,0 +1,306 @@
+//! Operations in flight: their shared state, the table the completion path looks them up in,
+//! explicit handles ([`RmaHandle`], [`AtomicHandle`]) and the per-thread list of implicit
+//! (NBI) operations.
+//!
+//! An operation that the fabric completed before returning needs none of this: its handle is
+//! born complete. Only operations that complete later (AM-based path, network fabrics) get an
+//! [`OpState`] and a token.
+
+use crate::progress::Deps;
+use crate::{Comm, Error, Result};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+/// Shared state of one operation in flight.
+pub(crate) struct OpState {
+    /// Parts still outstanding (a large AM-based transfer travels in several).
+    remaining: AtomicUsize,
+    value: AtomicU64,
+    error: Mutex<Option<Error>>,
+    /// Bytes fetched by an AM-based get, copied to the caller's buffer at completion.
+    pub data: Mutex<Vec<u8>>,
+    waker: Mutex<Option<Waker>>,
+    /// The rank whose answer completes the operation.
+    pub target: u32,
+}
+
+impl OpState {
+    pub fn new(target: u32, parts: usize, data_len: usize) -> Arc<Self> {
+        Arc::new(OpState {
+            remaining: AtomicUsize::new(parts),
+            value: AtomicU64::new(0),
+            error: Mutex::new(None),
+            data: Mutex::new(vec![0; data_len]),
+            waker: Mutex::new(None),
+            target,
+        })
+    }
+    pub fn is_done(&self) -> bool {
+        self.remaining.load(Ordering::Acquire) == 0
+    }
+    fn outcome(&self) -> Result<u64> {
+        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(self.value.load(Ordering::Acquire)),
+        }
+    }
+}
+
+/// Token → operation, for completions that arrive later.
+#[derive(Default)]
+pub(crate) struct OpTable {
+    next: AtomicU64,
+    live: Mutex<HashMap<u64, Arc<OpState>>>,
+}
+
+impl OpTable {
+    pub fn register(&self, op: &Arc<OpState>) -> u64 {
+        let token = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token, op.clone());
+        token
+    }
+    pub fn get(&self, token: u64) -> Option<Arc<OpState>> {
+        self.live
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&token)
+            .cloned()
+    }
+    /// One part of operation `token` finished.
+    pub fn complete(&self, token: u64, value: u64, result: Result<()>) {
+        let Some(op) = self.get(token) else { return };
+        if let Err(e) = result {
+            op.error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(e);
+        }
+        op.value.store(value, Ordering::Release);
+        if op.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.live
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&token);
+            if let Some(w) = op.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                w.wake();
+            }
+        }
+    }
+    /// Number of operations in flight.
+    pub fn in_flight(&self) -> usize {
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+thread_local! {
+    /// Implicit operations this thread issued that completed later, by world id.
+    static NBI: RefCell<Vec<(u64, Arc<OpState>)>> = const { RefCell::new(Vec::new()) };
+}
+
+pub(crate) fn nbi_push(world: u64, op: Arc<OpState>) {
+    NBI.with(|l| l.borrow_mut().push((world, op)));
+}
+
+impl Comm {
+    /// Completes every implicit (NBI) operation this thread issued on this world: puts are
+    /// visible at their targets and atomics applied when it returns. Other threads' implicit
+    /// operations are theirs to sync (as in GASNet-EX).
+    pub fn sync_nbi(&self) -> Result<()> {
+        let mine: Vec<Arc<OpState>> = NBI.with(|l| {
+            let mut l = l.borrow_mut();
+            let (mine, rest) = l.drain(..).partition(|(w, _)| *w == self.id);
+            *l = rest;
+            mine.into_iter().map(|(_, op)| op).collect()
+        });
+        let mut first_err = None;
+        for op in mine {
+            let r = self
+                .wait(Deps::Rank(op.target), || op.is_done())
+                .and_then(|_| op.outcome().map(drop));
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        std::sync::atomic::fence(Ordering::SeqCst);
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn wait_op(&self, op: &OpState) -> Result<u64> {
+        self.wait(Deps::Rank(op.target), || op.is_done())?;
+        op.outcome()
+    }
+
+    /// Polls a pending operation once from a future.
+    fn poll_op(&self, op: &OpState, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        if let Err(e) = self.poll() {
+            return Poll::Ready(Err(e));
+        }
+        if op.is_done() {
+            return Poll::Ready(op.outcome());
+        }
+        *op.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+        if op.is_done() {
+            return Poll::Ready(op.outcome());
+        }
+        if !self.cfg.progress_thread {
+            // Nobody else drives progress: ask to be polled again.
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+/// Handle of a non-blocking put or get. Complete it with [`RmaHandle::wait`], check it with
+/// [`RmaHandle::test`], or `.await` it (it is a `Future`). Dropping an unfinished handle waits
+/// for it, so a get's destination is never left half-written.
+///
+/// ```no_run
+/// # let world = weft_runtime::World::init()?;
+/// # let seg = world.alloc_segment::<u64>(16)?;
+/// let mut buf = [0u64; 4];
+/// let h = world.get_nb(seg.at(0, 0), &mut buf)?;
+/// // ... compute while the data moves ...
+/// h.wait()?;
+/// # Ok::<(), weft_runtime::Error>(())
+/// ```
+#[must_use = "an RMA handle does nothing unless waited on, tested or awaited"]
+pub struct RmaHandle<'a> {
+    comm: &'a Comm,
+    op: Option<Arc<OpState>>,
+    out: Option<&'a mut [u8]>,
+}
+
+impl<'a> RmaHandle<'a> {
+    pub(crate) fn done(comm: &'a Comm) -> Self {
+        RmaHandle {
+            comm,
+            op: None,
+            out: None,
+        }
+    }
+    pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>, out: Option<&'a mut [u8]>) -> Self {
+        RmaHandle {
+            comm,
+            op: Some(op),
+            out,
+        }
+    }
+    fn finish(&mut self) -> Result<()> {
+        let Some(op) = self.op.take() else {
+            return Ok(());
+        };
+        op.outcome()?;
+        if let Some(out) = self.out.take() {
+            out.copy_from_slice(&op.data.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        Ok(())
+    }
+    /// Blocks (making progress) until the operation is complete: data visible at the target
+    /// for a put, in the destination buffer for a get.
+    pub fn wait(mut self) -> Result<()> {
+        if let Some(op) = &self.op {
+            self.comm.wait_op(op)?;
+        }
+        self.finish()
+    }
+    /// Makes progress once; true if the operation is complete (then the handle is spent).
+    pub fn test(&mut self) -> Result<bool> {
+        match &self.op {
+            None => Ok(true),
+            Some(op) => {
+                self.comm.poll()?;
+                if op.is_done() {
+                    self.finish()?;
+                    return Ok(true);
+                }
+                Ok(false)
+            }
+        }
+    }
+}
+
+impl Future for RmaHandle<'_> {
+    type Output = Result<()>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = &mut *self;
+        match &this.op {
+            None => Poll::Ready(Ok(())),
+            Some(op) => match this.comm.poll_op(op, cx) {
+                Poll::Ready(Ok(_)) => Poll::Ready(this.finish()),
+                Poll::Ready(Err(e)) => {
+                    this.op = None;
+                    Poll::Ready(Err(e))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl Drop for RmaHandle<'_> {
+    fn drop(&mut self) {
+        if let Some(op) = &self.op {
+            let _ = self.comm.wait_op(op);
+            let _ = self.finish();
+        }
+    }
+}
+
+/// Handle of a non-blocking remote atomic; yields the previous value.
+#[must_use = "an atomic handle does nothing unless waited on, tested or awaited"]
+pub struct AtomicHandle<'a> {
+    comm: &'a Comm,
+    state: Result<u64, Arc<OpState>>,
+}
+
+impl<'a> AtomicHandle<'a> {
+    pub(crate) fn done(comm: &'a Comm, v: u64) -> Self {
+        AtomicHandle { comm, state: Ok(v) }
+    }
+    pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>) -> Self {
+        AtomicHandle {
+            comm,
+            state: Err(op),
+        }
+    }
+    /// Blocks until the operation is applied; returns the previous value.
+    pub fn wait(self) -> Result<u64> {
+        match &self.state {
+            Ok(v) => Ok(*v),
+            Err(op) => self.comm.wait_op(op),
+        }
+    }
+    /// Makes progress once; `Some(previous value)` when complete.
+    pub fn test(&mut self) -> Result<Option<u64>> {
+        match &self.state {
+            Ok(v) => Ok(Some(*v)),
+            Err(op) => {
+                self.comm.poll()?;
+                if op.is_done() {
+                    let v = op.outcome()?;
+                    self.state = Ok(v);
+                    return Ok(Some(v));
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+impl Future for AtomicHandle<'_> {
+    type Output = Result<u64>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        match &self.state {
+            Ok(v) => Poll::Ready(Ok(*v)),
+            Err(op) => self.comm.poll_op(op, cx),
+        }
+    }
+}

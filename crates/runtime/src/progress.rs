@@ -1,0 +1,227 @@
+//! Progress and waiting: polling, the back-off policy, liveness checks, the progress thread.
+
+use crate::{Comm, Error, Result};
+use std::future::Future;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use weft_fabric::{PeerState, PollSet};
+
+/// Which peers a wait depends on: if one of them dies (or leaves, where it matters) the wait
+/// fails with [`Error::PeerFailed`] instead of hanging.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Deps {
+    /// One rank, which must stay in the job.
+    Rank(u32),
+    /// Every rank must stay in the job (collectives).
+    All,
+    /// Only a rank dying is fatal (waits on user conditions).
+    AnyDead,
+}
+
+/// How long waits yield the processor before they start sleeping.
+const YIELD_WINDOW: Duration = Duration::from_millis(1);
+/// Longest single sleep of a waiting thread.
+const MAX_SLEEP: Duration = Duration::from_millis(2);
+
+/// Spin, then yield, then sleep on the fabric's doorbell with growing timeouts.
+pub(crate) struct Backoff {
+    start: Option<Instant>,
+    iters: u32,
+    sleep: Duration,
+    next_check: Option<Instant>,
+    spin: Duration,
+    check: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new(comm: &Comm) -> Self {
+        Backoff {
+            start: None,
+            iters: 0,
+            sleep: Duration::from_micros(50),
+            next_check: None,
+            spin: comm.cfg.spin,
+            check: comm.cfg.peer_check,
+        }
+    }
+
+    /// Back to the spinning phase (after activity).
+    pub(crate) fn reset(&mut self) {
+        self.start = None;
+        self.sleep = Duration::from_micros(50);
+    }
+
+    /// Waits a little; returns true when it is time to check the peers.
+    pub(crate) fn snooze(&mut self, comm: &Comm) -> bool {
+        self.iters = self.iters.wrapping_add(1);
+        if !self.iters.is_multiple_of(64) {
+            std::hint::spin_loop();
+            return false;
+        }
+        let now = Instant::now();
+        let start = *self.start.get_or_insert(now);
+        let waited = now - start;
+        if waited < self.spin {
+            std::hint::spin_loop();
+        } else if waited < self.spin + YIELD_WINDOW {
+            std::thread::yield_now();
+            self.iters = self.iters.wrapping_add(63);
+        } else {
+            comm.fabric.wait_incoming(self.sleep);
+            self.sleep = (self.sleep * 2).min(MAX_SLEEP);
+            self.iters = self.iters.wrapping_add(63);
+        }
+        let next = *self.next_check.get_or_insert(now + self.check);
+        if now >= next {
+            self.next_check = Some(now + self.check);
+            return true;
+        }
+        false
+    }
+}
+
+impl Comm {
+    /// Makes progress: runs the handlers of arrived active messages and completes operations.
+    /// Returns how many events were handled. Inside an AM handler only replies are handled.
+    pub fn poll(&self) -> Result<usize> {
+        let set = if crate::am::in_handler().is_some() {
+            PollSet::RepliesOnly
+        } else {
+            PollSet::All
+        };
+        let n = self.fabric.progress(self, set)?;
+        self.take_error()?;
+        Ok(n)
+    }
+
+    /// Makes progress until `cond` holds (for example a flag in a local segment that a peer
+    /// sets with a put). Fails instead of hanging if a peer dies meanwhile.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let flags = world.alloc_segment::<u64>(1)?;
+    /// world.wait_until(|| flags.local().atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1)?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn wait_until(&self, cond: impl FnMut() -> bool) -> Result<()> {
+        self.wait(Deps::AnyDead, cond)
+    }
+
+    pub(crate) fn wait(&self, deps: Deps, cond: impl FnMut() -> bool) -> Result<()> {
+        let set = if crate::am::in_handler().is_some() {
+            PollSet::RepliesOnly
+        } else {
+            PollSet::All
+        };
+        self.wait_with(deps, set, cond)
+    }
+
+    pub(crate) fn wait_with(
+        &self,
+        deps: Deps,
+        set: PollSet,
+        mut cond: impl FnMut() -> bool,
+    ) -> Result<()> {
+        let mut backoff = Backoff::new(self);
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if self.fabric.progress(self, set)? > 0 {
+                // Activity: the peer is awake and talking, keep spinning.
+                backoff.reset();
+            }
+            self.take_error()?;
+            if cond() {
+                return Ok(());
+            }
+            if backoff.snooze(self) {
+                if let Some(e) = self.check_peers(deps) {
+                    // What the peer sent before it left may still be waiting: one last look.
+                    self.fabric.progress(self, set)?;
+                    if cond() {
+                        return Ok(());
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    fn check_peers(&self, deps: Deps) -> Option<Error> {
+        let judge = |r: u32, finalized_matters: bool| match self.fabric.peer_state(r) {
+            PeerState::Running => None,
+            PeerState::Finalized if !finalized_matters => None,
+            PeerState::Finalized => Some(Error::PeerFailed {
+                rank: r,
+                reason: "has left the job (finalized) while this rank still waits on it".into(),
+            }),
+            PeerState::Dead(why) => Some(Error::PeerFailed {
+                rank: r,
+                reason: format!("died ({why}) while this rank waits"),
+            }),
+        };
+        let me = self.rank();
+        match deps {
+            Deps::Rank(r) if r == me => None,
+            Deps::Rank(r) => judge(r, true),
+            Deps::All => (0..self.size())
+                .filter(|&r| r != me)
+                .find_map(|r| judge(r, true)),
+            Deps::AnyDead => (0..self.size())
+                .filter(|&r| r != me)
+                .find_map(|r| judge(r, false)),
+        }
+    }
+
+    pub(crate) fn progress_loop(&self) {
+        let mut backoff = Backoff::new(self);
+        while !self.stop.load(Ordering::Acquire) {
+            match self.fabric.progress(self, PollSet::All) {
+                Ok(0) => {
+                    backoff.snooze(self);
+                }
+                Ok(_) => backoff.reset(),
+                Err(e) => {
+                    self.record_error(e.into());
+                    return;
+                }
+            }
+        }
+    }
+}
+
+struct ThreadWaker(std::thread::Thread);
+
+impl Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Runs a future to completion on the current thread. weft's handles drive progress when
+/// polled, so this needs no other executor; any executor (tokio included) works as well.
+///
+/// ```no_run
+/// # let world = weft_runtime::World::init()?;
+/// let seg = world.alloc_segment::<u64>(8)?;
+/// let h = world.put_nb(seg.at(0, 0), &[1, 2, 3])?;
+/// weft_runtime::block_on(h)?;
+/// # Ok::<(), weft_runtime::Error>(())
+/// ```
+pub fn block_on<F: Future>(fut: F) -> F::Output {
+    let mut fut = std::pin::pin!(fut);
+    let waker = Waker::from(Arc::new(ThreadWaker(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,225 @@
+//! One-sided RMA and remote atomics in three completion styles:
+//! - blocking (`put`, `get`, `fetch_add`, ...): complete when the call returns;
+//! - non-blocking with a handle (`put_nb`, `get_nb`, `atomic_nb`): [`crate::RmaHandle`] /
+//!   [`crate::AtomicHandle`], also futures;
+//! - implicit (`put_nbi`, `atomic_nbi`, and gets inside [`Comm::nbi`]): completed together by
+//!   [`Comm::sync_nbi`] (or at the end of the scope).
+//!
+//! Local completion (the source buffer may be reused) is always reached when a put call
+//! returns, whatever the style. Remote completion (the data is visible at the target) is what
+//! the handle, the sync, or the blocking call's return stands for.
+
+use crate::ops::{nbi_push, OpState};
+use crate::segment::GlobalPtr;
+use crate::{AtomicHandle, Comm, Error, Pod, Result, RmaHandle};
+use std::cell::RefCell;
+use std::sync::Arc;
+use weft_fabric::pod::{bytes_of, bytes_of_mut};
+use weft_fabric::{AtomicOp, Issued};
+
+/// How an operation was started: finished already, or with state to wait on.
+pub(crate) enum Started {
+    Done(u64),
+    Pending(Arc<OpState>),
+}
+
+impl Comm {
+    fn start_put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<Started> {
+        let bytes = bytes_of(src);
+        let (seg, off) = self.resolve(dst, bytes.len())?;
+        if !self.native_rma {
+            return self
+                .am_put(dst.rank(), seg.id, off, bytes)
+                .map(Started::Pending);
+        }
+        match self.fabric.put(seg.remote(dst.rank()), off, bytes, 0)? {
+            Issued::Done(_) => Ok(Started::Done(0)),
+            // Untracked native operations are completed by the fabric's quiet.
+            Issued::Pending => {
+                self.fabric.quiet()?;
+                Ok(Started::Done(0))
+            }
+        }
+    }
+
+    fn start_atomic(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<Started> {
+        let (seg, off) = self.resolve(p, 8)?;
+        if !self.native_atomics {
+            return self
+                .am_atomic(p.rank(), seg.id, off, op)
+                .map(Started::Pending);
+        }
+        let region = seg.remote(p.rank());
+        if self.caps.load_store {
+            // Shared memory: the atomic instruction completes before the call returns.
+            return match self.fabric.atomic(region, off, op, 0)? {
+                Issued::Done(v) => Ok(Started::Done(v)),
+                Issued::Pending => Err(Error::Fabric(weft_fabric::FabricError::Unsupported {
+                    what: "untracked pending atomic",
+                })),
+            };
+        }
+        let state = OpState::new(p.rank(), 1, 0);
+        let token = self.ops.register(&state);
+        match self.fabric.atomic(region, off, op, token)? {
+            Issued::Done(v) => {
+                self.ops.complete(token, v, Ok(()));
+                Ok(Started::Done(v))
+            }
+            Issued::Pending => Ok(Started::Pending(state)),
+        }
+    }
+
+    fn finish(&self, s: Started) -> Result<u64> {
+        match s {
+            Started::Done(v) => Ok(v),
+            Started::Pending(op) => AtomicHandle::pending(self, op).wait(),
+        }
+    }
+
+    /// Writes `src` to `dst` (any rank, this one included) and returns when the data is
+    /// visible at the target.
+    pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        let s = self.start_put(dst, src)?;
+        self.finish(s).map(drop)
+    }
+
+    /// Reads `dst.len()` elements at `src` into `dst`.
+    pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
+        self.get_nb(src, dst)?.wait()
+    }
+
+    /// Starts a put; `src` may be reused at once, the handle completes when the data is
+    /// visible at the target.
+    pub fn put_nb<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<RmaHandle<'_>> {
+        Ok(match self.start_put(dst, src)? {
+            Started::Done(_) => RmaHandle::done(self),
+            Started::Pending(op) => RmaHandle::pending(self, op, None),
+        })
+    }
+
+    /// Starts a get into `dst`, which stays borrowed until the handle completes.
+    pub fn get_nb<'a, T: Pod>(
+        &'a self,
+        src: GlobalPtr<T>,
+        dst: &'a mut [T],
+    ) -> Result<RmaHandle<'a>> {
+        let out = bytes_of_mut(dst);
+        let (seg, off) = self.resolve(src, out.len())?;
+        if !self.native_rma {
+            let op = self.am_get(src.rank(), seg.id, off, out.len())?;
+            return Ok(RmaHandle::pending(self, op, Some(out)));
+        }
+        self.fabric.get(seg.remote(src.rank()), off, out)?;
+        Ok(RmaHandle::done(self))
+    }
+
+    /// Starts a put completed by the next [`Comm::sync_nbi`] of this thread; `src` may be
+    /// reused at once.
+    pub fn put_nbi<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        if let Started::Pending(op) = self.start_put(dst, src)? {
+            nbi_push(self.id, op);
+        }
+        Ok(())
+    }
+
+    /// Runs `f` with a scope in which implicit gets (and puts) may be issued; all of them are
+    /// complete when `nbi` returns. Gets need the scope because their destination must stay
+    /// borrowed until they complete.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// # let seg = world.alloc_segment::<u32>(64)?;
+    /// let (mut a, mut b) = ([0u32; 8], [0u32; 8]);
+    /// world.nbi(|s| {
+    ///     s.get(seg.at(0, 0), &mut a)?;
+    ///     s.get(seg.at(0, 8), &mut b)
+    /// })?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn nbi<'s, R>(&'s self, f: impl FnOnce(&NbiScope<'s>) -> Result<R>) -> Result<R> {
+        let scope = NbiScope {
+            comm: self,
+            gets: RefCell::new(Vec::new()),
+        };
+        let r = f(&scope);
+        let mut first_err = r.as_ref().err().cloned();
+        for h in scope.gets.into_inner() {
+            if let Err(e) = h.wait() {
+                first_err.get_or_insert(e);
+            }
+        }
+        if let Err(e) = self.sync_nbi() {
+            first_err.get_or_insert(e);
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => r,
+        }
+    }
+
+    /// Applies `op` to the `u64` at `p` and returns the previous value.
+    pub fn atomic(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<u64> {
+        let s = self.start_atomic(p, op)?;
+        self.finish(s)
+    }
+    /// Starts `op` on the `u64` at `p`; the handle yields the previous value.
+    pub fn atomic_nb(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<AtomicHandle<'_>> {
+        Ok(match self.start_atomic(p, op)? {
+            Started::Done(v) => AtomicHandle::done(self, v),
+            Started::Pending(op) => AtomicHandle::pending(self, op),
+        })
+    }
+    /// Starts `op` on the `u64` at `p` (result discarded), completed by [`Comm::sync_nbi`].
+    pub fn atomic_nbi(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<()> {
+        if let Started::Pending(op) = self.start_atomic(p, op)? {
+            nbi_push(self.id, op);
+        }
+        Ok(())
+    }
+    /// Atomically adds `v`; returns the previous value.
+    pub fn fetch_add(&self, p: GlobalPtr<u64>, v: u64) -> Result<u64> {
+        self.atomic(p, AtomicOp::FetchAdd(v))
+    }
+    /// Atomically replaces the value with `new` if it equals `expected`; returns the previous
+    /// value (equal to `expected` on success).
+    pub fn compare_exchange(&self, p: GlobalPtr<u64>, expected: u64, new: u64) -> Result<u64> {
+        self.atomic(p, AtomicOp::CompareSwap { expected, new })
+    }
+    /// Atomically replaces the value; returns the previous value.
+    pub fn swap(&self, p: GlobalPtr<u64>, v: u64) -> Result<u64> {
+        self.atomic(p, AtomicOp::Swap(v))
+    }
+    /// Atomically reads the value.
+    pub fn atomic_load(&self, p: GlobalPtr<u64>) -> Result<u64> {
+        self.atomic(p, AtomicOp::Load)
+    }
+    /// Atomically writes the value with release ordering: everything this thread put before is
+    /// visible to whoever reads this value with acquire ordering (the put+flag idiom).
+    pub fn atomic_store(&self, p: GlobalPtr<u64>, v: u64) -> Result<()> {
+        self.atomic(p, AtomicOp::Store(v)).map(drop)
+    }
+}
+
+/// Scope of [`Comm::nbi`]: implicit operations whose destinations are borrowed for the scope.
+pub struct NbiScope<'s> {
+    comm: &'s Comm,
+    gets: RefCell<Vec<RmaHandle<'s>>>,
+}
+
+impl<'s> NbiScope<'s> {
+    /// Starts a get into `dst`, complete when the scope ends.
+    pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &'s mut [T]) -> Result<()> {
+        let h = self.comm.get_nb(src, dst)?;
+        self.gets.borrow_mut().push(h);
+        Ok(())
+    }
+    /// Starts a put, complete when the scope ends.
+    pub fn put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+        self.comm.put_nbi(dst, src)
+    }
+    /// Starts an atomic (result discarded), complete when the scope ends.
+    pub fn atomic(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<()> {
+        self.comm.atomic_nbi(p, op)
+    }
+}

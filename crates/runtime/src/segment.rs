@@ -1,0 +1,320 @@
+//! Segments (registered memory allocated collectively) and global pointers into them.
+
+use crate::{Comm, Error, Pod, Result};
+use std::marker::PhantomData;
+use std::sync::{Arc, OnceLock};
+use weft_fabric::pod::LocalView;
+use weft_fabric::{LocalRegion, RemoteRegion};
+
+/// Most segments a world can allocate.
+pub const MAX_SEGMENTS: usize = 4096;
+
+pub(crate) struct SegInfo {
+    pub id: u32,
+    pub bytes: usize,
+    pub local: LocalRegion,
+    pub remote: Vec<RemoteRegion>,
+}
+
+impl SegInfo {
+    pub fn remote(&self, rank: u32) -> &RemoteRegion {
+        &self.remote[rank as usize]
+    }
+}
+
+/// Lock-free table of segments by id (ids are allocation sequence numbers, equal on all ranks).
+pub(crate) struct SegmentTable {
+    slots: Box<[OnceLock<Arc<SegInfo>>]>,
+    count: std::sync::Mutex<u32>,
+}
+
+impl SegmentTable {
+    pub fn new() -> Self {
+        SegmentTable {
+            slots: (0..MAX_SEGMENTS).map(|_| OnceLock::new()).collect(),
+            count: std::sync::Mutex::new(0),
+        }
+    }
+    pub fn get(&self, id: u32) -> Option<&Arc<SegInfo>> {
+        self.slots.get(id as usize)?.get()
+    }
+    pub fn list(&self) -> Vec<(u32, usize)> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.get())
+            .map(|s| (s.id, s.bytes))
+            .collect()
+    }
+}
+
+/// A collectively allocated array of `len` elements of `T` on every rank, reachable by every
+/// rank through [`GlobalPtr`]s. The memory lives until the segment and the world are dropped.
+///
+/// ```no_run
+/// # let world = weft_runtime::World::init()?;
+/// let seg = world.alloc_segment::<f64>(1 << 20)?;
+/// seg.local().write(0, 1.5);                       // this rank's part
+/// let p = seg.at((world.rank() + 1) % world.size(), 10); // element 10 on the next rank
+/// world.put(p, &[2.5, 3.5])?;
+/// # Ok::<(), weft_runtime::Error>(())
+/// ```
+pub struct Segment<T: Pod> {
+    info: Arc<SegInfo>,
+    len: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: Pod> std::fmt::Debug for Segment<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Segment(id {}, {} × {})",
+            self.info.id,
+            self.len,
+            std::any::type_name::<T>()
+        )
+    }
+}
+
+impl<T: Pod> Segment<T> {
+    /// Segment id (the same on every rank).
+    pub fn id(&self) -> u32 {
+        self.info.id
+    }
+    /// Elements on each rank.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True if the segment has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// This rank's part, for local reads, writes and atomics.
+    pub fn local(&self) -> LocalView<'_, T> {
+        LocalView::new(&self.info.local, self.len)
+            .expect("segment memory is sized and aligned for T")
+    }
+    /// Address of element `index` on `rank` (checked when used).
+    pub fn at(&self, rank: u32, index: usize) -> GlobalPtr<T> {
+        GlobalPtr {
+            rank,
+            seg: self.info.id,
+            byte_offset: index.wrapping_mul(std::mem::size_of::<T>()),
+            _t: PhantomData,
+        }
+    }
+}
+
+/// A typed address in some rank's segment: (rank, segment, byte offset). Creating one never
+/// fails; every operation checks rank, bounds and alignment and returns an error instead of
+/// touching memory outside a segment.
+pub struct GlobalPtr<T> {
+    rank: u32,
+    seg: u32,
+    byte_offset: usize,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for GlobalPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for GlobalPtr<T> {}
+
+impl<T> std::fmt::Debug for GlobalPtr<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "GlobalPtr(rank {}, segment {}, byte {})",
+            self.rank, self.seg, self.byte_offset
+        )
+    }
+}
+
+/// `p + n`: the address `n` elements further.
+impl<T> std::ops::Add<usize> for GlobalPtr<T> {
+    type Output = GlobalPtr<T>;
+    fn add(self, n: usize) -> Self {
+        GlobalPtr {
+            byte_offset: self
+                .byte_offset
+                .wrapping_add(n.wrapping_mul(std::mem::size_of::<T>())),
+            ..self
+        }
+    }
+}
+
+impl<T> GlobalPtr<T> {
+    /// Owning rank.
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+    /// Segment id.
+    pub fn segment(&self) -> u32 {
+        self.seg
+    }
+    /// Offset in bytes from the start of the rank's part of the segment.
+    pub fn byte_offset(&self) -> usize {
+        self.byte_offset
+    }
+    /// The address `bytes` bytes further (may become misaligned; checked when used).
+    pub fn byte_add(self, bytes: usize) -> Self {
+        GlobalPtr {
+            byte_offset: self.byte_offset.wrapping_add(bytes),
+            ..self
+        }
+    }
+    /// The same element offset on another rank.
+    pub fn on(self, rank: u32) -> Self {
+        GlobalPtr { rank, ..self }
+    }
+    /// Reinterprets the address as pointing to `U` (alignment is checked when used).
+    pub fn cast<U>(self) -> GlobalPtr<U> {
+        GlobalPtr {
+            rank: self.rank,
+            seg: self.seg,
+            byte_offset: self.byte_offset,
+            _t: PhantomData,
+        }
+    }
+}
+
+impl Comm {
+    /// Allocates a segment of `len` elements of `T` on every rank. Collective: every rank must
+    /// call it, in the same order relative to other collectives, with the same `len` (a
+    /// mismatch is an error on every rank).
+    pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
+        let elem = std::mem::size_of::<T>();
+        let bytes = len
+            .checked_mul(elem)
+            .filter(|&b| b <= isize::MAX as usize)
+            .ok_or(Error::TooLarge {
+                what: "segment size (elements)",
+                len,
+                max: isize::MAX as usize / elem.max(1),
+            })?;
+        let id = {
+            let mut c = self
+                .segments
+                .count
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if *c as usize >= MAX_SEGMENTS {
+                return Err(Error::TooLarge {
+                    what: "number of segments",
+                    len: *c as usize + 1,
+                    max: MAX_SEGMENTS,
+                });
+            }
+            *c += 1;
+            *c - 1
+        };
+        // Registration may fail on one rank only (memory): everyone learns it in the exchange.
+        let registered = self.fabric.register(bytes);
+        let mut mine = Vec::with_capacity(32);
+        mine.extend_from_slice(&(bytes as u64).to_le_bytes());
+        mine.extend_from_slice(&(elem as u64).to_le_bytes());
+        match &registered {
+            Ok(r) => mine.extend_from_slice(&r.desc),
+            Err(e) => mine.extend_from_slice(format!("ERR{e}").as_bytes()),
+        }
+        let all = self.exchange(&mine)?;
+        let region = registered?;
+        let result = self.attach_all(id, bytes, elem, &all, &region);
+        // Every rank has attached (or everyone failed the same checks): the barrier makes sure
+        // nobody still needs the region's public name, then it is dropped.
+        let sealed = self
+            .barrier()
+            .and_then(|_| self.fabric.seal(&region).map_err(Error::from));
+        let remote = result?;
+        sealed?;
+        let info = Arc::new(SegInfo {
+            id,
+            bytes,
+            local: region,
+            remote,
+        });
+        let _ = self.segments.slots[id as usize].set(info.clone());
+        Ok(Segment {
+            info,
+            len,
+            _t: PhantomData,
+        })
+    }
+
+    fn attach_all(
+        &self,
+        id: u32,
+        bytes: usize,
+        elem: usize,
+        all: &[Vec<u8>],
+        region: &LocalRegion,
+    ) -> Result<Vec<RemoteRegion>> {
+        for (r, d) in all.iter().enumerate() {
+            if d.len() < 16 {
+                return Err(Error::Mismatch(format!(
+                    "rank {r} sent a malformed descriptor for segment {id}"
+                )));
+            }
+            if d[16..].starts_with(b"ERR") {
+                return Err(Error::PeerFailed {
+                    rank: r as u32,
+                    reason: format!(
+                        "could not allocate segment {id}: {}",
+                        String::from_utf8_lossy(&d[19..])
+                    ),
+                });
+            }
+            let theirs = u64::from_le_bytes(d[..8].try_into().unwrap_or_default()) as usize;
+            let their_elem = u64::from_le_bytes(d[8..16].try_into().unwrap_or_default()) as usize;
+            if theirs != bytes || their_elem != elem {
+                return Err(Error::Mismatch(format!(
+                    "segment {id}: rank {} allocates {bytes} bytes ({elem}-byte elements) but rank {r} allocates {theirs} bytes ({their_elem}-byte elements)",
+                    self.rank()
+                )));
+            }
+        }
+        let mut remote = Vec::with_capacity(all.len());
+        for (r, d) in all.iter().enumerate() {
+            let desc = if r as u32 == self.rank() {
+                &region.desc[..]
+            } else {
+                &d[16..]
+            };
+            remote.push(self.fabric.attach(r as u32, desc)?);
+        }
+        Ok(remote)
+    }
+
+    /// Checks a global address for an access of `len` bytes; returns the segment and offset.
+    pub(crate) fn resolve<T>(&self, p: GlobalPtr<T>, len: usize) -> Result<(&Arc<SegInfo>, usize)> {
+        if p.rank >= self.size() {
+            return Err(Error::NoSuchRank {
+                rank: p.rank,
+                size: self.size(),
+            });
+        }
+        let seg = self
+            .segments
+            .get(p.seg)
+            .ok_or(Error::NoSuchSegment(p.seg))?;
+        let align = std::mem::align_of::<T>();
+        if !p.byte_offset.is_multiple_of(align) {
+            return Err(Error::Misaligned {
+                offset: p.byte_offset,
+                align,
+            });
+        }
+        match p.byte_offset.checked_add(len) {
+            Some(end) if end <= seg.bytes => Ok((seg, p.byte_offset)),
+            _ => Err(Error::OutOfBounds {
+                rank: p.rank,
+                segment: p.seg,
+                offset: p.byte_offset,
+                len,
+                segment_len: seg.bytes,
+            }),
+        }
+    }
+}

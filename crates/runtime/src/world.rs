@@ -1,0 +1,294 @@
+//! The world: start-up, the communication object [`Comm`], and finalisation.
+
+use crate::am::{internal, HandlerEntry, HandlerFn};
+use crate::collective::CollectiveState;
+use crate::config::{Config, Overrides, RmaPath};
+use crate::ops::OpTable;
+use crate::segment::SegmentTable;
+use crate::{AmHandler, AmMsg, Error, Result};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use weft_fabric::shm::{ShmConfig, ShmFabric};
+use weft_fabric::{Caps, Fabric, Resource};
+
+static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Sets up a [`World`]: handlers, then options, then [`Builder::init`].
+///
+/// ```no_run
+/// let mut b = weft_runtime::World::builder();
+/// let ping = b.handler("ping", |am| am.reply_short(am.args()[0] as u16 as _, &[]).unwrap());
+/// let world = b.progress_thread(true).init()?;
+/// # let _ = ping; Ok::<(), weft_runtime::Error>(())
+/// ```
+#[derive(Default)]
+pub struct Builder {
+    handlers: Vec<HandlerEntry>,
+    overrides: Overrides,
+}
+
+impl Builder {
+    /// Registers an active-message handler under `name` and returns its id. Every rank must
+    /// register the same names in the same order (checked at start-up). Handlers run during
+    /// progress on the target, possibly on several threads at once, and must not block.
+    pub fn handler(
+        &mut self,
+        name: &str,
+        f: impl Fn(&AmMsg<'_>) + Send + Sync + 'static,
+    ) -> AmHandler {
+        let id = (internal::COUNT as usize + self.handlers.len()) as u16;
+        self.handlers.push(HandlerEntry {
+            name: name.to_string(),
+            f: Arc::new(f) as HandlerFn,
+        });
+        AmHandler(id)
+    }
+    /// Starts a progress thread (overrides `WEFT_PROGRESS_THREAD`).
+    pub fn progress_thread(&mut self, on: bool) -> &mut Self {
+        self.overrides.progress_thread = Some(on);
+        self
+    }
+    /// Size of each AM ring in KiB (overrides `WEFT_AM_RING_KIB`).
+    pub fn am_ring_kib(&mut self, kib: usize) -> &mut Self {
+        self.overrides.ring_kib = Some(kib);
+        self
+    }
+    /// How long waits spin before backing off (overrides `WEFT_SPIN_US`).
+    pub fn spin_us(&mut self, us: u64) -> &mut Self {
+        self.overrides.spin_us = Some(us);
+        self
+    }
+    /// Which path carries RMA and atomics (overrides `WEFT_RMA`).
+    pub fn rma_path(&mut self, p: RmaPath) -> &mut Self {
+        self.overrides.rma = Some(p);
+        self
+    }
+    /// Start-up timeout in seconds (overrides `WEFT_INIT_TIMEOUT_S`).
+    pub fn init_timeout_s(&mut self, s: u64) -> &mut Self {
+        self.overrides.init_timeout_s = Some(s);
+        self
+    }
+    /// Joins the job: connects to every rank and checks that all registered the same handlers.
+    pub fn init(&mut self) -> Result<World> {
+        let cfg = Config::resolve(&self.overrides)?;
+        let fabric = ShmFabric::init(ShmConfig {
+            job: cfg.job.clone(),
+            rank: cfg.rank,
+            size: cfg.size,
+            ring_bytes: cfg.ring_bytes,
+            init_timeout: cfg.init_timeout,
+        })?;
+        let user = std::mem::take(&mut self.handlers);
+        World::start(Box::new(fabric), cfg, user)
+    }
+}
+
+/// Everything a rank communicates through; reached from a [`World`] (which dereferences to it)
+/// and from inside AM handlers ([`AmMsg::comm`]). `Comm` is `Send + Sync`: any thread may use
+/// it at any time (MPI_THREAD_MULTIPLE semantics).
+pub struct Comm {
+    pub(crate) fabric: Box<dyn Fabric>,
+    pub(crate) cfg: Config,
+    pub(crate) caps: Caps,
+    pub(crate) native_rma: bool,
+    pub(crate) native_atomics: bool,
+    pub(crate) handlers: Vec<HandlerEntry>,
+    pub(crate) segments: SegmentTable,
+    pub(crate) ops: OpTable,
+    pub(crate) coll: CollectiveState,
+    pub(crate) id: u64,
+    pub(crate) has_error: AtomicBool,
+    pub(crate) error: Mutex<Option<Error>>,
+    pub(crate) stop: AtomicBool,
+}
+
+/// This rank's membership of the job. Dereferences to [`Comm`], where the operations are.
+/// Dropping it finalises: pending implicit operations are completed, the progress thread is
+/// stopped, and peers that wait on this rank from then on get an error instead of hanging.
+pub struct World {
+    comm: Arc<Comm>,
+    progress: Option<JoinHandle<()>>,
+}
+
+impl World {
+    /// A [`Builder`] to register handlers and set options before joining.
+    pub fn builder() -> Builder {
+        Builder::default()
+    }
+
+    /// Joins the job with the default settings and no user handlers.
+    pub fn init() -> Result<World> {
+        Builder::default().init()
+    }
+
+    fn start(fabric: Box<dyn Fabric>, cfg: Config, user: Vec<HandlerEntry>) -> Result<World> {
+        let caps = fabric.caps();
+        let mut handlers = internal::handlers();
+        handlers.extend(user);
+        if handlers.len() > u16::MAX as usize {
+            return Err(Error::TooLarge {
+                what: "number of AM handlers",
+                len: handlers.len(),
+                max: u16::MAX as usize,
+            });
+        }
+        let am_rma = cfg.rma == RmaPath::ActiveMessages;
+        let comm = Arc::new(Comm {
+            caps,
+            native_rma: caps.rma && !am_rma,
+            native_atomics: caps.atomics && !am_rma,
+            coll: CollectiveState::new(fabric.size()),
+            fabric,
+            handlers,
+            segments: SegmentTable::new(),
+            ops: OpTable::default(),
+            id: NEXT_WORLD_ID.fetch_add(1, Ordering::Relaxed),
+            has_error: AtomicBool::new(false),
+            error: Mutex::new(None),
+            stop: AtomicBool::new(false),
+            cfg,
+        });
+        comm.check_handler_tables()?;
+        let progress = if comm.cfg.progress_thread {
+            let c = comm.clone();
+            Some(
+                std::thread::Builder::new()
+                    .name(format!("weft-progress-{}", comm.rank()))
+                    .spawn(move || c.progress_loop())
+                    .map_err(|e| Error::Config(format!("cannot start the progress thread: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(World { comm, progress })
+    }
+
+    /// A shared handle to the communication object, for threads that outlive a borrow.
+    pub fn comm(&self) -> Arc<Comm> {
+        self.comm.clone()
+    }
+}
+
+impl std::ops::Deref for World {
+    type Target = Comm;
+    fn deref(&self) -> &Comm {
+        &self.comm
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = self.comm.sync_nbi();
+        self.comm.stop.store(true, Ordering::Release);
+        if let Some(t) = self.progress.take() {
+            let _ = t.join();
+        }
+        self.comm.fabric.finalize();
+    }
+}
+
+/// What `weft info` shows about a world.
+#[derive(Clone, Debug)]
+pub struct Info {
+    /// Fabric name.
+    pub fabric: &'static str,
+    /// This rank.
+    pub rank: u32,
+    /// Ranks in the job.
+    pub size: u32,
+    /// Native capabilities.
+    pub caps: Caps,
+    /// Whether RMA/atomics use the AM-based path.
+    pub rma_over_am: bool,
+    /// Segments: (id, bytes on each rank).
+    pub segments: Vec<(u32, usize)>,
+    /// Registered AM handlers (internal ones first).
+    pub handlers: Vec<String>,
+    /// Communication resources held by the fabric.
+    pub resources: Vec<Resource>,
+    /// Whether a progress thread runs.
+    pub progress_thread: bool,
+    /// Operations in flight that wait for a completion event.
+    pub ops_in_flight: usize,
+}
+
+impl Comm {
+    /// This rank, `0..size()`.
+    pub fn rank(&self) -> u32 {
+        self.cfg.rank
+    }
+    /// Number of ranks in the job.
+    pub fn size(&self) -> u32 {
+        self.cfg.size
+    }
+    /// The resolved configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// The fabric's native capabilities.
+    pub fn caps(&self) -> Caps {
+        self.caps
+    }
+    /// Fabric, segments, handlers and resources of this rank.
+    pub fn info(&self) -> Info {
+        Info {
+            fabric: self.fabric.name(),
+            rank: self.rank(),
+            size: self.size(),
+            caps: self.caps,
+            rma_over_am: !self.native_rma,
+            segments: self.segments.list(),
+            handlers: self.handlers.iter().map(|h| h.name.clone()).collect(),
+            resources: self.fabric.resources(),
+            progress_thread: self.cfg.progress_thread,
+            ops_in_flight: self.ops.in_flight(),
+        }
+    }
+
+    /// Records an error found during progress; the next `poll` or wait returns it.
+    pub(crate) fn record_error(&self, e: Error) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+        self.has_error.store(true, Ordering::Release);
+    }
+
+    pub(crate) fn take_error(&self) -> Result<()> {
+        if self.has_error.load(Ordering::Acquire) {
+            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+            self.has_error.store(false, Ordering::Release);
+            if let Some(e) = slot.take() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn check_handler_tables(&self) -> Result<()> {
+        let names: Vec<&str> = self.handlers.iter().map(|h| h.name.as_str()).collect();
+        let mine = names.join("\n");
+        let all = self.exchange(mine.as_bytes())?;
+        for (r, theirs) in all.iter().enumerate() {
+            if theirs != mine.as_bytes() {
+                let theirs = String::from_utf8_lossy(theirs);
+                let t: Vec<&str> = theirs.split('\n').collect();
+                let i = names
+                    .iter()
+                    .zip(&t)
+                    .position(|(a, b)| a != b)
+                    .unwrap_or(names.len().min(t.len()));
+                return Err(Error::Mismatch(format!(
+                    "AM handler tables differ: rank {} has {} handlers, rank {r} has {}; first difference at #{i}: {:?} vs {:?}",
+                    self.rank(),
+                    names.len(),
+                    t.len(),
+                    names.get(i).copied().unwrap_or("<none>"),
+                    t.get(i).copied().unwrap_or("<none>")
+                )));
+            }
+        }
+        Ok(())
+    }
+}

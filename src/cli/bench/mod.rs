@@ -1,0 +1,145 @@
+//! `weft bench`: weft's figures beside this machine's limits, measured in the same run.
+
+mod am;
+mod limits;
+mod report;
+mod rma;
+
+use clap::{Args, ValueEnum};
+use report::{print_json, print_table, Progress, Row};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use weft::{AmHandler, World};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Suite {
+    /// Cache-line round trip between two processes, memcpy by size.
+    Limits,
+    /// Put/get latency, put+flag ping-pong, NB/NBI flood bandwidth, 8 B NBI rate.
+    Rma,
+    /// Empty AM round trip, short/medium/long rates.
+    Am,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct BenchArgs {
+    /// Suites to run (default: limits rma am).
+    #[arg(value_enum)]
+    pub suites: Vec<Suite>,
+    /// Number of ranks.
+    #[arg(short = 'n', long = "ranks", default_value_t = 2)]
+    pub n: u32,
+    /// One JSON object per line instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Starts the ranks of a benchmark run.
+pub fn launch(args: &BenchArgs) -> Result<i32, String> {
+    let mut a: Vec<std::ffi::OsString> = vec![
+        "__rank".into(),
+        "bench".into(),
+        "-n".into(),
+        args.n.to_string().into(),
+    ];
+    a.extend(
+        args.suites
+            .iter()
+            .map(|s| format!("{s:?}").to_lowercase().into()),
+    );
+    if args.json {
+        a.push("--json".into());
+    }
+    super::self_launch(args.n, a)
+}
+
+/// AM handlers of the `am` suite and what they count.
+pub struct Handlers {
+    pub ping: AmHandler,
+    pub sink: AmHandler,
+    pub fin: AmHandler,
+    pub pongs: Arc<AtomicU64>,
+    pub fin_acks: Arc<AtomicU64>,
+}
+
+pub struct Ctx {
+    pub world: World,
+    pub handlers: Handlers,
+    pub progress: Progress,
+}
+
+fn counter(b: &mut weft::Builder, name: &str) -> (AmHandler, Arc<AtomicU64>) {
+    let c = Arc::new(AtomicU64::new(0));
+    let c2 = c.clone();
+    (
+        b.handler(name, move |_| {
+            c2.fetch_add(1, Ordering::AcqRel);
+        }),
+        c,
+    )
+}
+
+/// One rank of `weft bench`.
+pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
+    let mut b = World::builder();
+    let (pong, pongs) = counter(&mut b, "bench.pong");
+    let (fin_ack, fin_acks) = counter(&mut b, "bench.fin_ack");
+    let ping = b.handler("bench.ping", move |m| {
+        m.reply_short(pong, &[]).expect("reply")
+    });
+    let fin = b.handler("bench.fin", move |m| {
+        m.reply_short(fin_ack, &[]).expect("reply")
+    });
+    let sink = b.handler("bench.sink", |_| {});
+    let world = b.init()?;
+    let progress = Progress::new(args.json, world.rank());
+    let ctx = Ctx {
+        world,
+        handlers: Handlers {
+            ping,
+            sink,
+            fin,
+            pongs,
+            fin_acks,
+        },
+        progress,
+    };
+    let suites = if args.suites.is_empty() {
+        vec![Suite::Limits, Suite::Rma, Suite::Am]
+    } else {
+        args.suites.clone()
+    };
+    let lim = limits::measure(&ctx)?;
+    let mut rows: Vec<Row> = vec![];
+    for s in suites {
+        match s {
+            Suite::Limits => rows.extend(lim.rows()),
+            Suite::Rma => rows.extend(rma::run(&ctx, &lim)?),
+            Suite::Am => rows.extend(am::run(&ctx, &lim)?),
+        }
+    }
+    ctx.progress.done();
+    if ctx.world.rank() == 0 {
+        if ctx.world.size() < 2 {
+            eprintln!("weft bench: the rma and am suites need at least 2 ranks (-n 2)");
+        }
+        if args.json {
+            print_json(&rows);
+        } else {
+            println!(
+                "weft bench: {} ranks on {} (fabric {}); ratio = weft / limit",
+                ctx.world.size(),
+                hostname(),
+                ctx.world.info().fabric
+            );
+            print_table(&rows);
+        }
+    }
+    ctx.world.barrier()
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "this node".into())
+}

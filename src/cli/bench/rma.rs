@@ -1,0 +1,179 @@
+//! `rma` suite: put/get latency, put+flag ping-pong, flood bandwidth (NB and NBI), 8 B NBI
+//! put rate. Rank 0 drives, rank 1 is the target (it only makes progress, except in the
+//! ping-pong).
+
+use super::limits::{reps_for, Limits, SIZES};
+use super::report::{median, size_name, Row};
+use super::Ctx;
+use std::sync::atomic::Ordering;
+use weft::fabric::os;
+
+/// ns per repetition of `f`, median of three runs of `reps`.
+fn per_op(reps: u64, mut f: impl FnMut() -> Result<(), weft::Error>) -> Result<f64, weft::Error> {
+    let mut samples = vec![];
+    for _ in 0..3 {
+        let t = os::now_ns();
+        for _ in 0..reps {
+            f()?;
+        }
+        samples.push((os::now_ns() - t) as f64 / reps as f64);
+    }
+    Ok(median(samples))
+}
+
+pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
+    let w = &ctx.world;
+    let mut rows = vec![];
+    if w.size() < 2 {
+        return Ok(rows);
+    }
+    let max = *SIZES.last().unwrap_or(&8) as usize;
+    let data = w.alloc_segment::<u8>(max)?;
+    let flags = w.alloc_segment::<u64>(16)?;
+    let src = vec![7u8; max];
+    let mut dst = vec![0u8; max];
+    let driver = w.rank() == 0;
+    let target = data.at(1, 0);
+
+    ctx.progress.note("rma put/get latency");
+    for &b in SIZES {
+        if driver {
+            let n = b as usize;
+            let reps = reps_for(b) / 4 + 1;
+            let put = per_op(reps, || w.put(target, &src[..n]))?;
+            let get = per_op(reps, || w.get(target, &mut dst[..n]))?;
+            let m = lim.memcpy_ns(b);
+            rows.push(
+                Row::new(
+                    "rma",
+                    format!("put latency (blocking) {}", size_name(b)),
+                    b,
+                    put,
+                    "ns",
+                )
+                .vs("memcpy time", m),
+            );
+            rows.push(
+                Row::new(
+                    "rma",
+                    format!("get latency (blocking) {}", size_name(b)),
+                    b,
+                    get,
+                    "ns",
+                )
+                .vs("memcpy time", m),
+            );
+        }
+        w.barrier()?;
+    }
+
+    ctx.progress.note("rma put+flag ping-pong");
+    let local = flags.local();
+    let iters = 20_000u64;
+    let mut samples = vec![];
+    for rep in 0..5u64 {
+        let base = rep * iters;
+        w.barrier()?;
+        let t = os::now_ns();
+        for i in base + 1..=base + iters {
+            let flag_set = || local.atomic(1).load(Ordering::Acquire) == i;
+            if driver {
+                w.put(flags.at(1, 0), &[i])?;
+                w.atomic_store(flags.at(1, 1), i)?;
+                w.wait_until(flag_set)?;
+            } else if w.rank() == 1 {
+                w.wait_until(flag_set)?;
+                w.put(flags.at(0, 0), &[i])?;
+                w.atomic_store(flags.at(0, 1), i)?;
+            }
+        }
+        samples.push((os::now_ns() - t) as f64 / iters as f64 / 2.0);
+    }
+    if driver {
+        let half = median(samples);
+        let row = Row::new("rma", "put+flag ping-pong half RT", 8, half, "ns");
+        rows.push(match lim.line_rt_ns {
+            Some(rt) => row.vs("half cache-line RT", rt / 2.0),
+            None => row,
+        });
+    }
+    w.barrier()?;
+
+    ctx.progress.note("rma flood bandwidth");
+    for &b in SIZES {
+        if driver {
+            let n = b as usize;
+            let reps = reps_for(b);
+            let gbs = |ns_per: f64| b as f64 / ns_per;
+            let nb = per_op(1, || {
+                let hs: Vec<_> = (0..reps)
+                    .map(|_| w.put_nb(target, &src[..n]))
+                    .collect::<Result<_, _>>()?;
+                hs.into_iter().try_for_each(|h| h.wait())
+            })? / reps as f64;
+            let nbi = per_op(1, || {
+                for _ in 0..reps {
+                    w.put_nbi(target, &src[..n])?;
+                }
+                w.sync_nbi()
+            })? / reps as f64;
+            let chunks = (max / n).max(1) as u64;
+            let passes = reps.div_ceil(chunks);
+            let get = per_op(1, || {
+                for _ in 0..passes {
+                    w.nbi(|s| dst.chunks_mut(n).try_for_each(|c| s.get(target, c)))?;
+                }
+                Ok(())
+            })? / (passes * chunks) as f64;
+            let m = lim.memcpy_gbs(b);
+            rows.push(
+                Row::new(
+                    "rma",
+                    format!("put flood NB {}", size_name(b)),
+                    b,
+                    gbs(nb),
+                    "GB/s",
+                )
+                .vs("memcpy bandwidth", m),
+            );
+            rows.push(
+                Row::new(
+                    "rma",
+                    format!("put flood NBI {}", size_name(b)),
+                    b,
+                    gbs(nbi),
+                    "GB/s",
+                )
+                .vs("memcpy bandwidth", m),
+            );
+            rows.push(
+                Row::new(
+                    "rma",
+                    format!("get flood NBI {}", size_name(b)),
+                    b,
+                    gbs(get),
+                    "GB/s",
+                )
+                .vs("memcpy bandwidth", m),
+            );
+        }
+        w.barrier()?;
+    }
+
+    ctx.progress.note("rma 8 B NBI put rate");
+    if driver {
+        let reps = 2_000_000u64;
+        let ns = per_op(1, || {
+            for i in 0..reps {
+                w.put_nbi(flags.at(1, (i & 7) as usize), &[i])?;
+            }
+            w.sync_nbi()
+        })? / reps as f64;
+        rows.push(
+            Row::new("rma", "8 B put NBI rate (1 thread)", 8, 1e3 / ns, "M/s")
+                .vs("8 B memcpy rate", 1e3 / lim.memcpy_ns(8)),
+        );
+    }
+    w.barrier()?;
+    Ok(rows)
+}

@@ -1,0 +1,25 @@
+//! # weft
+//!
+//! A communication runtime for programs made of many multithreaded processes (ranks) on one or
+//! many nodes: one-sided RMA with three completion styles, remote atomics, active messages,
+//! a launcher (`weft run`) and benchmarks (`weft bench`).
+//!
+//! This crate re-exports the runtime layer ([`weft_runtime`]); the byte-moving layer is
+//! [`fabric`]. Start ranks with `weft run -n 4 -- ./my-program`.
+//!
+//! ```no_run
+//! let world = weft::init()?;
+//! let seg = world.alloc_segment::<u64>(1)?;
+//! let next = (world.rank() + 1) % world.size();
+//! world.put(seg.at(next, 0), &[world.rank() as u64])?;
+//! world.barrier()?;
+//! println!("rank {} got {}", world.rank(), seg.local().read(0));
+//! # Ok::<(), weft::Error>(())
+//! ```
+pub use weft_fabric as fabric;
+pub use weft_runtime::*;
+
+/// Joins the job with default settings (see [`World::builder`] to register AM handlers).
+pub fn init() -> Result<World> {
+    World::init()
+}

@@ -1,0 +1,129 @@
+//! The `weft` command: `weft run` (launcher), `weft info`, `weft bench`.
+
+mod cli;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "weft",
+    version,
+    about = "weft: one-sided communication, active messages and a launcher for multi-process programs"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start N ranks of PROGRAM on this node; if one fails, stop the others and say why.
+    Run {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "ranks", default_value_t = 2)]
+        n: u32,
+        /// Forward output unchanged instead of prefixing each line with "[rank] ".
+        #[arg(long)]
+        raw: bool,
+        /// Stop the job after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+        /// The program and its arguments.
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "PROGRAM [ARGS]"
+        )]
+        command: Vec<OsString>,
+    },
+    /// Show the fabric, ranks, segments and communication resources of a job of N ranks.
+    Info {
+        /// Number of ranks.
+        #[arg(short = 'n', long = "ranks", default_value_t = 2)]
+        n: u32,
+        /// Size of the segment the job allocates, KiB.
+        #[arg(long, default_value_t = 1024)]
+        segment_kib: usize,
+    },
+    /// Measure weft beside this machine's limits (default suites: limits rma am).
+    Bench(cli::bench::BenchArgs),
+    /// Internal: what one rank of `weft info` / `weft bench` runs.
+    #[command(hide = true, name = "__rank")]
+    Rank {
+        #[command(subcommand)]
+        what: RankCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum RankCmd {
+    Info {
+        #[arg(long)]
+        segment_kib: usize,
+    },
+    Bench(cli::bench::BenchArgs),
+}
+
+fn exit(code: i32) -> ExitCode {
+    ExitCode::from(code.clamp(0, 255) as u8)
+}
+
+fn fail(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("weft: {e}");
+    ExitCode::from(1)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Run {
+            n,
+            raw,
+            timeout,
+            mut command,
+        } => {
+            let program = command.remove(0);
+            let spec = cli::run::LaunchSpec {
+                ranks: n,
+                program,
+                args: command,
+                label: !raw,
+                timeout: timeout.map(std::time::Duration::from_secs_f64),
+                env: vec![],
+            };
+            match cli::run::launch(&spec) {
+                Ok(code) => exit(code),
+                Err(e) => fail(format!("run: {e}")),
+            }
+        }
+        Cmd::Info { n, segment_kib } => {
+            let args = vec![
+                "__rank".into(),
+                "info".into(),
+                "--segment-kib".into(),
+                segment_kib.to_string().into(),
+            ];
+            match cli::self_launch(n, args) {
+                Ok(code) => exit(code),
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Bench(b) => match cli::bench::launch(&b) {
+            Ok(code) => exit(code),
+            Err(e) => fail(e),
+        },
+        Cmd::Rank { what } => {
+            let r = match what {
+                RankCmd::Info { segment_kib } => cli::info::rank_main(segment_kib),
+                RankCmd::Bench(b) => cli::bench::rank_main(&b),
+            };
+            match r {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(e),
+            }
+        }
+    }
+}

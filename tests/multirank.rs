@@ -1,0 +1,733 @@
+//! Multi-process tests: every trial starts real ranks through the launcher (`weft run -n N`),
+//! each rank being this same executable with `WEFT_TEST_CASE` naming the case to run.
+
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft::{AmHandler, AtomicOp, Error, World};
+
+type Res = Result<(), String>;
+
+fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+fn pattern(seed: u64, i: usize) -> u8 {
+    (seed
+        .wrapping_mul(31)
+        .wrapping_add(i as u64 * 7 + (i as u64 >> 8))) as u8
+}
+
+// ---------------------------------------------------------------- rank programs
+
+/// Put/get of every size 0 B .. 8 MiB at unaligned offsets, to the next rank and to self.
+fn put_get_sizes() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let max = 8 << 20;
+    let seg = w.alloc_segment::<u8>(max + 64).map_err(e2s)?;
+    let mut sizes: Vec<usize> = vec![
+        0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000, 4095, 4096, 4097, 65535, 65537,
+    ];
+    sizes.extend((17..=23).map(|p| 1usize << p));
+    for (k, &size) in sizes.iter().enumerate() {
+        for &off in &[0usize, 1, 3, 7] {
+            if size > (1 << 20) && off % 2 == 0 && off != 0 {
+                continue;
+            }
+            let seed = (k * 8 + off) as u64 + me as u64 * 1000;
+            let src: Vec<u8> = (0..size).map(|i| pattern(seed, i)).collect();
+            let to = (me + 1) % n;
+            w.put(seg.at(to, off), &src).map_err(e2s)?;
+            w.barrier().map_err(e2s)?;
+            // Check what the previous rank wrote into us, then read it back remotely too.
+            let from = (me + n - 1) % n;
+            let theirs = (k * 8 + off) as u64 + from as u64 * 1000;
+            let mut local = vec![0u8; size];
+            seg.local().copy_out(off, &mut local);
+            ck(
+                local
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == pattern(theirs, i)),
+                || format!("put of {size} B at offset {off}: wrong data"),
+            )?;
+            let mut back = vec![0u8; size];
+            w.get(seg.at(to, off), &mut back).map_err(e2s)?;
+            ck(back == src, || {
+                format!("get of {size} B at offset {off} from rank {to}: wrong data")
+            })?;
+            w.barrier().map_err(e2s)?;
+            // To self.
+            w.put(seg.at(me, off), &src).map_err(e2s)?;
+            let mut own = vec![0u8; size];
+            w.get(seg.at(me, off), &mut own).map_err(e2s)?;
+            ck(own == src, || {
+                format!("self put/get of {size} B at offset {off}")
+            })?;
+            w.barrier().map_err(e2s)?;
+        }
+    }
+    Ok(())
+}
+
+/// Non-blocking and implicit completion: the data must be at the target when the handle or
+/// sync says so. The target learns that by reading a flag in the *initiator's* memory, a path
+/// independent of the data's, so an early return of sync would show up as missing data.
+fn completion_semantics() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let len = 1 << 20;
+    let data = w.alloc_segment::<u64>(len).map_err(e2s)?;
+    let flag = w.alloc_segment::<u64>(1).map_err(e2s)?;
+    for round in 1..=3u64 {
+        let to = (me + 1) % n;
+        let src: Vec<u64> = (0..len as u64).map(|i| i * 3 + round + me as u64).collect();
+        match round {
+            1 => {
+                for chunk in 0..4 {
+                    let part = &src[chunk * len / 4..(chunk + 1) * len / 4];
+                    w.put_nbi(data.at(to, chunk * len / 4), part).map_err(e2s)?;
+                }
+                w.sync_nbi().map_err(e2s)?;
+            }
+            2 => {
+                let mut h = w.put_nb(data.at(to, 0), &src).map_err(e2s)?;
+                while !h.test().map_err(e2s)? {}
+            }
+            _ => weft::block_on(w.put_nb(data.at(to, 0), &src).map_err(e2s)?).map_err(e2s)?,
+        }
+        flag.local().atomic(0).store(round, Ordering::Release);
+        // Wait for the previous rank's flag, read remotely, then check our data.
+        let from = (me + n - 1) % n;
+        let mut f = [0u64];
+        let t = Instant::now();
+        loop {
+            w.get(flag.at(from, 0), &mut f).map_err(e2s)?;
+            if f[0] >= round {
+                break;
+            }
+            ck(t.elapsed() < Duration::from_secs(30), || {
+                "flag never set".into()
+            })?;
+        }
+        let local = data.local();
+        let bad = (0..len).find(|&i| local.read(i) != i as u64 * 3 + round + from as u64);
+        ck(bad.is_none(), || {
+            format!("round {round}: data at index {bad:?} missing after the initiator completed")
+        })?;
+        w.barrier().map_err(e2s)?;
+    }
+    // NBI gets inside a scope.
+    let mut a = vec![0u64; 1000];
+    let mut b = vec![0u64; 1000];
+    let to = (me + 1) % n;
+    w.nbi(|s| {
+        s.get(data.at(to, 0), &mut a)?;
+        s.get(data.at(to, 5000), &mut b)
+    })
+    .map_err(e2s)?;
+    ck(
+        a.iter()
+            .enumerate()
+            .all(|(i, &v)| v == i as u64 * 3 + 3 + me as u64),
+        || "nbi get a".into(),
+    )?;
+    ck(
+        b.iter()
+            .enumerate()
+            .all(|(i, &v)| v == (i + 5000) as u64 * 3 + 3 + me as u64),
+        || "nbi get b".into(),
+    )?;
+    w.barrier().map_err(e2s)
+}
+
+/// Every rank adds 1 100 000 times to a counter on rank 0 (blocking, NB and NBI mixed), then
+/// checks the exact total; also compare-exchange and swap.
+fn atomics() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let seg = w.alloc_segment::<u64>(4).map_err(e2s)?;
+    let per_rank: u64 = if std::env::var("WEFT_RMA").as_deref() == Ok("am") {
+        20_000
+    } else {
+        100_000
+    };
+    let counter = seg.at(0, 0);
+    for i in 0..per_rank {
+        match i % 3 {
+            0 => drop(w.fetch_add(counter, 1).map_err(e2s)?),
+            1 => drop(
+                w.atomic_nb(counter, AtomicOp::FetchAdd(1))
+                    .map_err(e2s)?
+                    .wait()
+                    .map_err(e2s)?,
+            ),
+            _ => w.atomic_nbi(counter, AtomicOp::FetchAdd(1)).map_err(e2s)?,
+        }
+    }
+    w.sync_nbi().map_err(e2s)?;
+    // A spin lock built from compare-exchange protects a non-atomic increment of word 2.
+    for _ in 0..200 {
+        while w
+            .compare_exchange(seg.at(0, 1), 0, me as u64 + 1)
+            .map_err(e2s)?
+            != 0
+        {}
+        let mut v = [0u64];
+        w.get(seg.at(0, 2), &mut v).map_err(e2s)?;
+        w.put(seg.at(0, 2), &[v[0] + 1]).map_err(e2s)?;
+        ck(
+            w.swap(seg.at(0, 1), 0).map_err(e2s)? == me as u64 + 1,
+            || "lock stolen".into(),
+        )?;
+    }
+    w.barrier().map_err(e2s)?;
+    let total = w.atomic_load(counter).map_err(e2s)?;
+    ck(total == per_rank * n as u64, || {
+        format!("fetch-add total {total}, expected {}", per_rank * n as u64)
+    })?;
+    let locked = w.atomic_load(seg.at(0, 2)).map_err(e2s)?;
+    ck(locked == 200 * n as u64, || {
+        format!("lock-protected total {locked}, expected {}", 200 * n as u64)
+    })?;
+    w.barrier().map_err(e2s)
+}
+
+struct AmProbe {
+    short: AmHandler,
+    medium: AmHandler,
+    long: AmHandler,
+    replies: Arc<AtomicU64>,
+    checksum: Arc<AtomicU64>,
+}
+
+fn am_world(b: &mut weft::Builder) -> AmProbe {
+    let replies = Arc::new(AtomicU64::new(0));
+    let checksum = Arc::new(AtomicU64::new(0));
+    let (r, c) = (replies.clone(), checksum.clone());
+    let reply = b.handler("test.reply", move |m| {
+        let sum: u64 =
+            m.args().iter().sum::<u64>() + m.payload().iter().map(|&x| x as u64).sum::<u64>();
+        c.fetch_add(sum, Ordering::AcqRel);
+        r.fetch_add(1, Ordering::AcqRel);
+    });
+    // Each request handler answers with the same kind it received, echoing what it got.
+    let short = b.handler("test.short", move |m| {
+        m.reply_short(reply, m.args()).expect("short reply")
+    });
+    let medium = b.handler("test.medium", move |m| {
+        m.reply_medium(reply, m.args(), m.payload())
+            .expect("medium reply")
+    });
+    let long = b.handler("test.long", move |m| {
+        m.reply_long(reply, m.args(), m.payload(), long_reply_target(m.src()))
+            .expect("long reply")
+    });
+    AmProbe {
+        short,
+        medium,
+        long,
+        replies,
+        checksum,
+    }
+}
+
+/// Where long replies land: segment 0, offset 0 of the requester (set once allocated).
+static LONG_SEG: std::sync::OnceLock<weft::GlobalPtr<u64>> = std::sync::OnceLock::new();
+
+fn long_reply_target(rank: u32) -> weft::GlobalPtr<u8> {
+    LONG_SEG.get().expect("segment set").on(rank).cast()
+}
+
+/// Short, medium and long requests and replies, with payload checks; limits and misuse.
+fn am_kinds() -> Res {
+    let mut b = World::builder();
+    let p = am_world(&mut b);
+    let inner = Arc::new(std::sync::Mutex::new(None::<Error>));
+    let inner2 = inner.clone();
+    let nested = b.handler("test.nested", move |m| {
+        // Requests from inside a handler are refused; so is a second reply.
+        let e = m.comm().am_request_short(m.src(), m_short(), &[]).err();
+        *inner2.lock().unwrap() = e;
+    });
+    let w = b.init().map_err(e2s)?;
+    SHORT.set(p.short).ok();
+    let seg = w.alloc_segment::<u64>(1 << 17).map_err(e2s)?;
+    LONG_SEG.set(seg.at(0, 0)).ok();
+    w.barrier().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let to = (me + 1) % n;
+    let mut expect = 0u64;
+    let mut sent = 0u64;
+    for k in 0..200u64 {
+        let args: Vec<u64> = (0..(k % 17)).map(|i| i + k).collect();
+        let len = [0usize, 1, 100, 4096, 60_000][k as usize % 5];
+        let payload: Vec<u8> = (0..len).map(|i| pattern(k, i)).collect();
+        let s: u64 = args.iter().sum::<u64>() + payload.iter().map(|&x| x as u64).sum::<u64>();
+        w.am_request_short(to, p.short, &args).map_err(e2s)?;
+        expect += args.iter().sum::<u64>();
+        w.am_request_medium(to, p.medium, &args, &payload)
+            .map_err(e2s)?;
+        expect += s;
+        w.am_request_long(p.long, &args, &payload, seg.at(to, 1 << 16).cast())
+            .map_err(e2s)?;
+        expect += s;
+        sent += 3;
+        // Long replies land at offset 0 of our segment; wait for each round so they do not overlap.
+        w.wait_until(|| p.replies.load(Ordering::Acquire) == sent)
+            .map_err(e2s)?;
+    }
+    ck(p.checksum.load(Ordering::Acquire) == expect, || {
+        "reply payloads differ from the requests".into()
+    })?;
+    // Limits.
+    let max = w.caps().am_max_medium;
+    let too_big = vec![0u8; max + 1];
+    ck(
+        matches!(
+            w.am_request_medium(to, p.medium, &[], &too_big),
+            Err(Error::TooLarge { .. })
+        ),
+        || "oversized medium accepted".into(),
+    )?;
+    ck(
+        matches!(
+            w.am_request_short(to, p.short, &[0; 17]),
+            Err(Error::TooLarge { .. })
+        ),
+        || "17 args accepted".into(),
+    )?;
+    ck(
+        matches!(
+            w.am_request_short(n + 3, p.short, &[]),
+            Err(Error::NoSuchRank { .. })
+        ),
+        || "bad rank accepted".into(),
+    )?;
+    w.am_request_short(to, nested, &[]).map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    let e = inner.lock().unwrap().clone();
+    ck(matches!(e, Some(Error::Misuse(_))), || {
+        format!("request inside a handler: {e:?}")
+    })?;
+    w.barrier().map_err(e2s)
+}
+
+static SHORT: std::sync::OnceLock<AmHandler> = std::sync::OnceLock::new();
+fn m_short() -> AmHandler {
+    *SHORT.get().expect("set")
+}
+
+/// Every rank floods every other with medium requests (each answered) for a while.
+fn am_flood() -> Res {
+    let mut b = World::builder();
+    let p = am_world(&mut b);
+    let w = b.init().map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(16).map_err(e2s)?;
+    LONG_SEG.set(seg.at(0, 0)).ok();
+    w.barrier().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let payload = vec![1u8; 2000];
+    let t = Instant::now();
+    let mut sent = 0u64;
+    while t.elapsed() < Duration::from_secs(2) {
+        for to in (0..n).filter(|&r| r != me) {
+            for _ in 0..100 {
+                w.am_request_medium(to, p.medium, &[sent], &payload)
+                    .map_err(e2s)?;
+                sent += 1;
+            }
+        }
+    }
+    w.wait_until(|| p.replies.load(Ordering::Acquire) == sent)
+        .map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    ck(sent > 1000, || format!("only {sent} messages in 2 s"))
+}
+
+/// Errors instead of stray accesses; ranks that disagree get an error, not a hang.
+fn bad_input() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let seg = w.alloc_segment::<u64>(100).map_err(e2s)?;
+    let oob = w.put(seg.at(0, 99), &[1, 2]);
+    ck(matches!(oob, Err(Error::OutOfBounds { .. })), || {
+        format!("put past the end: {oob:?}")
+    })?;
+    let oob = w.get(seg.at(1, 100), &mut [0u64]);
+    ck(matches!(oob, Err(Error::OutOfBounds { .. })), || {
+        format!("get past the end: {oob:?}")
+    })?;
+    let huge = w.put(seg.at(0, usize::MAX / 8), &[1]);
+    ck(matches!(huge, Err(Error::OutOfBounds { .. })), || {
+        format!("wrapping offset: {huge:?}")
+    })?;
+    let mis = w.fetch_add(seg.at(0, 1).byte_add(3), 1);
+    ck(matches!(mis, Err(Error::Misaligned { .. })), || {
+        format!("misaligned atomic: {mis:?}")
+    })?;
+    let rank = w.put(seg.at(n, 0), &[1]);
+    ck(matches!(rank, Err(Error::NoSuchRank { .. })), || {
+        format!("bad rank: {rank:?}")
+    })?;
+    let big = w.alloc_segment::<u64>(usize::MAX / 4);
+    ck(matches!(big, Err(Error::TooLarge { .. })), || {
+        format!("overflowing allocation: {big:?}")
+    })?;
+    let mismatch = w.alloc_segment::<u64>(10 + me as usize);
+    ck(matches!(mismatch, Err(Error::Mismatch(_))), || {
+        format!("size mismatch: {mismatch:?}")
+    })?;
+    // Still usable afterwards.
+    let ok = w.alloc_segment::<u64>(10).map_err(e2s)?;
+    w.put(ok.at((me + 1) % n, 9), &[7]).map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    ck(ok.local().read(9) == 7, || {
+        "world unusable after errors".into()
+    })
+}
+
+/// Ranks register different handlers: start-up fails with a clear error everywhere.
+fn handler_mismatch() -> Res {
+    let mut b = World::builder();
+    b.handler("a", |_| {});
+    if std::env::var("WEFT_RANK").as_deref() == Ok("1") {
+        b.handler("b", |_| {});
+    }
+    match b.init() {
+        Err(Error::Mismatch(m)) if m.contains("handler") => Ok(()),
+        Err(e) => Err(format!("unexpected error: {e}")),
+        Ok(_) => Err("mismatched handler tables accepted".into()),
+    }
+}
+
+/// Rank 1 leaves right after start-up; the others must fail their barrier, not hang.
+fn early_exit() -> Res {
+    let w = World::init().map_err(e2s)?;
+    if w.rank() == 1 {
+        return Ok(());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let r = w.barrier();
+    ck(matches!(&r, Err(Error::PeerFailed { .. })), || {
+        format!("barrier with a departed rank: {r:?}")
+    })?;
+    ck(t.elapsed() < Duration::from_secs(3), || {
+        format!("detection took {:?}", t.elapsed())
+    })
+}
+
+/// Rank 1 is killed with SIGKILL while the others wait on it (checked by the driver).
+fn killed_rank() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let _seg = w.alloc_segment::<u8>(1 << 20).map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 1 {
+        println!("KILLING-MYSELF");
+        weft::fabric::os::kill(std::process::id(), 9);
+    }
+    let _ = w.barrier();
+    std::thread::sleep(Duration::from_secs(30));
+    Ok(())
+}
+
+/// A rank that computes without polling still serves AMs and RMA through its progress thread;
+/// several threads of each rank communicate at once.
+fn threads_and_progress() -> Res {
+    let mut b = World::builder();
+    let p = am_world(&mut b);
+    let w = b.progress_thread(true).init().map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(1024).map_err(e2s)?;
+    LONG_SEG.set(seg.at(0, 0)).ok();
+    let (me, n) = (w.rank(), w.size());
+    let counter = w.alloc_segment::<u64>(1).map_err(e2s)?;
+    let threads = 3u64;
+    std::thread::scope(|s| -> Res {
+        let mut hs = vec![];
+        for t in 0..threads {
+            let (w, seg, counter, p) = (&w, &seg, &counter, &p);
+            hs.push(s.spawn(move || -> Res {
+                for i in 0..2000u64 {
+                    let to = ((me as u64 + 1 + i) % n as u64) as u32;
+                    w.fetch_add(counter.at(0, 0), 1).map_err(e2s)?;
+                    w.put(
+                        seg.at(to, (me as usize * threads as usize + t as usize) % 1024),
+                        &[i],
+                    )
+                    .map_err(e2s)?;
+                    w.am_request_short(to, p.short, &[1]).map_err(e2s)?;
+                }
+                Ok(())
+            }));
+        }
+        hs.into_iter()
+            .try_for_each(|h| h.join().map_err(|_| "thread panicked".to_string())?)
+    })?;
+    let want = threads * 2000;
+    w.wait_until(|| p.replies.load(Ordering::Acquire) == want)
+        .map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    // Rank 0 now computes without any weft call; the others' requests are served by its
+    // progress thread.
+    if me == 0 {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(500) {
+            std::hint::black_box(t.elapsed());
+        }
+    } else {
+        for _ in 0..500 {
+            let before = p.replies.load(Ordering::Acquire);
+            w.am_request_short(0, p.short, &[1]).map_err(e2s)?;
+            w.wait_until(|| p.replies.load(Ordering::Acquire) > before)
+                .map_err(e2s)?;
+        }
+    }
+    w.barrier().map_err(e2s)?;
+    let total = w.atomic_load(counter.at(0, 0)).map_err(e2s)?;
+    ck(total == threads * 2000 * n as u64, || {
+        format!("counter {total}")
+    })
+}
+
+// ---------------------------------------------------------------- driver
+
+struct Case {
+    name: &'static str,
+    run: fn() -> Res,
+    ranks: &'static [u32],
+    env: &'static [(&'static str, &'static str)],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        name: "put_get_sizes",
+        run: put_get_sizes,
+        ranks: &[2, 4],
+        env: &[],
+    },
+    Case {
+        name: "completion_semantics",
+        run: completion_semantics,
+        ranks: &[2, 4],
+        env: &[],
+    },
+    Case {
+        name: "completion_semantics_am_path",
+        run: completion_semantics,
+        ranks: &[2, 4],
+        env: &[("WEFT_RMA", "am")],
+    },
+    Case {
+        name: "atomics",
+        run: atomics,
+        ranks: &[2, 4],
+        env: &[],
+    },
+    Case {
+        name: "atomics_am_path",
+        run: atomics,
+        ranks: &[2],
+        env: &[("WEFT_RMA", "am")],
+    },
+    Case {
+        name: "am_kinds",
+        run: am_kinds,
+        ranks: &[2, 4],
+        env: &[],
+    },
+    Case {
+        name: "am_flood",
+        run: am_flood,
+        ranks: &[2, 4],
+        env: &[("WEFT_AM_RING_KIB", "16")],
+    },
+    Case {
+        name: "bad_input",
+        run: bad_input,
+        ranks: &[2, 4],
+        env: &[],
+    },
+    Case {
+        name: "handler_mismatch",
+        run: handler_mismatch,
+        ranks: &[2],
+        env: &[],
+    },
+    Case {
+        name: "early_exit",
+        run: early_exit,
+        ranks: &[2, 4],
+        env: &[],
+    },
+    Case {
+        name: "threads_and_progress",
+        run: threads_and_progress,
+        ranks: &[2, 4],
+        env: &[],
+    },
+];
+
+fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
+    let exe = std::env::current_exe().expect("test executable");
+    let t = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "-n", &n.to_string(), "--timeout", "120", "--"])
+        .arg(exe)
+        .env("WEFT_TEST_CASE", case)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start weft run");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("weft run");
+    (out, t.elapsed(), pid)
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "--- stdout\n{}--- stderr\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn shm_leftovers(launcher_pid: u32) -> Vec<String> {
+    let prefix = format!("weft-{launcher_pid:x}x");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn run_case(case: &Case, n: u32) -> Result<(), libtest_mimic::Failed> {
+    let (out, took, pid) = launch(case.name, n, case.env);
+    if !out.status.success() {
+        return Err(format!(
+            "{} with {n} ranks failed after {took:?} ({})\n{}",
+            case.name,
+            out.status,
+            text(&out)
+        )
+        .into());
+    }
+    let left = shm_leftovers(pid);
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}").into());
+    }
+    Ok(())
+}
+
+/// A rank killed with SIGKILL: the launcher names it within 2 s and nothing stays in /dev/shm.
+fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
+    let (out, took, pid) = launch("killed_rank", n, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() || !err.contains("rank 1") || !err.contains("SIGKILL") {
+        return Err(format!("kill not reported ({})\n{}", out.status, text(&out)).into());
+    }
+    // The job ends when the launcher has stopped everyone: well within 2 s of the kill (the
+    // ranks themselves would otherwise sleep 30 s).
+    if took > Duration::from_secs(5) {
+        return Err(format!("job took {took:?} to end after the kill").into());
+    }
+    let left = shm_leftovers(pid);
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}").into());
+    }
+    Ok(())
+}
+
+fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let out = Command::new(weft).args(["run", "-n", "2"]).output()?;
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("PROGRAM") {
+        return Err(format!("`weft run` without a program: {}", text(&out)).into());
+    }
+    let out = Command::new(weft)
+        .args(["run", "-n", "2", "--", "/nonexistent/program"])
+        .output()?;
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("cannot start") {
+        return Err(format!("missing program: {}", text(&out)).into());
+    }
+    let out = Command::new(weft)
+        .args(["run", "-n", "2", "--", "sh", "-c", "exit 3"])
+        .output()?;
+    if out.status.code() != Some(3) {
+        return Err(format!("exit status not forwarded: {}", text(&out)).into());
+    }
+    let exe = std::env::current_exe()?;
+    let out = Command::new(weft)
+        .args(["run", "-n", "2", "--"])
+        .arg(exe)
+        .env("WEFT_TEST_CASE", "bad_input")
+        .env("WEFT_AM_RING_KIB", "lots")
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stdout);
+    if out.status.success() || !err.contains("WEFT_AM_RING_KIB") {
+        return Err(format!("bad WEFT_* value: {}", text(&out)).into());
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Ok(name) = std::env::var("WEFT_TEST_CASE") {
+        let case = CASES
+            .iter()
+            .find(|c| c.name == name)
+            .map(|c| c.run)
+            .or(match name.as_str() {
+                "killed_rank" => Some(killed_rank as fn() -> Res),
+                _ => None,
+            });
+        let Some(run) = case else {
+            eprintln!("unknown test case {name}");
+            std::process::exit(2);
+        };
+        match run() {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                println!("FAILED: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = vec![];
+    for case in CASES {
+        for &n in case.ranks {
+            trials.push(libtest_mimic::Trial::test(
+                format!("{}_{n}ranks", case.name),
+                move || run_case(case, n),
+            ));
+        }
+    }
+    trials.push(libtest_mimic::Trial::test(
+        "killed_rank_reported_2ranks",
+        || killed_rank_reported(2),
+    ));
+    trials.push(libtest_mimic::Trial::test(
+        "killed_rank_reported_4ranks",
+        || killed_rank_reported(4),
+    ));
+    trials.push(libtest_mimic::Trial::test(
+        "launcher_errors",
+        launcher_errors,
+    ));
+    libtest_mimic::run(&args, trials).exit();
+}
