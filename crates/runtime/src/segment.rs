@@ -222,20 +222,25 @@ impl Comm {
         let all = self.exchange(&mine)?;
         let region = registered?;
         let result = self.attach_all(id, bytes, elem, &all, &region);
+        // Publish locally *before* the barrier: a peer that leaves the barrier first may at once
+        // send AM-based accesses to this segment, which this rank handles while still inside it.
+        let info = result.map(|remote| {
+            let info = Arc::new(SegInfo {
+                id,
+                bytes,
+                local: region.clone(),
+                remote,
+            });
+            let _ = self.segments.slots[id as usize].set(info.clone());
+            info
+        });
         // Every rank has attached (or everyone failed the same checks): the barrier makes sure
         // nobody still needs the region's public name, then it is dropped.
         let sealed = self
             .barrier()
             .and_then(|_| self.fabric.seal(&region).map_err(Error::from));
-        let remote = result?;
+        let info = info?;
         sealed?;
-        let info = Arc::new(SegInfo {
-            id,
-            bytes,
-            local: region,
-            remote,
-        });
-        let _ = self.segments.slots[id as usize].set(info.clone());
         Ok(Segment {
             info,
             len,

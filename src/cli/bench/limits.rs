@@ -7,6 +7,8 @@ use std::sync::atomic::Ordering;
 use weft::fabric::os;
 
 pub struct Limits {
+    /// The shared line, for latency benchmarks that interleave the limit with their own runs.
+    pub line: SharedLine,
     /// Cache-line round trip between two processes, ns (None with one rank).
     pub line_rt_ns: Option<f64>,
     /// memcpy time by size, ns.
@@ -73,38 +75,52 @@ pub fn reps_for(bytes: u64) -> u64 {
     ((64u64 << 20) / bytes.max(64)).clamp(16, 200_000)
 }
 
-fn cache_line_rt(ctx: &Ctx) -> Result<Option<f64>, weft::Error> {
-    let w = &ctx.world;
-    if w.size() < 2 {
-        return Ok(None);
+/// A cache line shared by ranks 0 and 1, outside weft, to measure the hardware alone.
+pub struct SharedLine {
+    map: Option<os::Mapping>,
+    next: std::cell::Cell<u64>,
+}
+
+impl SharedLine {
+    /// Collective: rank 0 creates the line, rank 1 maps it, then the name is removed.
+    pub fn new(ctx: &Ctx) -> Result<SharedLine, weft::Error> {
+        let w = &ctx.world;
+        let name = format!("weft-{}-bench-line", w.config().job);
+        let shared = weft::Error::Fabric;
+        let map = if w.rank() == 0 && w.size() > 1 {
+            Some(os::create_shared(&name, 4096, |_| {}).map_err(shared)?)
+        } else {
+            None
+        };
+        w.barrier()?;
+        let map = match (w.rank(), map) {
+            (0, m) => m,
+            (1, _) => os::open_shared(&name).map_err(shared)?,
+            _ => None,
+        };
+        w.barrier()?;
+        if w.rank() == 0 {
+            os::unlink(&name);
+        }
+        Ok(SharedLine {
+            map,
+            next: std::cell::Cell::new(0),
+        })
     }
-    let name = format!("weft-{}-bench-line", w.config().job);
-    let shared = |e: weft::fabric::FabricError| weft::Error::Fabric(e);
-    let map = if w.rank() == 0 {
-        Some(os::create_shared(&name, 4096, |_| {}).map_err(shared)?)
-    } else {
-        None
-    };
-    w.barrier()?;
-    let map = match (w.rank(), map) {
-        (0, m) => m,
-        (1, _) => os::open_shared(&name).map_err(shared)?,
-        _ => None,
-    };
-    w.barrier()?;
-    if w.rank() == 0 {
-        os::unlink(&name);
-    }
-    let mut result = None;
-    if let Some(map) = &map {
-        let (ping, pong) = (
-            map.atomic_u64(0).expect("in map"),
-            map.atomic_u64(16).expect("in map"),
-        );
-        let iters = 100_000u64;
-        let mut samples = vec![];
-        for rep in 0..5u64 {
-            let base = rep * iters;
+
+    /// Collective: ranks 0 and 1 bounce the line `iters` times; rank 0 gets the round trip in
+    /// ns, everyone else `None`.
+    pub fn round_trip(&self, ctx: &Ctx, iters: u64) -> Result<Option<f64>, weft::Error> {
+        let w = &ctx.world;
+        w.barrier()?;
+        let mut result = None;
+        if let Some(map) = &self.map {
+            let (ping, pong) = (
+                map.atomic_u64(0).expect("in map"),
+                map.atomic_u64(16).expect("in map"),
+            );
+            let base = self.next.get();
+            self.next.set(base + iters);
             let t = os::now_ns();
             for i in base + 1..=base + iters {
                 if w.rank() == 0 {
@@ -119,12 +135,19 @@ fn cache_line_rt(ctx: &Ctx) -> Result<Option<f64>, weft::Error> {
                     pong.store(i, Ordering::Release);
                 }
             }
-            samples.push((os::now_ns() - t) as f64 / iters as f64);
+            result = (w.rank() == 0).then(|| (os::now_ns() - t) as f64 / iters as f64);
         }
-        result = Some(median(samples));
+        w.barrier()?;
+        Ok(result)
     }
-    w.barrier()?;
-    Ok(result)
+}
+
+fn cache_line_rt(ctx: &Ctx, line: &SharedLine) -> Result<Option<f64>, weft::Error> {
+    let mut samples = vec![];
+    for _ in 0..5 {
+        samples.extend(line.round_trip(ctx, 100_000)?);
+    }
+    Ok((!samples.is_empty()).then(|| median(samples)))
 }
 
 fn memcpy_ns(bytes: u64) -> f64 {
@@ -145,7 +168,8 @@ fn memcpy_ns(bytes: u64) -> f64 {
 
 pub fn measure(ctx: &Ctx) -> Result<Limits, weft::Error> {
     ctx.progress.note("cache-line round trip");
-    let line_rt_ns = cache_line_rt(ctx)?;
+    let line = SharedLine::new(ctx)?;
+    let line_rt_ns = cache_line_rt(ctx, &line)?;
     ctx.progress.note("memcpy");
     let memcpy = if ctx.world.rank() == 0 {
         SIZES.iter().map(|&b| (b, memcpy_ns(b))).collect()
@@ -154,6 +178,7 @@ pub fn measure(ctx: &Ctx) -> Result<Limits, weft::Error> {
     };
     ctx.world.barrier()?;
     Ok(Limits {
+        line,
         line_rt_ns,
         memcpy_ns: memcpy,
     })
