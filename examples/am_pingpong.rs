@@ -12,10 +12,8 @@ fn main() -> Result<(), weft::Error> {
         assert_eq!(am.args()[0], 100);
         seen.fetch_add(1, Ordering::Release);
     });
-    let ping = b.handler("ping", move |am| {
-        am.reply_short(pong, &[am.payload().len() as u64])
-            .expect("reply")
-    });
+    let ping =
+        b.handler("ping", move |am| am.reply_short(pong, &[am.payload().len() as u64]).expect("reply"));
     let world = b.init()?;
     if world.rank() == 0 && world.size() > 1 {
         let payload = [7u8; 100];
@@ -25,10 +23,7 @@ fn main() -> Result<(), weft::Error> {
             world.am_request_medium(1, ping, &[], &payload)?;
             world.wait_until(|| pongs.load(Ordering::Acquire) == i)?;
         }
-        println!(
-            "AM round trip with 100 B: {:.0} ns",
-            t.elapsed().as_nanos() as f64 / iters as f64
-        );
+        println!("AM round trip with 100 B: {:.0} ns", t.elapsed().as_nanos() as f64 / iters as f64);
     }
     world.barrier()
 }

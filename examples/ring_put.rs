@@ -22,10 +22,7 @@ fn main() -> Result<(), weft::Error> {
     }
     world.barrier()?;
     if me == 0 {
-        println!(
-            "token after {laps} laps of {n} ranks: {}",
-            seg.local().read(0)
-        );
+        println!("token after {laps} laps of {n} ranks: {}", seg.local().read(0));
         assert_eq!(seg.local().read(0), laps * n as u64);
     }
     world.barrier()

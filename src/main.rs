@@ -79,12 +79,7 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Run {
-            n,
-            raw,
-            timeout,
-            mut command,
-        } => {
+        Cmd::Run { n, raw, timeout, mut command } => {
             let program = command.remove(0);
             let spec = cli::run::LaunchSpec {
                 ranks: n,
@@ -100,12 +95,8 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Info { n, segment_kib } => {
-            let args = vec![
-                "__rank".into(),
-                "info".into(),
-                "--segment-kib".into(),
-                segment_kib.to_string().into(),
-            ];
+            let args =
+                vec!["__rank".into(), "info".into(), "--segment-kib".into(), segment_kib.to_string().into()];
             match cli::self_launch(n, args) {
                 Ok(code) => exit(code),
                 Err(e) => fail(e),

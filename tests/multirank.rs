@@ -22,9 +22,7 @@ fn e2s(e: Error) -> String {
 }
 
 fn pattern(seed: u64, i: usize) -> u8 {
-    (seed
-        .wrapping_mul(31)
-        .wrapping_add(i as u64 * 7 + (i as u64 >> 8))) as u8
+    (seed.wrapping_mul(31).wrapping_add(i as u64 * 7 + (i as u64 >> 8))) as u8
 }
 
 // ---------------------------------------------------------------- rank programs
@@ -35,9 +33,8 @@ fn put_get_sizes() -> Res {
     let (me, n) = (w.rank(), w.size());
     let max = 8 << 20;
     let seg = w.alloc_segment::<u8>(max + 64).map_err(e2s)?;
-    let mut sizes: Vec<usize> = vec![
-        0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000, 4095, 4096, 4097, 65535, 65537,
-    ];
+    let mut sizes: Vec<usize> =
+        vec![0, 1, 2, 3, 7, 8, 9, 15, 16, 17, 63, 64, 65, 127, 1000, 4095, 4096, 4097, 65535, 65537];
     sizes.extend((17..=23).map(|p| 1usize << p));
     for (k, &size) in sizes.iter().enumerate() {
         for &off in &[0usize, 1, 3, 7] {
@@ -54,26 +51,18 @@ fn put_get_sizes() -> Res {
             let theirs = (k * 8 + off) as u64 + from as u64 * 1000;
             let mut local = vec![0u8; size];
             seg.local().copy_out(off, &mut local);
-            ck(
-                local
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &b)| b == pattern(theirs, i)),
-                || format!("put of {size} B at offset {off}: wrong data"),
-            )?;
+            ck(local.iter().enumerate().all(|(i, &b)| b == pattern(theirs, i)), || {
+                format!("put of {size} B at offset {off}: wrong data")
+            })?;
             let mut back = vec![0u8; size];
             w.get(seg.at(to, off), &mut back).map_err(e2s)?;
-            ck(back == src, || {
-                format!("get of {size} B at offset {off} from rank {to}: wrong data")
-            })?;
+            ck(back == src, || format!("get of {size} B at offset {off} from rank {to}: wrong data"))?;
             w.barrier().map_err(e2s)?;
             // To self.
             w.put(seg.at(me, off), &src).map_err(e2s)?;
             let mut own = vec![0u8; size];
             w.get(seg.at(me, off), &mut own).map_err(e2s)?;
-            ck(own == src, || {
-                format!("self put/get of {size} B at offset {off}")
-            })?;
+            ck(own == src, || format!("self put/get of {size} B at offset {off}"))?;
             w.barrier().map_err(e2s)?;
         }
     }
@@ -116,9 +105,7 @@ fn completion_semantics() -> Res {
             if f[0] >= round {
                 break;
             }
-            ck(t.elapsed() < Duration::from_secs(30), || {
-                "flag never set".into()
-            })?;
+            ck(t.elapsed() < Duration::from_secs(30), || "flag never set".into())?;
         }
         let local = data.local();
         let bad = (0..len).find(|&i| local.read(i) != i as u64 * 3 + round + from as u64);
@@ -136,18 +123,10 @@ fn completion_semantics() -> Res {
         s.get(data.at(to, 5000), &mut b)
     })
     .map_err(e2s)?;
-    ck(
-        a.iter()
-            .enumerate()
-            .all(|(i, &v)| v == i as u64 * 3 + 3 + me as u64),
-        || "nbi get a".into(),
-    )?;
-    ck(
-        b.iter()
-            .enumerate()
-            .all(|(i, &v)| v == (i + 5000) as u64 * 3 + 3 + me as u64),
-        || "nbi get b".into(),
-    )?;
+    ck(a.iter().enumerate().all(|(i, &v)| v == i as u64 * 3 + 3 + me as u64), || "nbi get a".into())?;
+    ck(b.iter().enumerate().all(|(i, &v)| v == (i + 5000) as u64 * 3 + 3 + me as u64), || {
+        "nbi get b".into()
+    })?;
     w.barrier().map_err(e2s)
 }
 
@@ -157,39 +136,23 @@ fn atomics() -> Res {
     let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
     let seg = w.alloc_segment::<u64>(4).map_err(e2s)?;
-    let per_rank: u64 = if std::env::var("WEFT_RMA").as_deref() == Ok("am") {
-        20_000
-    } else {
-        100_000
-    };
+    let per_rank: u64 = if std::env::var("WEFT_RMA").as_deref() == Ok("am") { 20_000 } else { 100_000 };
     let counter = seg.at(0, 0);
     for i in 0..per_rank {
         match i % 3 {
             0 => drop(w.fetch_add(counter, 1).map_err(e2s)?),
-            1 => drop(
-                w.atomic_nb(counter, AtomicOp::FetchAdd(1))
-                    .map_err(e2s)?
-                    .wait()
-                    .map_err(e2s)?,
-            ),
+            1 => drop(w.atomic_nb(counter, AtomicOp::FetchAdd(1)).map_err(e2s)?.wait().map_err(e2s)?),
             _ => w.atomic_nbi(counter, AtomicOp::FetchAdd(1)).map_err(e2s)?,
         }
     }
     w.sync_nbi().map_err(e2s)?;
     // A spin lock built from compare-exchange protects a non-atomic increment of word 2.
     for _ in 0..200 {
-        while w
-            .compare_exchange(seg.at(0, 1), 0, me as u64 + 1)
-            .map_err(e2s)?
-            != 0
-        {}
+        while w.compare_exchange(seg.at(0, 1), 0, me as u64 + 1).map_err(e2s)? != 0 {}
         let mut v = [0u64];
         w.get(seg.at(0, 2), &mut v).map_err(e2s)?;
         w.put(seg.at(0, 2), &[v[0] + 1]).map_err(e2s)?;
-        ck(
-            w.swap(seg.at(0, 1), 0).map_err(e2s)? == me as u64 + 1,
-            || "lock stolen".into(),
-        )?;
+        ck(w.swap(seg.at(0, 1), 0).map_err(e2s)? == me as u64 + 1, || "lock stolen".into())?;
     }
     w.barrier().map_err(e2s)?;
     let total = w.atomic_load(counter).map_err(e2s)?;
@@ -197,9 +160,7 @@ fn atomics() -> Res {
         format!("fetch-add total {total}, expected {}", per_rank * n as u64)
     })?;
     let locked = w.atomic_load(seg.at(0, 2)).map_err(e2s)?;
-    ck(locked == 200 * n as u64, || {
-        format!("lock-protected total {locked}, expected {}", 200 * n as u64)
-    })?;
+    ck(locked == 200 * n as u64, || format!("lock-protected total {locked}, expected {}", 200 * n as u64))?;
     w.barrier().map_err(e2s)
 }
 
@@ -216,30 +177,18 @@ fn am_world(b: &mut weft::Builder) -> AmProbe {
     let checksum = Arc::new(AtomicU64::new(0));
     let (r, c) = (replies.clone(), checksum.clone());
     let reply = b.handler("test.reply", move |m| {
-        let sum: u64 =
-            m.args().iter().sum::<u64>() + m.payload().iter().map(|&x| x as u64).sum::<u64>();
+        let sum: u64 = m.args().iter().sum::<u64>() + m.payload().iter().map(|&x| x as u64).sum::<u64>();
         c.fetch_add(sum, Ordering::AcqRel);
         r.fetch_add(1, Ordering::AcqRel);
     });
     // Each request handler answers with the same kind it received, echoing what it got.
-    let short = b.handler("test.short", move |m| {
-        m.reply_short(reply, m.args()).expect("short reply")
-    });
-    let medium = b.handler("test.medium", move |m| {
-        m.reply_medium(reply, m.args(), m.payload())
-            .expect("medium reply")
-    });
+    let short = b.handler("test.short", move |m| m.reply_short(reply, m.args()).expect("short reply"));
+    let medium = b
+        .handler("test.medium", move |m| m.reply_medium(reply, m.args(), m.payload()).expect("medium reply"));
     let long = b.handler("test.long", move |m| {
-        m.reply_long(reply, m.args(), m.payload(), long_reply_target(m.src()))
-            .expect("long reply")
+        m.reply_long(reply, m.args(), m.payload(), long_reply_target(m.src())).expect("long reply")
     });
-    AmProbe {
-        short,
-        medium,
-        long,
-        replies,
-        checksum,
-    }
+    AmProbe { short, medium, long, replies, checksum }
 }
 
 /// Where long replies land: segment 0, offset 0 of the requester (set once allocated).
@@ -276,51 +225,32 @@ fn am_kinds() -> Res {
         let s: u64 = args.iter().sum::<u64>() + payload.iter().map(|&x| x as u64).sum::<u64>();
         w.am_request_short(to, p.short, &args).map_err(e2s)?;
         expect += args.iter().sum::<u64>();
-        w.am_request_medium(to, p.medium, &args, &payload)
-            .map_err(e2s)?;
+        w.am_request_medium(to, p.medium, &args, &payload).map_err(e2s)?;
         expect += s;
-        w.am_request_long(p.long, &args, &payload, seg.at(to, 1 << 16).cast())
-            .map_err(e2s)?;
+        w.am_request_long(p.long, &args, &payload, seg.at(to, 1 << 16).cast()).map_err(e2s)?;
         expect += s;
         sent += 3;
         // Long replies land at offset 0 of our segment; wait for each round so they do not overlap.
-        w.wait_until(|| p.replies.load(Ordering::Acquire) == sent)
-            .map_err(e2s)?;
+        w.wait_until(|| p.replies.load(Ordering::Acquire) == sent).map_err(e2s)?;
     }
-    ck(p.checksum.load(Ordering::Acquire) == expect, || {
-        "reply payloads differ from the requests".into()
-    })?;
+    ck(p.checksum.load(Ordering::Acquire) == expect, || "reply payloads differ from the requests".into())?;
     // Limits.
     let max = w.caps().am_max_medium;
     let too_big = vec![0u8; max + 1];
-    ck(
-        matches!(
-            w.am_request_medium(to, p.medium, &[], &too_big),
-            Err(Error::TooLarge { .. })
-        ),
-        || "oversized medium accepted".into(),
-    )?;
-    ck(
-        matches!(
-            w.am_request_short(to, p.short, &[0; 17]),
-            Err(Error::TooLarge { .. })
-        ),
-        || "17 args accepted".into(),
-    )?;
-    ck(
-        matches!(
-            w.am_request_short(n + 3, p.short, &[]),
-            Err(Error::NoSuchRank { .. })
-        ),
-        || "bad rank accepted".into(),
-    )?;
+    ck(matches!(w.am_request_medium(to, p.medium, &[], &too_big), Err(Error::TooLarge { .. })), || {
+        "oversized medium accepted".into()
+    })?;
+    ck(matches!(w.am_request_short(to, p.short, &[0; 17]), Err(Error::TooLarge { .. })), || {
+        "17 args accepted".into()
+    })?;
+    ck(matches!(w.am_request_short(n + 3, p.short, &[]), Err(Error::NoSuchRank { .. })), || {
+        "bad rank accepted".into()
+    })?;
     w.am_request_short(to, nested, &[]).map_err(e2s)?;
     w.barrier().map_err(e2s)?;
     w.barrier().map_err(e2s)?;
     let e = inner.lock().unwrap().clone();
-    ck(matches!(e, Some(Error::Misuse(_))), || {
-        format!("request inside a handler: {e:?}")
-    })?;
+    ck(matches!(e, Some(Error::Misuse(_))), || format!("request inside a handler: {e:?}"))?;
     w.barrier().map_err(e2s)
 }
 
@@ -344,14 +274,12 @@ fn am_flood() -> Res {
     while t.elapsed() < Duration::from_secs(2) {
         for to in (0..n).filter(|&r| r != me) {
             for _ in 0..100 {
-                w.am_request_medium(to, p.medium, &[sent], &payload)
-                    .map_err(e2s)?;
+                w.am_request_medium(to, p.medium, &[sent], &payload).map_err(e2s)?;
                 sent += 1;
             }
         }
     }
-    w.wait_until(|| p.replies.load(Ordering::Acquire) == sent)
-        .map_err(e2s)?;
+    w.wait_until(|| p.replies.load(Ordering::Acquire) == sent).map_err(e2s)?;
     w.barrier().map_err(e2s)?;
     ck(sent > 1000, || format!("only {sent} messages in 2 s"))
 }
@@ -362,40 +290,24 @@ fn bad_input() -> Res {
     let (me, n) = (w.rank(), w.size());
     let seg = w.alloc_segment::<u64>(100).map_err(e2s)?;
     let oob = w.put(seg.at(0, 99), &[1, 2]);
-    ck(matches!(oob, Err(Error::OutOfBounds { .. })), || {
-        format!("put past the end: {oob:?}")
-    })?;
+    ck(matches!(oob, Err(Error::OutOfBounds { .. })), || format!("put past the end: {oob:?}"))?;
     let oob = w.get(seg.at(1, 100), &mut [0u64]);
-    ck(matches!(oob, Err(Error::OutOfBounds { .. })), || {
-        format!("get past the end: {oob:?}")
-    })?;
+    ck(matches!(oob, Err(Error::OutOfBounds { .. })), || format!("get past the end: {oob:?}"))?;
     let huge = w.put(seg.at(0, usize::MAX / 8), &[1]);
-    ck(matches!(huge, Err(Error::OutOfBounds { .. })), || {
-        format!("wrapping offset: {huge:?}")
-    })?;
+    ck(matches!(huge, Err(Error::OutOfBounds { .. })), || format!("wrapping offset: {huge:?}"))?;
     let mis = w.fetch_add(seg.at(0, 1).byte_add(3), 1);
-    ck(matches!(mis, Err(Error::Misaligned { .. })), || {
-        format!("misaligned atomic: {mis:?}")
-    })?;
+    ck(matches!(mis, Err(Error::Misaligned { .. })), || format!("misaligned atomic: {mis:?}"))?;
     let rank = w.put(seg.at(n, 0), &[1]);
-    ck(matches!(rank, Err(Error::NoSuchRank { .. })), || {
-        format!("bad rank: {rank:?}")
-    })?;
+    ck(matches!(rank, Err(Error::NoSuchRank { .. })), || format!("bad rank: {rank:?}"))?;
     let big = w.alloc_segment::<u64>(usize::MAX / 4);
-    ck(matches!(big, Err(Error::TooLarge { .. })), || {
-        format!("overflowing allocation: {big:?}")
-    })?;
+    ck(matches!(big, Err(Error::TooLarge { .. })), || format!("overflowing allocation: {big:?}"))?;
     let mismatch = w.alloc_segment::<u64>(10 + me as usize);
-    ck(matches!(mismatch, Err(Error::Mismatch(_))), || {
-        format!("size mismatch: {mismatch:?}")
-    })?;
+    ck(matches!(mismatch, Err(Error::Mismatch(_))), || format!("size mismatch: {mismatch:?}"))?;
     // Still usable afterwards.
     let ok = w.alloc_segment::<u64>(10).map_err(e2s)?;
     w.put(ok.at((me + 1) % n, 9), &[7]).map_err(e2s)?;
     w.barrier().map_err(e2s)?;
-    ck(ok.local().read(9) == 7, || {
-        "world unusable after errors".into()
-    })
+    ck(ok.local().read(9) == 7, || "world unusable after errors".into())
 }
 
 /// Ranks register different handlers: start-up fails with a clear error everywhere.
@@ -421,12 +333,8 @@ fn early_exit() -> Res {
     std::thread::sleep(Duration::from_millis(100));
     let t = Instant::now();
     let r = w.barrier();
-    ck(matches!(&r, Err(Error::PeerFailed { .. })), || {
-        format!("barrier with a departed rank: {r:?}")
-    })?;
-    ck(t.elapsed() < Duration::from_secs(3), || {
-        format!("detection took {:?}", t.elapsed())
-    })
+    ck(matches!(&r, Err(Error::PeerFailed { .. })), || format!("barrier with a departed rank: {r:?}"))?;
+    ck(t.elapsed() < Duration::from_secs(3), || format!("detection took {:?}", t.elapsed()))
 }
 
 /// Rank 1 is killed with SIGKILL while the others wait on it (checked by the driver).
@@ -462,22 +370,17 @@ fn threads_and_progress() -> Res {
                 for i in 0..2000u64 {
                     let to = ((me as u64 + 1 + i) % n as u64) as u32;
                     w.fetch_add(counter.at(0, 0), 1).map_err(e2s)?;
-                    w.put(
-                        seg.at(to, (me as usize * threads as usize + t as usize) % 1024),
-                        &[i],
-                    )
-                    .map_err(e2s)?;
+                    w.put(seg.at(to, (me as usize * threads as usize + t as usize) % 1024), &[i])
+                        .map_err(e2s)?;
                     w.am_request_short(to, p.short, &[1]).map_err(e2s)?;
                 }
                 Ok(())
             }));
         }
-        hs.into_iter()
-            .try_for_each(|h| h.join().map_err(|_| "thread panicked".to_string())?)
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| "thread panicked".to_string())?)
     })?;
     let want = threads * 2000;
-    w.wait_until(|| p.replies.load(Ordering::Acquire) == want)
-        .map_err(e2s)?;
+    w.wait_until(|| p.replies.load(Ordering::Acquire) == want).map_err(e2s)?;
     w.barrier().map_err(e2s)?;
     // Rank 0 now computes without any weft call; the others' requests are served by its
     // progress thread.
@@ -490,15 +393,12 @@ fn threads_and_progress() -> Res {
         for _ in 0..500 {
             let before = p.replies.load(Ordering::Acquire);
             w.am_request_short(0, p.short, &[1]).map_err(e2s)?;
-            w.wait_until(|| p.replies.load(Ordering::Acquire) > before)
-                .map_err(e2s)?;
+            w.wait_until(|| p.replies.load(Ordering::Acquire) > before).map_err(e2s)?;
         }
     }
     w.barrier().map_err(e2s)?;
     let total = w.atomic_load(counter.at(0, 0)).map_err(e2s)?;
-    ck(total == threads * 2000 * n as u64, || {
-        format!("counter {total}")
-    })
+    ck(total == threads * 2000 * n as u64, || format!("counter {total}"))
 }
 
 // ---------------------------------------------------------------- driver
@@ -511,72 +411,22 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
-    Case {
-        name: "put_get_sizes",
-        run: put_get_sizes,
-        ranks: &[2, 4],
-        env: &[],
-    },
-    Case {
-        name: "completion_semantics",
-        run: completion_semantics,
-        ranks: &[2, 4],
-        env: &[],
-    },
+    Case { name: "put_get_sizes", run: put_get_sizes, ranks: &[2, 4], env: &[] },
+    Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
     Case {
         name: "completion_semantics_am_path",
         run: completion_semantics,
         ranks: &[2, 4],
         env: &[("WEFT_RMA", "am")],
     },
-    Case {
-        name: "atomics",
-        run: atomics,
-        ranks: &[2, 4],
-        env: &[],
-    },
-    Case {
-        name: "atomics_am_path",
-        run: atomics,
-        ranks: &[2],
-        env: &[("WEFT_RMA", "am")],
-    },
-    Case {
-        name: "am_kinds",
-        run: am_kinds,
-        ranks: &[2, 4],
-        env: &[],
-    },
-    Case {
-        name: "am_flood",
-        run: am_flood,
-        ranks: &[2, 4],
-        env: &[("WEFT_AM_RING_KIB", "16")],
-    },
-    Case {
-        name: "bad_input",
-        run: bad_input,
-        ranks: &[2, 4],
-        env: &[],
-    },
-    Case {
-        name: "handler_mismatch",
-        run: handler_mismatch,
-        ranks: &[2],
-        env: &[],
-    },
-    Case {
-        name: "early_exit",
-        run: early_exit,
-        ranks: &[2, 4],
-        env: &[],
-    },
-    Case {
-        name: "threads_and_progress",
-        run: threads_and_progress,
-        ranks: &[2, 4],
-        env: &[],
-    },
+    Case { name: "atomics", run: atomics, ranks: &[2, 4], env: &[] },
+    Case { name: "atomics_am_path", run: atomics, ranks: &[2], env: &[("WEFT_RMA", "am")] },
+    Case { name: "am_kinds", run: am_kinds, ranks: &[2, 4], env: &[] },
+    Case { name: "am_flood", run: am_flood, ranks: &[2, 4], env: &[("WEFT_AM_RING_KIB", "16")] },
+    Case { name: "bad_input", run: bad_input, ranks: &[2, 4], env: &[] },
+    Case { name: "handler_mismatch", run: handler_mismatch, ranks: &[2], env: &[] },
+    Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
+    Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
 ];
 
 fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
@@ -659,15 +509,11 @@ fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
     if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("PROGRAM") {
         return Err(format!("`weft run` without a program: {}", text(&out)).into());
     }
-    let out = Command::new(weft)
-        .args(["run", "-n", "2", "--", "/nonexistent/program"])
-        .output()?;
+    let out = Command::new(weft).args(["run", "-n", "2", "--", "/nonexistent/program"]).output()?;
     if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("cannot start") {
         return Err(format!("missing program: {}", text(&out)).into());
     }
-    let out = Command::new(weft)
-        .args(["run", "-n", "2", "--", "sh", "-c", "exit 3"])
-        .output()?;
+    let out = Command::new(weft).args(["run", "-n", "2", "--", "sh", "-c", "exit 3"]).output()?;
     if out.status.code() != Some(3) {
         return Err(format!("exit status not forwarded: {}", text(&out)).into());
     }
@@ -687,14 +533,10 @@ fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
 
 fn main() {
     if let Ok(name) = std::env::var("WEFT_TEST_CASE") {
-        let case = CASES
-            .iter()
-            .find(|c| c.name == name)
-            .map(|c| c.run)
-            .or(match name.as_str() {
-                "killed_rank" => Some(killed_rank as fn() -> Res),
-                _ => None,
-            });
+        let case = CASES.iter().find(|c| c.name == name).map(|c| c.run).or(match name.as_str() {
+            "killed_rank" => Some(killed_rank as fn() -> Res),
+            _ => None,
+        });
         let Some(run) = case else {
             eprintln!("unknown test case {name}");
             std::process::exit(2);
@@ -711,23 +553,13 @@ fn main() {
     let mut trials = vec![];
     for case in CASES {
         for &n in case.ranks {
-            trials.push(libtest_mimic::Trial::test(
-                format!("{}_{n}ranks", case.name),
-                move || run_case(case, n),
-            ));
+            trials.push(libtest_mimic::Trial::test(format!("{}_{n}ranks", case.name), move || {
+                run_case(case, n)
+            }));
         }
     }
-    trials.push(libtest_mimic::Trial::test(
-        "killed_rank_reported_2ranks",
-        || killed_rank_reported(2),
-    ));
-    trials.push(libtest_mimic::Trial::test(
-        "killed_rank_reported_4ranks",
-        || killed_rank_reported(4),
-    ));
-    trials.push(libtest_mimic::Trial::test(
-        "launcher_errors",
-        launcher_errors,
-    ));
+    trials.push(libtest_mimic::Trial::test("killed_rank_reported_2ranks", || killed_rank_reported(2)));
+    trials.push(libtest_mimic::Trial::test("killed_rank_reported_4ranks", || killed_rank_reported(4)));
+    trials.push(libtest_mimic::Trial::test("launcher_errors", launcher_errors));
     libtest_mimic::run(&args, trials).exit();
 }

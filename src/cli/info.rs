@@ -12,32 +12,16 @@ fn kib(b: u64) -> String {
 
 fn print(info: &Info, cfg: &weft::Config) {
     println!("fabric            {}", info.fabric);
-    println!(
-        "ranks             {} (this is rank {})",
-        info.size, info.rank
-    );
+    println!("ranks             {} (this is rank {})", info.size, info.rank);
     let c = info.caps;
     println!(
         "capabilities      rma={} atomics={} load/store={} max AM args={} max medium={} B",
         c.rma, c.atomics, c.load_store, c.am_max_args, c.am_max_medium
     );
-    println!(
-        "RMA and atomics   {}",
-        if info.rma_over_am {
-            "over active messages"
-        } else {
-            "native"
-        }
-    );
-    println!(
-        "progress thread   {}",
-        if info.progress_thread { "yes" } else { "no" }
-    );
+    println!("RMA and atomics   {}", if info.rma_over_am { "over active messages" } else { "native" });
+    println!("progress thread   {}", if info.progress_thread { "yes" } else { "no" });
     println!("AM ring size      {}", kib(cfg.ring_bytes as u64));
-    println!(
-        "wait policy       spin {:?}, then yield 1 ms, then sleep on the doorbell (≤ 2 ms)",
-        cfg.spin
-    );
+    println!("wait policy       spin {:?}, then yield 1 ms, then sleep on the doorbell (≤ 2 ms)", cfg.spin);
     println!("AM handlers       {}", info.handlers.join(", "));
     println!("segments          {}", info.segments.len());
     for (id, bytes) in &info.segments {

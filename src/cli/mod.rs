@@ -8,8 +8,7 @@ use std::ffi::OsString;
 
 /// Runs `n` ranks of this very executable with `args` (how `info` and `bench` start jobs).
 pub fn self_launch(n: u32, args: Vec<OsString>) -> Result<i32, String> {
-    let exe =
-        std::env::current_exe().map_err(|e| format!("cannot find the weft executable: {e}"))?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find the weft executable: {e}"))?;
     run::launch(&run::LaunchSpec {
         ranks: n,
         program: exe.into(),

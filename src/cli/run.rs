@@ -40,24 +40,14 @@ fn describe(status: ExitStatus) -> Option<String> {
 
 fn exit_code(status: ExitStatus) -> i32 {
     use std::os::unix::process::ExitStatusExt;
-    status
-        .code()
-        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-fn forward(
-    rank: u32,
-    src: impl Read + Send + 'static,
-    to_stderr: bool,
-) -> std::thread::JoinHandle<()> {
+fn forward(rank: u32, src: impl Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
-        while r
-            .read_until(b'\n', &mut line)
-            .map(|n| n > 0)
-            .unwrap_or(false)
-        {
+        while r.read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false) {
             if !line.ends_with(b"\n") {
                 line.push(b'\n');
             }
@@ -75,11 +65,7 @@ fn forward(
 
 /// A job id unique on this node: letters and digits only.
 pub fn new_job_id() -> String {
-    format!(
-        "{:x}x{:x}",
-        std::process::id(),
-        os::now_ns() & 0xffff_ffff_ffff
-    )
+    format!("{:x}x{:x}", std::process::id(), os::now_ns() & 0xffff_ffff_ffff)
 }
 
 /// Runs the job. Returns the exit status of the rank that failed first (128+signal for a
@@ -99,11 +85,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             .env("WEFT_SIZE", spec.ranks.to_string())
             .env("WEFT_JOB", &job)
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if rank == 0 {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            });
+            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() });
         if spec.label {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
@@ -201,18 +183,10 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     }
     let removed = os::unlink_prefix(&weft_fabric::shm::file_prefix(&job));
     if removed > 0 {
-        eprintln!(
-            "weft run: removed {removed} shared-memory file(s) a rank left in {}",
-            os::SHM_DIR
-        );
+        eprintln!("weft run: removed {removed} shared-memory file(s) a rank left in {}", os::SHM_DIR);
     }
     // The rank that failed first is the cause: the others' statuses are the launcher's doing.
-    let worst = statuses
-        .iter()
-        .flatten()
-        .map(|s| exit_code(*s))
-        .max()
-        .unwrap_or(0);
+    let worst = statuses.iter().flatten().map(|s| exit_code(*s)).max().unwrap_or(0);
     Ok(match (first_failure, stopping) {
         (Some(code), _) => code,
         (None, Some(_)) => worst.max(1),

@@ -13,19 +13,11 @@ pub enum FabricError {
     /// Start-up did not complete in time.
     Timeout { what: String },
     /// An address or length outside a registered region.
-    OutOfBounds {
-        offset: usize,
-        len: usize,
-        region_len: usize,
-    },
+    OutOfBounds { offset: usize, len: usize, region_len: usize },
     /// Bytes received that do not form a valid message.
     Malformed { what: String },
     /// A message larger than the fabric carries.
-    TooLarge {
-        what: &'static str,
-        len: usize,
-        max: usize,
-    },
+    TooLarge { what: &'static str, len: usize, max: usize },
     /// The fabric cannot do this operation; the runtime must use its AM-based path.
     Unsupported { what: &'static str },
     /// Ranks disagree on start-up parameters.
@@ -50,20 +42,13 @@ impl fmt::Display for FabricError {
             }
             FabricError::Peer { rank, reason } => write!(f, "rank {rank} {reason}"),
             FabricError::Timeout { what } => write!(f, "timed out: {what}"),
-            FabricError::OutOfBounds {
-                offset,
-                len,
-                region_len,
-            } => write!(
+            FabricError::OutOfBounds { offset, len, region_len } => write!(
                 f,
                 "access of {len} bytes at offset {offset} is outside a region of {region_len} bytes"
             ),
             FabricError::Malformed { what } => write!(f, "malformed message: {what}"),
             FabricError::TooLarge { what, len, max } => {
-                write!(
-                    f,
-                    "{what} of {len} bytes exceeds the maximum of {max} bytes"
-                )
+                write!(f, "{what} of {len} bytes exceeds the maximum of {max} bytes")
             }
             FabricError::Unsupported { what } => write!(f, "not supported by this fabric: {what}"),
             FabricError::Mismatch { what } => write!(f, "ranks disagree: {what}"),

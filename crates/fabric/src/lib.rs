@@ -58,24 +58,12 @@ pub trait Fabric: Send + Sync + 'static {
 
     /// Writes `src` to `dst` at byte `offset`. `src` may be reused as soon as this returns
     /// (local completion); remote completion is `Issued::Done` or a later completion event.
-    fn put(
-        &self,
-        dst: &RemoteRegion,
-        offset: usize,
-        src: &[u8],
-        token: u64,
-    ) -> FabricResult<Issued>;
+    fn put(&self, dst: &RemoteRegion, offset: usize, src: &[u8], token: u64) -> FabricResult<Issued>;
     /// Reads `dst.len()` bytes at byte `offset` of `src` into `dst`; complete when it returns.
     fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()>;
     /// Performs an atomic operation on the 8-byte-aligned `u64` at `offset` of `dst`.
     /// `Issued::Done` carries the previous value.
-    fn atomic(
-        &self,
-        dst: &RemoteRegion,
-        offset: usize,
-        op: AtomicOp,
-        token: u64,
-    ) -> FabricResult<Issued>;
+    fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued>;
 
     /// Completes remotely every put and atomic this process issued with token 0 that
     /// returned [`Issued::Pending`] (OpenSHMEM's quiet).

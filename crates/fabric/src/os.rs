@@ -49,17 +49,13 @@ impl Drop for Mapping {
 }
 
 fn path_of(name: &str) -> FabricResult<CString> {
-    CString::new(format!("{SHM_DIR}/{name}")).map_err(|_| FabricError::Malformed {
-        what: format!("shared-memory name {name:?}"),
-    })
+    CString::new(format!("{SHM_DIR}/{name}"))
+        .map_err(|_| FabricError::Malformed { what: format!("shared-memory name {name:?}") })
 }
 
 fn map_fd(fd: libc::c_int, len: usize, what: &str) -> FabricResult<Mapping> {
     if len == 0 {
-        return Ok(Mapping {
-            ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
-            len: 0,
-        });
+        return Ok(Mapping { ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), len: 0 });
     }
     // SAFETY: fd is an open descriptor of a file at least `len` bytes long; we ask for a fresh
     // shared mapping anywhere in the address space, so no existing memory is affected.
@@ -74,9 +70,7 @@ fn map_fd(fd: libc::c_int, len: usize, what: &str) -> FabricResult<Mapping> {
         )
     };
     if p == libc::MAP_FAILED {
-        return Err(FabricError::last_os(format!(
-            "mmap of {len} bytes for {what}"
-        )));
+        return Err(FabricError::last_os(format!("mmap of {len} bytes for {what}")));
     }
     Ok(Mapping { ptr: p.cast(), len })
 }
@@ -96,11 +90,7 @@ pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> Fabr
     let cpath = path_of(&tmp)?;
     // SAFETY: cpath is a valid NUL-terminated string; O_EXCL makes us the only creator.
     let fd = unsafe {
-        libc::open(
-            cpath.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o600,
-        )
+        libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
     };
     if fd < 0 {
         return Err(FabricError::last_os(format!("creating {SHM_DIR}/{tmp}")));
@@ -121,9 +111,7 @@ pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> Fabr
     let final_path = path_of(name)?;
     // SAFETY: both paths are valid C strings.
     if unsafe { libc::rename(cpath.as_ptr(), final_path.as_ptr()) } != 0 {
-        return Err(cleanup(FabricError::last_os(format!(
-            "publishing {SHM_DIR}/{name}"
-        ))));
+        return Err(cleanup(FabricError::last_os(format!("publishing {SHM_DIR}/{name}"))));
     }
     Ok(map)
 }
@@ -178,32 +166,14 @@ pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     // SAFETY: word points to a live, 4-byte aligned u32; the kernel only reads it. A shared
     // (non-private) futex is used because the word may live in memory shared between processes.
     unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT,
-            expected,
-            &ts as *const _,
-            0,
-            0,
-        )
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAIT, expected, &ts as *const _, 0, 0)
     };
 }
 
 /// Wakes every waiter blocked in [`futex_wait`] on `word`.
 pub fn futex_wake_all(word: &AtomicU32) {
     // SAFETY: word points to a live u32; FUTEX_WAKE does not access user memory otherwise.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE,
-            i32::MAX,
-            0,
-            0,
-            0,
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
 }
 
 /// This process's id.
@@ -214,10 +184,7 @@ pub fn pid() -> u32 {
 /// Whether process `pid` is still running (a zombie counts as dead).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => match s
-            .rfind(')')
-            .and_then(|i| s[i + 1..].split_whitespace().next())
-        {
+        Ok(s) => match s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next()) {
             Some(state) => state != "Z" && state != "X",
             None => true,
         },
@@ -235,16 +202,7 @@ pub fn kill(pid: u32, sig: i32) {
 /// `pre_exec` hook: async-signal-safe.
 pub fn die_with_parent() -> std::io::Result<()> {
     // SAFETY: prctl with PR_SET_PDEATHSIG takes a signal number and touches no memory.
-    if unsafe {
-        libc::prctl(
-            libc::PR_SET_PDEATHSIG,
-            libc::SIGKILL as libc::c_ulong,
-            0,
-            0,
-            0,
-        )
-    } != 0
-    {
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
@@ -282,12 +240,7 @@ extern "C" fn on_interrupt(sig: libc::c_int) {
 pub fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-        unsafe {
-            libc::signal(
-                sig,
-                on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            )
-        };
+        unsafe { libc::signal(sig, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
 }
 
@@ -301,19 +254,14 @@ pub fn interrupted() -> Option<i32> {
 
 /// Nanoseconds from a monotonic clock (cheap; for benchmarks and timeouts).
 pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: ts is a valid out-parameter.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Spawns `cmd` so that the child is killed if this process (its launcher) dies.
-pub fn spawn_tied_to_parent(
-    cmd: &mut std::process::Command,
-) -> std::io::Result<std::process::Child> {
+pub fn spawn_tied_to_parent(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
     use std::os::unix::process::CommandExt;
     // SAFETY: the hook runs in the child between fork and exec and only calls prctl, which is
     // async-signal-safe and allocates nothing.

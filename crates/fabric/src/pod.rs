@@ -58,9 +58,7 @@ impl<'a, T: Pod> LocalView<'a, T> {
     /// Views `region` as `len` elements of `T`; `None` if it does not fit or is misaligned.
     pub fn new(region: &'a LocalRegion, len: usize) -> Option<Self> {
         let ptr = region.as_ptr().cast::<T>();
-        let fits = len
-            .checked_mul(std::mem::size_of::<T>())
-            .is_some_and(|b| b <= region.len);
+        let fits = len.checked_mul(std::mem::size_of::<T>()).is_some_and(|b| b <= region.len);
         (fits && (ptr as usize).is_multiple_of(std::mem::align_of::<T>())).then_some(LocalView {
             ptr,
             len,
@@ -77,39 +75,25 @@ impl<'a, T: Pod> LocalView<'a, T> {
     }
     /// Reads element `i`; panics if `i` is out of range.
     pub fn read(&self, i: usize) -> T {
-        assert!(
-            i < self.len,
-            "index {i} out of range for a segment of {} elements",
-            self.len
-        );
+        assert!(i < self.len, "index {i} out of range for a segment of {} elements", self.len);
         // SAFETY: i is in range of live memory; a volatile read tolerates concurrent peers.
         unsafe { self.ptr.add(i).read_volatile() }
     }
     /// Writes element `i`; panics if `i` is out of range.
     pub fn write(&self, i: usize, v: T) {
-        assert!(
-            i < self.len,
-            "index {i} out of range for a segment of {} elements",
-            self.len
-        );
+        assert!(i < self.len, "index {i} out of range for a segment of {} elements", self.len);
         // SAFETY: as read.
         unsafe { self.ptr.add(i).write_volatile(v) }
     }
     /// Copies `out.len()` elements starting at `start` into `out`; panics if out of range.
     pub fn copy_out(&self, start: usize, out: &mut [T]) {
-        assert!(
-            start.checked_add(out.len()).is_some_and(|e| e <= self.len),
-            "range out of bounds"
-        );
+        assert!(start.checked_add(out.len()).is_some_and(|e| e <= self.len), "range out of bounds");
         // SAFETY: the source range is in bounds of live memory; out is an exclusive slice.
         unsafe { std::ptr::copy(self.ptr.add(start), out.as_mut_ptr(), out.len()) }
     }
     /// Copies `src` into the view starting at `start`; panics if out of range.
     pub fn copy_in(&self, start: usize, src: &[T]) {
-        assert!(
-            start.checked_add(src.len()).is_some_and(|e| e <= self.len),
-            "range out of bounds"
-        );
+        assert!(start.checked_add(src.len()).is_some_and(|e| e <= self.len), "range out of bounds");
         // SAFETY: the destination range is in bounds of live memory; src is a live slice.
         unsafe { std::ptr::copy(src.as_ptr(), self.ptr.add(start), src.len()) }
     }
@@ -136,15 +120,8 @@ impl<T: Pod> LocalView<'_, T> {
     /// Element `i` of a view whose elements are 8-byte aligned, as an atomic: the right way to
     /// read a flag or counter that peers update with RMA or remote atomics.
     pub fn atomic(&self, i: usize) -> &AtomicU64 {
-        assert!(
-            std::mem::size_of::<T>() == 8,
-            "atomic access needs 8-byte elements"
-        );
-        assert!(
-            i < self.len,
-            "index {i} out of range for a segment of {} elements",
-            self.len
-        );
+        assert!(std::mem::size_of::<T>() == 8, "atomic access needs 8-byte elements");
+        assert!(i < self.len, "index {i} out of range for a segment of {} elements", self.len);
         // SAFETY: the element is in bounds, 8 bytes and 8-aligned (the region is page-aligned
         // and T is 8 bytes); AtomicU64 has the layout of u64; the memory outlives the borrow.
         unsafe { &*self.ptr.add(i).cast::<AtomicU64>() }

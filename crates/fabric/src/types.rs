@@ -39,24 +39,14 @@ pub struct LocalRegion {
 
 impl std::fmt::Debug for LocalRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "LocalRegion {{ id: {}, addr: {:#x}, len: {} }}",
-            self.id, self.addr, self.len
-        )
+        write!(f, "LocalRegion {{ id: {}, addr: {:#x}, len: {} }}", self.id, self.addr, self.len)
     }
 }
 
 impl LocalRegion {
     /// Describes registered memory backed by `mapping`; used by fabric implementations.
     pub fn new(id: u32, mapping: std::sync::Arc<crate::os::Mapping>, desc: Vec<u8>) -> Self {
-        LocalRegion {
-            id,
-            addr: mapping.as_ptr() as usize,
-            len: mapping.len(),
-            desc,
-            _keep: mapping,
-        }
+        LocalRegion { id, addr: mapping.as_ptr() as usize, len: mapping.len(), desc, _keep: mapping }
     }
     /// Start of the region in this process.
     pub fn as_ptr(&self) -> *mut u8 {
@@ -85,11 +75,7 @@ impl RemoteRegion {
     pub fn check(&self, offset: usize, len: usize) -> crate::FabricResult<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len => Ok(()),
-            _ => Err(crate::FabricError::OutOfBounds {
-                offset,
-                len,
-                region_len: self.len,
-            }),
+            _ => Err(crate::FabricError::OutOfBounds { offset, len, region_len: self.len }),
         }
     }
 }
@@ -148,10 +134,7 @@ impl AtomicOp {
             4 => AtomicOp::FetchOr(w[1]),
             5 => AtomicOp::FetchXor(w[1]),
             6 => AtomicOp::Swap(w[1]),
-            7 => AtomicOp::CompareSwap {
-                expected: w[1],
-                new: w[2],
-            },
+            7 => AtomicOp::CompareSwap { expected: w[1], new: w[2] },
             _ => return None,
         })
     }
@@ -197,11 +180,7 @@ pub enum AmPayload<'a> {
     /// Bytes delivered to the handler.
     Medium(&'a [u8]),
     /// Bytes written to `region` at `offset` before the handler runs.
-    Long {
-        region: &'a RemoteRegion,
-        offset: usize,
-        data: &'a [u8],
-    },
+    Long { region: &'a RemoteRegion, offset: usize, data: &'a [u8] },
 }
 
 /// An outgoing active message.
@@ -225,11 +204,7 @@ pub enum AmInPayload<'a> {
     /// Bytes carried in the message.
     Medium(&'a [u8]),
     /// Bytes already written to local region `region` at `offset`.
-    Long {
-        region: u32,
-        offset: usize,
-        data: &'a [u8],
-    },
+    Long { region: u32, offset: usize, data: &'a [u8] },
 }
 
 /// An incoming active message, valid during [`crate::EventSink::on_am`].

@@ -83,34 +83,19 @@ impl<'a> AmMsg<'a> {
     /// Replies with arguments only.
     pub fn reply_short(&self, h: AmHandler, args: &[u64]) -> Result<()> {
         self.check_reply()?;
-        self.comm
-            .send_am(self.src, h.0, AmClass::Reply, args, AmPayload::Short)
+        self.comm.send_am(self.src, h.0, AmClass::Reply, args, AmPayload::Short)
     }
     /// Replies with a payload delivered to the reply handler.
     pub fn reply_medium(&self, h: AmHandler, args: &[u64], payload: &[u8]) -> Result<()> {
         self.check_reply()?;
-        self.comm.send_am(
-            self.src,
-            h.0,
-            AmClass::Reply,
-            args,
-            AmPayload::Medium(payload),
-        )
+        self.comm.send_am(self.src, h.0, AmClass::Reply, args, AmPayload::Medium(payload))
     }
     /// Replies with a payload written to `dst` (in the requester's segment) before the reply
     /// handler runs.
-    pub fn reply_long(
-        &self,
-        h: AmHandler,
-        args: &[u64],
-        payload: &[u8],
-        dst: GlobalPtr<u8>,
-    ) -> Result<()> {
+    pub fn reply_long(&self, h: AmHandler, args: &[u64], payload: &[u8], dst: GlobalPtr<u8>) -> Result<()> {
         self.check_reply()?;
         if dst.rank() != self.src {
-            return Err(Error::Misuse(
-                "a long reply must target the requester's memory",
-            ));
+            return Err(Error::Misuse("a long reply must target the requester's memory"));
         }
         self.comm.send_long(h.0, AmClass::Reply, args, payload, dst)
     }
@@ -124,13 +109,7 @@ impl Comm {
     }
     /// Sends a request whose payload (at most [`crate::Caps::am_max_medium`] bytes) is delivered
     /// to the handler on `dst`.
-    pub fn am_request_medium(
-        &self,
-        dst: u32,
-        h: AmHandler,
-        args: &[u64],
-        payload: &[u8],
-    ) -> Result<()> {
+    pub fn am_request_medium(&self, dst: u32, h: AmHandler, args: &[u64], payload: &[u8]) -> Result<()> {
         self.check_request(h)?;
         self.send_am(dst, h.0, AmClass::Request, args, AmPayload::Medium(payload))
     }
@@ -149,15 +128,10 @@ impl Comm {
 
     fn check_request(&self, h: AmHandler) -> Result<()> {
         if in_handler().is_some() {
-            return Err(Error::Misuse(
-                "requests cannot be sent from inside an AM handler (reply instead)",
-            ));
+            return Err(Error::Misuse("requests cannot be sent from inside an AM handler (reply instead)"));
         }
         if h.0 as usize >= self.handlers.len() {
-            return Err(Error::UnknownHandler {
-                id: h.0,
-                src: self.rank(),
-            });
+            return Err(Error::UnknownHandler { id: h.0, src: self.rank() });
         }
         Ok(())
     }
@@ -173,21 +147,9 @@ impl Comm {
         let (seg, offset) = self.resolve(dst, payload.len())?;
         let region = seg.remote(dst.rank());
         if !self.native_rma {
-            return Err(Error::Misuse(
-                "long AMs need a fabric with RMA; use a medium AM",
-            ));
+            return Err(Error::Misuse("long AMs need a fabric with RMA; use a medium AM"));
         }
-        self.send_am(
-            dst.rank(),
-            h,
-            class,
-            args,
-            AmPayload::Long {
-                region,
-                offset,
-                data: payload,
-            },
-        )
+        self.send_am(dst.rank(), h, class, args, AmPayload::Long { region, offset, data: payload })
     }
 
     /// Sends any AM, making progress while the path to `dst` is full.
@@ -200,10 +162,7 @@ impl Comm {
         payload: AmPayload<'_>,
     ) -> Result<()> {
         if dst >= self.size() {
-            return Err(Error::NoSuchRank {
-                rank: dst,
-                size: self.size(),
-            });
+            return Err(Error::NoSuchRank { rank: dst, size: self.size() });
         }
         if args.len() > self.caps.am_max_args {
             return Err(Error::TooLarge {
@@ -221,22 +180,13 @@ impl Comm {
                 });
             }
         }
-        let msg = AmOut {
-            handler: h,
-            class,
-            args,
-            payload,
-        };
+        let msg = AmOut { handler: h, class, args, payload };
         if self.fabric.am_try_send(dst, &msg)? {
             return Ok(());
         }
         // Back-pressure: the ring is full. Make progress (replies only when inside a handler, so
         // that handlers never recurse into requests) until the receiver drains it.
-        let set = if in_handler().is_some() {
-            PollSet::RepliesOnly
-        } else {
-            PollSet::All
-        };
+        let set = if in_handler().is_some() { PollSet::RepliesOnly } else { PollSet::All };
         let mut sent = false;
         self.wait_with(crate::progress::Deps::Rank(dst), set, || {
             sent = match self.fabric.am_try_send(dst, &msg) {
@@ -255,10 +205,7 @@ impl Comm {
 impl EventSink for Comm {
     fn on_am(&self, am: AmIn<'_>) {
         let Some(h) = self.handlers.get(am.handler as usize) else {
-            self.record_error(Error::UnknownHandler {
-                id: am.handler,
-                src: am.src,
-            });
+            self.record_error(Error::UnknownHandler { id: am.handler, src: am.src });
             return;
         };
         let (payload, long_offset) = match am.payload {
@@ -313,11 +260,6 @@ pub(crate) mod internal {
             ("weft.rma.atomic", Arc::new(|m| m.comm().on_am_atomic(m))),
             ("weft.rma.done", Arc::new(|m| m.comm().on_am_done(m))),
         ];
-        list.into_iter()
-            .map(|(n, f)| HandlerEntry {
-                name: n.to_string(),
-                f,
-            })
-            .collect()
+        list.into_iter().map(|(n, f)| HandlerEntry { name: n.to_string(), f }).collect()
     }
 }

@@ -54,13 +54,7 @@ impl Comm {
         let mut round = 0;
         while dist < n {
             let to = (me + dist) % n;
-            self.send_am(
-                to,
-                internal::BARRIER,
-                AmClass::Request,
-                &[round as u64],
-                AmPayload::Short,
-            )?;
+            self.send_am(to, internal::BARRIER, AmClass::Request, &[round as u64], AmPayload::Short)?;
             let arrived = &self.coll.arrived[round];
             self.wait(Deps::All, || arrived.load(Ordering::Acquire) >= epoch)?;
             round += 1;
@@ -74,10 +68,7 @@ impl Comm {
             Some(r) if r < MAX_ROUNDS => {
                 self.coll.arrived[r].fetch_add(1, Ordering::AcqRel);
             }
-            _ => self.record_error(Error::Remote(format!(
-                "malformed barrier message from rank {}",
-                m.src()
-            ))),
+            _ => self.record_error(Error::Remote(format!("malformed barrier message from rank {}", m.src()))),
         }
     }
 
@@ -87,26 +78,15 @@ impl Comm {
         order.exchanges += 1;
         let seq = order.exchanges;
         for r in (0..self.size()).filter(|&r| r != self.rank()) {
-            self.send_am(
-                r,
-                internal::EXCHANGE,
-                AmClass::Request,
-                &[seq],
-                AmPayload::Medium(mine),
-            )?;
+            self.send_am(r, internal::EXCHANGE, AmClass::Request, &[seq], AmPayload::Medium(mine))?;
         }
         let others = self.size() as usize - 1;
         self.wait(Deps::All, || {
             let g = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
             g.get(&seq).map_or(0, |v| v.iter().flatten().count()) == others
         })?;
-        let mut all = self
-            .coll
-            .gathered
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&seq)
-            .unwrap_or_default();
+        let mut all =
+            self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner()).remove(&seq).unwrap_or_default();
         all.resize(self.size() as usize, None);
         all[self.rank() as usize] = Some(mine.to_vec());
         Ok(all.into_iter().map(Option::unwrap_or_default).collect())
@@ -114,15 +94,11 @@ impl Comm {
 
     pub(crate) fn on_exchange(&self, m: &AmMsg<'_>) {
         let Some(&seq) = m.args().first() else {
-            return self.record_error(Error::Remote(format!(
-                "malformed exchange message from rank {}",
-                m.src()
-            )));
+            return self
+                .record_error(Error::Remote(format!("malformed exchange message from rank {}", m.src())));
         };
         let mut g = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
-        let slots = g
-            .entry(seq)
-            .or_insert_with(|| vec![None; self.coll.size as usize]);
+        let slots = g.entry(seq).or_insert_with(|| vec![None; self.coll.size as usize]);
         slots[m.src() as usize] = Some(m.payload().to_vec());
     }
 }

@@ -62,11 +62,9 @@ fn var(name: &str) -> Option<String> {
 fn parse<T: std::str::FromStr>(name: &str, expect: &str) -> Result<Option<T>> {
     match var(name) {
         None => Ok(None),
-        Some(v) => v
-            .trim()
-            .parse()
-            .map(Some)
-            .map_err(|_| Error::Config(format!("{name}={v:?}: expected {expect}"))),
+        Some(v) => {
+            v.trim().parse().map(Some).map_err(|_| Error::Config(format!("{name}={v:?}: expected {expect}")))
+        }
     }
 }
 
@@ -91,21 +89,24 @@ impl Config {
         let size: Option<u32> = parse("WEFT_SIZE", "a positive number of ranks")?;
         let rank: Option<u32> = parse("WEFT_RANK", "a rank number")?;
         let (rank, size, job) = match (rank, size, var("WEFT_JOB")) {
-            (None, None, None) => (0, 1, format!("solo{}x{:x}", std::process::id(), weft_fabric::os::now_ns())),
+            (None, None, None) => {
+                (0, 1, format!("solo{}x{:x}", std::process::id(), weft_fabric::os::now_ns()))
+            }
             (Some(r), Some(s), Some(j)) => {
                 if s == 0 || r >= s {
                     return Err(Error::Config(format!("WEFT_RANK={r} is not below WEFT_SIZE={s}")));
                 }
                 if !j.chars().all(|c| c.is_ascii_alphanumeric()) || j.len() > 64 {
-                    return Err(Error::Config(format!("WEFT_JOB={j:?}: expected up to 64 letters and digits")));
+                    return Err(Error::Config(format!(
+                        "WEFT_JOB={j:?}: expected up to 64 letters and digits"
+                    )));
                 }
                 (r, s, j)
             }
-            _ => {
-                return Err(Error::Config(
-                    "WEFT_RANK, WEFT_SIZE and WEFT_JOB must be set together (start ranks with `weft run -n N`)".into(),
-                ))
-            }
+            _ => return Err(Error::Config(
+                "WEFT_RANK, WEFT_SIZE and WEFT_JOB must be set together (start ranks with `weft run -n N`)"
+                    .into(),
+            )),
         };
         let ring_kib = match o.ring_kib {
             Some(v) => v as u64,
@@ -113,19 +114,13 @@ impl Config {
         };
         let ring_kib = positive("WEFT_AM_RING_KIB", ring_kib)?;
         if !(16..=64 * 1024).contains(&ring_kib) {
-            return Err(Error::Config(format!(
-                "WEFT_AM_RING_KIB={ring_kib}: expected 16 to 65536"
-            )));
+            return Err(Error::Config(format!("WEFT_AM_RING_KIB={ring_kib}: expected 16 to 65536")));
         }
         let rma = match (o.rma, var("WEFT_RMA").as_deref()) {
             (Some(r), _) => r,
             (None, None | Some("native")) => RmaPath::Native,
             (None, Some("am")) => RmaPath::ActiveMessages,
-            (None, Some(v)) => {
-                return Err(Error::Config(format!(
-                    "WEFT_RMA={v:?}: expected native or am"
-                )))
-            }
+            (None, Some(v)) => return Err(Error::Config(format!("WEFT_RMA={v:?}: expected native or am"))),
         };
         let spin_us = match o.spin_us {
             Some(v) => v,

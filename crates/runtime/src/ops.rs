@@ -61,34 +61,21 @@ pub(crate) struct OpTable {
 impl OpTable {
     pub fn register(&self, op: &Arc<OpState>) -> u64 {
         let token = self.next.fetch_add(1, Ordering::Relaxed) + 1;
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(token, op.clone());
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).insert(token, op.clone());
         token
     }
     pub fn get(&self, token: u64) -> Option<Arc<OpState>> {
-        self.live
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&token)
-            .cloned()
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).get(&token).cloned()
     }
     /// One part of operation `token` finished.
     pub fn complete(&self, token: u64, value: u64, result: Result<()>) {
         let Some(op) = self.get(token) else { return };
         if let Err(e) = result {
-            op.error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(e);
+            op.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         }
         op.value.store(value, Ordering::Release);
         if op.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.live
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&token);
+            self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
             if let Some(w) = op.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 w.wake();
             }
@@ -122,9 +109,7 @@ impl Comm {
         });
         let mut first_err = None;
         for op in mine {
-            let r = self
-                .wait(Deps::Rank(op.target), || op.is_done())
-                .and_then(|_| op.outcome().map(drop));
+            let r = self.wait(Deps::Rank(op.target), || op.is_done()).and_then(|_| op.outcome().map(drop));
             if let Err(e) = r {
                 first_err.get_or_insert(e);
             }
@@ -180,18 +165,10 @@ pub struct RmaHandle<'a> {
 
 impl<'a> RmaHandle<'a> {
     pub(crate) fn done(comm: &'a Comm) -> Self {
-        RmaHandle {
-            comm,
-            op: None,
-            out: None,
-        }
+        RmaHandle { comm, op: None, out: None }
     }
     pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>, out: Option<&'a mut [u8]>) -> Self {
-        RmaHandle {
-            comm,
-            op: Some(op),
-            out,
-        }
+        RmaHandle { comm, op: Some(op), out }
     }
     fn finish(&mut self) -> Result<()> {
         let Some(op) = self.op.take() else {
@@ -266,10 +243,7 @@ impl<'a> AtomicHandle<'a> {
         AtomicHandle { comm, state: Ok(v) }
     }
     pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>) -> Self {
-        AtomicHandle {
-            comm,
-            state: Err(op),
-        }
+        AtomicHandle { comm, state: Err(op) }
     }
     /// Blocks until the operation is applied; returns the previous value.
     pub fn wait(self) -> Result<u64> {

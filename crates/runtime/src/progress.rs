@@ -87,11 +87,7 @@ impl Comm {
     /// Makes progress: runs the handlers of arrived active messages and completes operations.
     /// Returns how many events were handled. Inside an AM handler only replies are handled.
     pub fn poll(&self) -> Result<usize> {
-        let set = if crate::am::in_handler().is_some() {
-            PollSet::RepliesOnly
-        } else {
-            PollSet::All
-        };
+        let set = if crate::am::in_handler().is_some() { PollSet::RepliesOnly } else { PollSet::All };
         let n = self.fabric.progress(self, set)?;
         self.take_error()?;
         Ok(n)
@@ -111,20 +107,11 @@ impl Comm {
     }
 
     pub(crate) fn wait(&self, deps: Deps, cond: impl FnMut() -> bool) -> Result<()> {
-        let set = if crate::am::in_handler().is_some() {
-            PollSet::RepliesOnly
-        } else {
-            PollSet::All
-        };
+        let set = if crate::am::in_handler().is_some() { PollSet::RepliesOnly } else { PollSet::All };
         self.wait_with(deps, set, cond)
     }
 
-    pub(crate) fn wait_with(
-        &self,
-        deps: Deps,
-        set: PollSet,
-        mut cond: impl FnMut() -> bool,
-    ) -> Result<()> {
+    pub(crate) fn wait_with(&self, deps: Deps, set: PollSet, mut cond: impl FnMut() -> bool) -> Result<()> {
         let mut backoff = Backoff::new(self);
         loop {
             if cond() {
@@ -159,21 +146,16 @@ impl Comm {
                 rank: r,
                 reason: "has left the job (finalized) while this rank still waits on it".into(),
             }),
-            PeerState::Dead(why) => Some(Error::PeerFailed {
-                rank: r,
-                reason: format!("died ({why}) while this rank waits"),
-            }),
+            PeerState::Dead(why) => {
+                Some(Error::PeerFailed { rank: r, reason: format!("died ({why}) while this rank waits") })
+            }
         };
         let me = self.rank();
         match deps {
             Deps::Rank(r) if r == me => None,
             Deps::Rank(r) => judge(r, true),
-            Deps::All => (0..self.size())
-                .filter(|&r| r != me)
-                .find_map(|r| judge(r, true)),
-            Deps::AnyDead => (0..self.size())
-                .filter(|&r| r != me)
-                .find_map(|r| judge(r, false)),
+            Deps::All => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, true)),
+            Deps::AnyDead => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, false)),
         }
     }
 

@@ -28,9 +28,7 @@ impl Comm {
         let bytes = bytes_of(src);
         let (seg, off) = self.resolve(dst, bytes.len())?;
         if !self.native_rma {
-            return self
-                .am_put(dst.rank(), seg.id, off, bytes)
-                .map(Started::Pending);
+            return self.am_put(dst.rank(), seg.id, off, bytes).map(Started::Pending);
         }
         match self.fabric.put(seg.remote(dst.rank()), off, bytes, 0)? {
             Issued::Done(_) => Ok(Started::Done(0)),
@@ -45,9 +43,7 @@ impl Comm {
     fn start_atomic(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<Started> {
         let (seg, off) = self.resolve(p, 8)?;
         if !self.native_atomics {
-            return self
-                .am_atomic(p.rank(), seg.id, off, op)
-                .map(Started::Pending);
+            return self.am_atomic(p.rank(), seg.id, off, op).map(Started::Pending);
         }
         let region = seg.remote(p.rank());
         if self.caps.load_store {
@@ -99,11 +95,7 @@ impl Comm {
     }
 
     /// Starts a get into `dst`, which stays borrowed until the handle completes.
-    pub fn get_nb<'a, T: Pod>(
-        &'a self,
-        src: GlobalPtr<T>,
-        dst: &'a mut [T],
-    ) -> Result<RmaHandle<'a>> {
+    pub fn get_nb<'a, T: Pod>(&'a self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
         let out = bytes_of_mut(dst);
         let (seg, off) = self.resolve(src, out.len())?;
         if !self.native_rma {
@@ -138,10 +130,7 @@ impl Comm {
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```
     pub fn nbi<'s, R>(&'s self, f: impl FnOnce(&NbiScope<'s>) -> Result<R>) -> Result<R> {
-        let scope = NbiScope {
-            comm: self,
-            gets: RefCell::new(Vec::new()),
-        };
+        let scope = NbiScope { comm: self, gets: RefCell::new(Vec::new()) };
         let r = f(&scope);
         let mut first_err = r.as_ref().err().cloned();
         for h in scope.gets.into_inner() {

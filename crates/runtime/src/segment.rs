@@ -39,11 +39,7 @@ impl SegmentTable {
         self.slots.get(id as usize)?.get()
     }
     pub fn list(&self) -> Vec<(u32, usize)> {
-        self.slots
-            .iter()
-            .filter_map(|s| s.get())
-            .map(|s| (s.id, s.bytes))
-            .collect()
+        self.slots.iter().filter_map(|s| s.get()).map(|s| (s.id, s.bytes)).collect()
     }
 }
 
@@ -66,13 +62,7 @@ pub struct Segment<T: Pod> {
 
 impl<T: Pod> std::fmt::Debug for Segment<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "Segment(id {}, {} × {})",
-            self.info.id,
-            self.len,
-            std::any::type_name::<T>()
-        )
+        write!(f, "Segment(id {}, {} × {})", self.info.id, self.len, std::any::type_name::<T>())
     }
 }
 
@@ -91,8 +81,7 @@ impl<T: Pod> Segment<T> {
     }
     /// This rank's part, for local reads, writes and atomics.
     pub fn local(&self) -> LocalView<'_, T> {
-        LocalView::new(&self.info.local, self.len)
-            .expect("segment memory is sized and aligned for T")
+        LocalView::new(&self.info.local, self.len).expect("segment memory is sized and aligned for T")
     }
     /// Address of element `index` on `rank` (checked when used).
     pub fn at(&self, rank: u32, index: usize) -> GlobalPtr<T> {
@@ -124,11 +113,7 @@ impl<T> Copy for GlobalPtr<T> {}
 
 impl<T> std::fmt::Debug for GlobalPtr<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "GlobalPtr(rank {}, segment {}, byte {})",
-            self.rank, self.seg, self.byte_offset
-        )
+        write!(f, "GlobalPtr(rank {}, segment {}, byte {})", self.rank, self.seg, self.byte_offset)
     }
 }
 
@@ -137,9 +122,7 @@ impl<T> std::ops::Add<usize> for GlobalPtr<T> {
     type Output = GlobalPtr<T>;
     fn add(self, n: usize) -> Self {
         GlobalPtr {
-            byte_offset: self
-                .byte_offset
-                .wrapping_add(n.wrapping_mul(std::mem::size_of::<T>())),
+            byte_offset: self.byte_offset.wrapping_add(n.wrapping_mul(std::mem::size_of::<T>())),
             ..self
         }
     }
@@ -160,10 +143,7 @@ impl<T> GlobalPtr<T> {
     }
     /// The address `bytes` bytes further (may become misaligned; checked when used).
     pub fn byte_add(self, bytes: usize) -> Self {
-        GlobalPtr {
-            byte_offset: self.byte_offset.wrapping_add(bytes),
-            ..self
-        }
+        GlobalPtr { byte_offset: self.byte_offset.wrapping_add(bytes), ..self }
     }
     /// The same element offset on another rank.
     pub fn on(self, rank: u32) -> Self {
@@ -171,12 +151,7 @@ impl<T> GlobalPtr<T> {
     }
     /// Reinterprets the address as pointing to `U` (alignment is checked when used).
     pub fn cast<U>(self) -> GlobalPtr<U> {
-        GlobalPtr {
-            rank: self.rank,
-            seg: self.seg,
-            byte_offset: self.byte_offset,
-            _t: PhantomData,
-        }
+        GlobalPtr { rank: self.rank, seg: self.seg, byte_offset: self.byte_offset, _t: PhantomData }
     }
 }
 
@@ -186,20 +161,13 @@ impl Comm {
     /// mismatch is an error on every rank).
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let elem = std::mem::size_of::<T>();
-        let bytes = len
-            .checked_mul(elem)
-            .filter(|&b| b <= isize::MAX as usize)
-            .ok_or(Error::TooLarge {
-                what: "segment size (elements)",
-                len,
-                max: isize::MAX as usize / elem.max(1),
-            })?;
+        let bytes = len.checked_mul(elem).filter(|&b| b <= isize::MAX as usize).ok_or(Error::TooLarge {
+            what: "segment size (elements)",
+            len,
+            max: isize::MAX as usize / elem.max(1),
+        })?;
         let id = {
-            let mut c = self
-                .segments
-                .count
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
+            let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
             if *c as usize >= MAX_SEGMENTS {
                 return Err(Error::TooLarge {
                     what: "number of segments",
@@ -225,27 +193,16 @@ impl Comm {
         // Publish locally *before* the barrier: a peer that leaves the barrier first may at once
         // send AM-based accesses to this segment, which this rank handles while still inside it.
         let info = result.map(|remote| {
-            let info = Arc::new(SegInfo {
-                id,
-                bytes,
-                local: region.clone(),
-                remote,
-            });
+            let info = Arc::new(SegInfo { id, bytes, local: region.clone(), remote });
             let _ = self.segments.slots[id as usize].set(info.clone());
             info
         });
         // Every rank has attached (or everyone failed the same checks): the barrier makes sure
         // nobody still needs the region's public name, then it is dropped.
-        let sealed = self
-            .barrier()
-            .and_then(|_| self.fabric.seal(&region).map_err(Error::from));
+        let sealed = self.barrier().and_then(|_| self.fabric.seal(&region).map_err(Error::from));
         let info = info?;
         sealed?;
-        Ok(Segment {
-            info,
-            len,
-            _t: PhantomData,
-        })
+        Ok(Segment { info, len, _t: PhantomData })
     }
 
     fn attach_all(
@@ -265,10 +222,7 @@ impl Comm {
             if d[16..].starts_with(b"ERR") {
                 return Err(Error::PeerFailed {
                     rank: r as u32,
-                    reason: format!(
-                        "could not allocate segment {id}: {}",
-                        String::from_utf8_lossy(&d[19..])
-                    ),
+                    reason: format!("could not allocate segment {id}: {}", String::from_utf8_lossy(&d[19..])),
                 });
             }
             let theirs = u64::from_le_bytes(d[..8].try_into().unwrap_or_default()) as usize;
@@ -282,11 +236,7 @@ impl Comm {
         }
         let mut remote = Vec::with_capacity(all.len());
         for (r, d) in all.iter().enumerate() {
-            let desc = if r as u32 == self.rank() {
-                &region.desc[..]
-            } else {
-                &d[16..]
-            };
+            let desc = if r as u32 == self.rank() { &region.desc[..] } else { &d[16..] };
             remote.push(self.fabric.attach(r as u32, desc)?);
         }
         Ok(remote)
@@ -295,21 +245,12 @@ impl Comm {
     /// Checks a global address for an access of `len` bytes; returns the segment and offset.
     pub(crate) fn resolve<T>(&self, p: GlobalPtr<T>, len: usize) -> Result<(&Arc<SegInfo>, usize)> {
         if p.rank >= self.size() {
-            return Err(Error::NoSuchRank {
-                rank: p.rank,
-                size: self.size(),
-            });
+            return Err(Error::NoSuchRank { rank: p.rank, size: self.size() });
         }
-        let seg = self
-            .segments
-            .get(p.seg)
-            .ok_or(Error::NoSuchSegment(p.seg))?;
+        let seg = self.segments.get(p.seg).ok_or(Error::NoSuchSegment(p.seg))?;
         let align = std::mem::align_of::<T>();
         if !p.byte_offset.is_multiple_of(align) {
-            return Err(Error::Misaligned {
-                offset: p.byte_offset,
-                align,
-            });
+            return Err(Error::Misaligned { offset: p.byte_offset, align });
         }
         match p.byte_offset.checked_add(len) {
             Some(end) if end <= seg.bytes => Ok((seg, p.byte_offset)),

@@ -32,16 +32,9 @@ impl Builder {
     /// Registers an active-message handler under `name` and returns its id. Every rank must
     /// register the same names in the same order (checked at start-up). Handlers run during
     /// progress on the target, possibly on several threads at once, and must not block.
-    pub fn handler(
-        &mut self,
-        name: &str,
-        f: impl Fn(&AmMsg<'_>) + Send + Sync + 'static,
-    ) -> AmHandler {
+    pub fn handler(&mut self, name: &str, f: impl Fn(&AmMsg<'_>) + Send + Sync + 'static) -> AmHandler {
         let id = (internal::COUNT as usize + self.handlers.len()) as u16;
-        self.handlers.push(HandlerEntry {
-            name: name.to_string(),
-            f: Arc::new(f) as HandlerFn,
-        });
+        self.handlers.push(HandlerEntry { name: name.to_string(), f: Arc::new(f) as HandlerFn });
         AmHandler(id)
     }
     /// Starts a progress thread (overrides `WEFT_PROGRESS_THREAD`).
@@ -274,11 +267,7 @@ impl Comm {
             if theirs != mine.as_bytes() {
                 let theirs = String::from_utf8_lossy(theirs);
                 let t: Vec<&str> = theirs.split('\n').collect();
-                let i = names
-                    .iter()
-                    .zip(&t)
-                    .position(|(a, b)| a != b)
-                    .unwrap_or(names.len().min(t.len()));
+                let i = names.iter().zip(&t).position(|(a, b)| a != b).unwrap_or(names.len().min(t.len()));
                 return Err(Error::Mismatch(format!(
                     "AM handler tables differ: rank {} has {} handlers, rank {r} has {}; first difference at #{i}: {:?} vs {:?}",
                     self.rank(),

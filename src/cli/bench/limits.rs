@@ -17,58 +17,45 @@ pub struct Limits {
 
 impl Limits {
     pub fn memcpy_ns(&self, bytes: u64) -> f64 {
-        self.memcpy_ns
-            .iter()
-            .find(|(b, _)| *b == bytes)
-            .map(|(_, t)| *t)
-            .unwrap_or(f64::NAN)
+        self.memcpy_ns.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t).unwrap_or(f64::NAN)
     }
     pub fn memcpy_gbs(&self, bytes: u64) -> f64 {
         bytes as f64 / self.memcpy_ns(bytes)
     }
+    /// Collective: `reps` repetitions of a latency benchmark `run` (which returns its sample on
+    /// the rank that measures), each preceded by a cache-line round trip so that weft and the
+    /// limit see the same machine conditions. Returns the medians (weft, limit).
+    pub fn interleaved(
+        &self,
+        ctx: &Ctx,
+        reps: usize,
+        mut run: impl FnMut() -> Result<Option<f64>, weft::Error>,
+    ) -> Result<(Option<f64>, Option<f64>), weft::Error> {
+        let (mut samples, mut limit) = (vec![], vec![]);
+        for _ in 0..reps {
+            limit.extend(self.line.round_trip(ctx, 20_000)?);
+            samples.extend(run()?);
+            ctx.world.barrier()?;
+        }
+        let med = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
+        Ok((med(samples), med(limit)))
+    }
+
     pub fn rows(&self) -> Vec<Row> {
         let mut rows = vec![];
         if let Some(rt) = self.line_rt_ns {
-            rows.push(Row::new(
-                "limits",
-                "cache-line round trip (2 procs)",
-                64,
-                rt,
-                "ns",
-            ));
+            rows.push(Row::new("limits", "cache-line round trip (2 procs)", 64, rt, "ns"));
         }
         for &(b, t) in &self.memcpy_ns {
-            rows.push(Row::new(
-                "limits",
-                format!("memcpy time {}", size_name(b)),
-                b,
-                t,
-                "ns",
-            ));
-            rows.push(Row::new(
-                "limits",
-                "memcpy bandwidth",
-                b,
-                b as f64 / t,
-                "GB/s",
-            ));
+            rows.push(Row::new("limits", format!("memcpy time {}", size_name(b)), b, t, "ns"));
+            rows.push(Row::new("limits", "memcpy bandwidth", b, b as f64 / t, "GB/s"));
         }
         rows
     }
 }
 
 /// Sizes every size-swept benchmark uses.
-pub const SIZES: &[u64] = &[
-    8,
-    64,
-    512,
-    4 << 10,
-    32 << 10,
-    64 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-];
+pub const SIZES: &[u64] = &[8, 64, 512, 4 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 
 /// Repetitions of a copy of `bytes` that take a few milliseconds.
 pub fn reps_for(bytes: u64) -> u64 {
@@ -102,10 +89,7 @@ impl SharedLine {
         if w.rank() == 0 {
             os::unlink(&name);
         }
-        Ok(SharedLine {
-            map,
-            next: std::cell::Cell::new(0),
-        })
+        Ok(SharedLine { map, next: std::cell::Cell::new(0) })
     }
 
     /// Collective: ranks 0 and 1 bounce the line `iters` times; rank 0 gets the round trip in
@@ -115,10 +99,7 @@ impl SharedLine {
         w.barrier()?;
         let mut result = None;
         if let Some(map) = &self.map {
-            let (ping, pong) = (
-                map.atomic_u64(0).expect("in map"),
-                map.atomic_u64(16).expect("in map"),
-            );
+            let (ping, pong) = (map.atomic_u64(0).expect("in map"), map.atomic_u64(16).expect("in map"));
             let base = self.next.get();
             self.next.set(base + iters);
             let t = os::now_ns();
@@ -150,7 +131,8 @@ fn cache_line_rt(ctx: &Ctx, line: &SharedLine) -> Result<Option<f64>, weft::Erro
     Ok((!samples.is_empty()).then(|| median(samples)))
 }
 
-fn memcpy_ns(bytes: u64) -> f64 {
+/// memcpy time for `bytes`, ns (median of five runs).
+pub fn memcpy_ns(bytes: u64) -> f64 {
     let src = vec![1u8; bytes as usize];
     let mut dst = vec![0u8; bytes as usize];
     let reps = reps_for(bytes);
@@ -171,15 +153,8 @@ pub fn measure(ctx: &Ctx) -> Result<Limits, weft::Error> {
     let line = SharedLine::new(ctx)?;
     let line_rt_ns = cache_line_rt(ctx, &line)?;
     ctx.progress.note("memcpy");
-    let memcpy = if ctx.world.rank() == 0 {
-        SIZES.iter().map(|&b| (b, memcpy_ns(b))).collect()
-    } else {
-        vec![]
-    };
+    let memcpy =
+        if ctx.world.rank() == 0 { SIZES.iter().map(|&b| (b, memcpy_ns(b))).collect() } else { vec![] };
     ctx.world.barrier()?;
-    Ok(Limits {
-        line,
-        line_rt_ns,
-        memcpy_ns: memcpy,
-    })
+    Ok(Limits { line, line_rt_ns, memcpy_ns: memcpy })
 }

@@ -36,17 +36,9 @@ pub struct BenchArgs {
 
 /// Starts the ranks of a benchmark run.
 pub fn launch(args: &BenchArgs) -> Result<i32, String> {
-    let mut a: Vec<std::ffi::OsString> = vec![
-        "__rank".into(),
-        "bench".into(),
-        "-n".into(),
-        args.n.to_string().into(),
-    ];
-    a.extend(
-        args.suites
-            .iter()
-            .map(|s| format!("{s:?}").to_lowercase().into()),
-    );
+    let mut a: Vec<std::ffi::OsString> =
+        vec!["__rank".into(), "bench".into(), "-n".into(), args.n.to_string().into()];
+    a.extend(args.suites.iter().map(|s| format!("{s:?}").to_lowercase().into()));
     if args.json {
         a.push("--json".into());
     }
@@ -84,31 +76,14 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
     let mut b = World::builder();
     let (pong, pongs) = counter(&mut b, "bench.pong");
     let (fin_ack, fin_acks) = counter(&mut b, "bench.fin_ack");
-    let ping = b.handler("bench.ping", move |m| {
-        m.reply_short(pong, &[]).expect("reply")
-    });
-    let fin = b.handler("bench.fin", move |m| {
-        m.reply_short(fin_ack, &[]).expect("reply")
-    });
+    let ping = b.handler("bench.ping", move |m| m.reply_short(pong, &[]).expect("reply"));
+    let fin = b.handler("bench.fin", move |m| m.reply_short(fin_ack, &[]).expect("reply"));
     let sink = b.handler("bench.sink", |_| {});
     let world = b.init()?;
     let progress = Progress::new(args.json, world.rank());
-    let ctx = Ctx {
-        world,
-        handlers: Handlers {
-            ping,
-            sink,
-            fin,
-            pongs,
-            fin_acks,
-        },
-        progress,
-    };
-    let suites = if args.suites.is_empty() {
-        vec![Suite::Limits, Suite::Rma, Suite::Am]
-    } else {
-        args.suites.clone()
-    };
+    let ctx = Ctx { world, handlers: Handlers { ping, sink, fin, pongs, fin_acks }, progress };
+    let suites =
+        if args.suites.is_empty() { vec![Suite::Limits, Suite::Rma, Suite::Am] } else { args.suites.clone() };
     let lim = limits::measure(&ctx)?;
     let mut rows: Vec<Row> = vec![];
     for s in suites {

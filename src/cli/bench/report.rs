@@ -30,16 +30,7 @@ impl Row {
         value: f64,
         unit: &'static str,
     ) -> Row {
-        Row {
-            suite,
-            metric: metric.into(),
-            bytes,
-            value,
-            unit,
-            limit: None,
-            limit_name: None,
-            ratio: None,
-        }
+        Row { suite, metric: metric.into(), bytes, value, unit, limit: None, limit_name: None, ratio: None }
     }
     pub fn vs(mut self, limit_name: &'static str, limit: f64) -> Row {
         self.limit = Some(limit);
@@ -78,11 +69,7 @@ pub fn print_table(rows: &[Row]) {
                 "metric", "size", "weft", "unit", "limit", "limit is", "ratio"
             );
         }
-        let size = if r.bytes > 0 || r.metric.contains("B ") {
-            size_name(r.bytes)
-        } else {
-            "-".into()
-        };
+        let size = if r.bytes > 0 || r.metric.contains("B ") { size_name(r.bytes) } else { "-".into() };
         println!(
             "{:<34} {:>8} {:>12} {:<6} {:>12}  {:<26} {:>7}",
             r.metric,
@@ -109,9 +96,7 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(json: bool, rank: u32) -> Self {
-        Progress {
-            on: !json && rank == 0 && std::io::stderr().is_terminal(),
-        }
+        Progress { on: !json && rank == 0 && std::io::stderr().is_terminal() }
     }
     pub fn note(&self, what: &str) {
         if self.on {

@@ -44,24 +44,12 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
             let get = per_op(reps, || w.get(target, &mut dst[..n]))?;
             let m = lim.memcpy_ns(b);
             rows.push(
-                Row::new(
-                    "rma",
-                    format!("put latency (blocking) {}", size_name(b)),
-                    b,
-                    put,
-                    "ns",
-                )
-                .vs("memcpy time", m),
+                Row::new("rma", format!("put latency (blocking) {}", size_name(b)), b, put, "ns")
+                    .vs("memcpy time", m),
             );
             rows.push(
-                Row::new(
-                    "rma",
-                    format!("get latency (blocking) {}", size_name(b)),
-                    b,
-                    get,
-                    "ns",
-                )
-                .vs("memcpy time", m),
+                Row::new("rma", format!("get latency (blocking) {}", size_name(b)), b, get, "ns")
+                    .vs("memcpy time", m),
             );
         }
         w.barrier()?;
@@ -72,10 +60,10 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
     // cache-line round trip so that both see the same machine conditions.
     let local = flags.local();
     let iters = 20_000u64;
-    let (mut samples, mut limit) = (vec![], vec![]);
-    for rep in 0..7u64 {
-        limit.extend(lim.line.round_trip(ctx, iters)?);
+    let mut rep = 0;
+    let (half, limit) = lim.interleaved(ctx, 7, || {
         let base = rep * iters;
+        rep += 1;
         let t = os::now_ns();
         for i in base + 1..=base + iters {
             let flag_set = || local.atomic(1).load(Ordering::Acquire) == i;
@@ -89,21 +77,13 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
                 w.atomic_store(flags.at(0, 1), i)?;
             }
         }
-        samples.push((os::now_ns() - t) as f64 / iters as f64 / 2.0);
-        w.barrier()?;
-    }
-    if driver {
-        let row = Row::new(
-            "rma",
-            "put+flag ping-pong half RT",
-            8,
-            median(samples),
-            "ns",
-        );
-        rows.push(if limit.is_empty() {
-            row
-        } else {
-            row.vs("half cache-line RT", median(limit) / 2.0)
+        Ok(driver.then(|| (os::now_ns() - t) as f64 / iters as f64 / 2.0))
+    })?;
+    if let Some(half) = half {
+        let row = Row::new("rma", "put+flag ping-pong half RT", 8, half, "ns");
+        rows.push(match limit {
+            Some(l) => row.vs("half cache-line RT", l / 2.0),
+            None => row,
         });
     }
     w.barrier()?;
@@ -115,9 +95,7 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
             let reps = reps_for(b);
             let gbs = |ns_per: f64| b as f64 / ns_per;
             let nb = per_op(1, || {
-                let hs: Vec<_> = (0..reps)
-                    .map(|_| w.put_nb(target, &src[..n]))
-                    .collect::<Result<_, _>>()?;
+                let hs: Vec<_> = (0..reps).map(|_| w.put_nb(target, &src[..n])).collect::<Result<_, _>>()?;
                 hs.into_iter().try_for_each(|h| h.wait())
             })? / reps as f64;
             let nbi = per_op(1, || {
@@ -126,44 +104,29 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
                 }
                 w.sync_nbi()
             })? / reps as f64;
-            let chunks = (max / n).max(1) as u64;
+            // Gets in flight need distinct destinations; keep them within 256 KiB (in L2, like the
+            // memcpy they are compared with).
+            let chunks = ((256 << 10) / n).max(1) as u64;
             let passes = reps.div_ceil(chunks);
             let get = per_op(1, || {
                 for _ in 0..passes {
-                    w.nbi(|s| dst.chunks_mut(n).try_for_each(|c| s.get(target, c)))?;
+                    w.nbi(|s| dst.chunks_mut(n).take(chunks as usize).try_for_each(|c| s.get(target, c)))?;
                 }
                 Ok(())
             })? / (passes * chunks) as f64;
-            let m = lim.memcpy_gbs(b);
+            // memcpy again, right beside the floods: the limit under the same conditions.
+            let m = b as f64 / super::limits::memcpy_ns(b);
             rows.push(
-                Row::new(
-                    "rma",
-                    format!("put flood NB {}", size_name(b)),
-                    b,
-                    gbs(nb),
-                    "GB/s",
-                )
-                .vs("memcpy bandwidth", m),
+                Row::new("rma", format!("put flood NB {}", size_name(b)), b, gbs(nb), "GB/s")
+                    .vs("memcpy bandwidth", m),
             );
             rows.push(
-                Row::new(
-                    "rma",
-                    format!("put flood NBI {}", size_name(b)),
-                    b,
-                    gbs(nbi),
-                    "GB/s",
-                )
-                .vs("memcpy bandwidth", m),
+                Row::new("rma", format!("put flood NBI {}", size_name(b)), b, gbs(nbi), "GB/s")
+                    .vs("memcpy bandwidth", m),
             );
             rows.push(
-                Row::new(
-                    "rma",
-                    format!("get flood NBI {}", size_name(b)),
-                    b,
-                    gbs(get),
-                    "GB/s",
-                )
-                .vs("memcpy bandwidth", m),
+                Row::new("rma", format!("get flood NBI {}", size_name(b)), b, gbs(get), "GB/s")
+                    .vs("memcpy bandwidth", m),
             );
         }
         w.barrier()?;

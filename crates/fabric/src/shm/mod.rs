@@ -75,11 +75,7 @@ struct Inbound {
 
 impl Inbound {
     fn new(ring: RingPtr, max_medium: usize) -> Self {
-        Inbound {
-            ring,
-            head: AtomicU64::new(0),
-            rx: SpinLock::new(Receiver::new(ring, max_medium)),
-        }
+        Inbound { ring, head: AtomicU64::new(0), rx: SpinLock::new(Receiver::new(ring, max_medium)) }
     }
     fn ready(&self) -> bool {
         self.ring.ready_at(self.head.load(Ordering::Relaxed))
@@ -112,8 +108,7 @@ impl ShmFabric {
             });
         }
         let slots = (cfg.ring_bytes / ring::SLOT).max(64);
-        let max_medium =
-            MAX_MEDIUM.min(slots / 4 * ring::SLOT - ring::HEADER - 8 * crate::AM_MAX_ARGS);
+        let max_medium = MAX_MEDIUM.min(slots / 4 * ring::SLOT - ring::HEADER - 8 * crate::AM_MAX_ARGS);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
         let own = os::create_shared(&inbox_name(&cfg.job, cfg.rank), inbox_bytes, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
@@ -166,8 +161,7 @@ impl ShmFabric {
             .collect();
         let receivers = (0..cfg.size)
             .map(|src| {
-                [AmClass::Request, AmClass::Reply]
-                    .map(|c| Inbound::new(ring_at(&own, src, c), max_medium))
+                [AmClass::Request, AmClass::Reply].map(|c| Inbound::new(ring_at(&own, src, c), max_medium))
             })
             .collect();
         let fab = ShmFabric {
@@ -194,10 +188,7 @@ impl ShmFabric {
                 PeerState::Dead(w) => Some((r, w)),
                 _ => None,
             }) {
-                return Err(FabricError::Peer {
-                    rank: r,
-                    reason: format!("died during start-up ({why})"),
-                });
+                return Err(FabricError::Peer { rank: r, reason: format!("died during start-up ({why})") });
             }
             if Instant::now() > deadline {
                 return Err(FabricError::Timeout {
@@ -207,9 +198,7 @@ impl ShmFabric {
             std::thread::sleep(Duration::from_micros(200));
         }
         os::unlink(&inbox_name(&cfg.job, cfg.rank));
-        fab.control(cfg.rank)
-            .state
-            .store(State::Running as u32, Ordering::Release);
+        fab.control(cfg.rank).state.store(State::Running as u32, Ordering::Release);
         Ok(fab)
     }
 
@@ -245,12 +234,7 @@ impl ShmFabric {
         Some(unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset as usize), len as usize) })
     }
 
-    fn remote_ptr(
-        &self,
-        region: &RemoteRegion,
-        offset: usize,
-        len: usize,
-    ) -> FabricResult<*mut u8> {
+    fn remote_ptr(&self, region: &RemoteRegion, offset: usize, len: usize) -> FabricResult<*mut u8> {
         region.check(offset, len)?;
         Ok((region.addr as usize + offset) as *mut u8)
     }
@@ -279,15 +263,8 @@ impl Fabric for ShmFabric {
 
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {
         let id = self.next_region.fetch_add(1, Ordering::Relaxed);
-        let map = Arc::new(os::create_shared(
-            &region_name(&self.job, self.rank, id),
-            len,
-            |_| {},
-        )?);
-        let mut regions = self
-            .local_regions
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
+        let map = Arc::new(os::create_shared(&region_name(&self.job, self.rank, id), len, |_| {})?);
+        let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
         if regions.len() <= id as usize {
             regions.resize(id as usize + 1, None);
         }
@@ -327,19 +304,10 @@ impl Fabric for ShmFabric {
                 });
             }
             let p = map.as_ptr();
-            self.remote_maps
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Arc::new(map));
+            self.remote_maps.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(map));
             p
         };
-        Ok(RemoteRegion {
-            rank,
-            id,
-            len,
-            addr: addr as u64,
-            key: 0,
-        })
+        Ok(RemoteRegion { rank, id, len, addr: addr as u64, key: 0 })
     }
 
     fn seal(&self, region: &LocalRegion) -> FabricResult<()> {
@@ -347,13 +315,7 @@ impl Fabric for ShmFabric {
         Ok(())
     }
 
-    fn put(
-        &self,
-        dst: &RemoteRegion,
-        offset: usize,
-        src: &[u8],
-        _token: u64,
-    ) -> FabricResult<Issued> {
+    fn put(&self, dst: &RemoteRegion, offset: usize, src: &[u8], _token: u64) -> FabricResult<Issued> {
         let p = self.remote_ptr(dst, offset, src.len())?;
         // SAFETY: p..p+len lies in a live mapping of dst (bounds checked) and src is a live
         // slice. The ranges may overlap only for a put from a segment into itself, so use the
@@ -371,13 +333,7 @@ impl Fabric for ShmFabric {
         Ok(())
     }
 
-    fn atomic(
-        &self,
-        dst: &RemoteRegion,
-        offset: usize,
-        op: AtomicOp,
-        _token: u64,
-    ) -> FabricResult<Issued> {
+    fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, _token: u64) -> FabricResult<Issued> {
         let p = self.remote_ptr(dst, offset, 8)?;
         if !(p as usize).is_multiple_of(8) {
             return Err(FabricError::Malformed {
@@ -415,30 +371,21 @@ impl Fabric for ShmFabric {
                 }
                 Body::Medium(p)
             }
-            AmPayload::Long {
-                region,
-                offset,
-                data,
-            } => {
+            AmPayload::Long { region, offset, data } => {
                 if region.rank != dst {
                     return Err(FabricError::Malformed {
-                        what: format!(
-                            "long AM to rank {dst} targets rank {}'s memory",
-                            region.rank
-                        ),
+                        what: format!("long AM to rank {dst} targets rank {}'s memory", region.rank),
                     });
                 }
                 self.put(region, offset, data, 0)?;
-                Body::Long {
-                    region: region.id,
-                    offset: offset as u64,
-                    len: data.len() as u64,
-                }
+                Body::Long { region: region.id, offset: offset as u64, len: data.len() as u64 }
             }
         };
-        let sent = self.senders[dst as usize][class_index(msg.class)]
-            .lock()
-            .try_send(msg.handler, msg.args, body)?;
+        let sent = self.senders[dst as usize][class_index(msg.class)].lock().try_send(
+            msg.handler,
+            msg.args,
+            body,
+        )?;
         if sent {
             self.ring_doorbell(dst);
         }
@@ -524,9 +471,7 @@ impl Fabric for ShmFabric {
     }
 
     fn finalize(&self) {
-        self.control(self.rank)
-            .state
-            .store(State::Finalized as u32, Ordering::Release);
+        self.control(self.rank).state.store(State::Finalized as u32, Ordering::Release);
         // Wake any peer sleeping on us so it notices promptly.
         for r in 0..self.size {
             let c = self.control(r);

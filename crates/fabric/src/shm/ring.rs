@@ -56,10 +56,7 @@ impl RingPtr {
     /// stays mapped while the `RingPtr` (and anything built from it) is used.
     pub unsafe fn new(base: *mut u8, slots: usize) -> Self {
         debug_assert_eq!(base as usize % SLOT, 0);
-        RingPtr {
-            base,
-            slots: slots as u64,
-        }
+        RingPtr { base, slots: slots as u64 }
     }
     fn consumed(&self) -> &AtomicU64 {
         // SAFETY: the control line is the first 64 bytes of the ring, 8-aligned, and is only
@@ -119,20 +116,12 @@ pub struct Sender {
 impl Sender {
     /// A producer for `ring`, starting at position 0.
     pub fn new(ring: RingPtr) -> Self {
-        Sender {
-            ring,
-            tail: 0,
-            cached_consumed: 0,
-        }
+        Sender { ring, tail: 0, cached_consumed: 0 }
     }
 
     /// Writes one message; `Ok(false)` if the ring is full now.
     pub fn try_send(&mut self, handler: u16, args: &[u64], body: Body<'_>) -> FabricResult<bool> {
-        let medium = if let Body::Medium(p) = body {
-            p.len()
-        } else {
-            0
-        };
+        let medium = if let Body::Medium(p) = body { p.len() } else { 0 };
         let k = slots_for(args.len(), medium) as u64;
         let n = self.ring.slots;
         if k > n / 2 || args.len() > AM_MAX_ARGS {
@@ -152,9 +141,7 @@ impl Sender {
         }
         if k > room_to_end {
             self.write_header(self.tail, 0, KIND_SKIP, 0, room_to_end, 0, 0);
-            self.ring
-                .stamp(self.tail)
-                .store(self.tail + 1, Ordering::Release);
+            self.ring.stamp(self.tail).store(self.tail + 1, Ordering::Release);
             self.tail += room_to_end;
         }
         let pos = self.tail;
@@ -162,28 +149,16 @@ impl Sender {
         let (kind, len, w2, w3) = match body {
             Body::Short => (KIND_SHORT, 0, 0, 0),
             Body::Medium(p) => (KIND_MEDIUM, p.len() as u64, 0, 0),
-            Body::Long {
-                region,
-                offset,
-                len,
-            } => (KIND_LONG, len, region as u64, offset),
+            Body::Long { region, offset, len } => (KIND_LONG, len, region as u64, offset),
         };
         self.write_header(pos, handler, kind, args.len() as u64, len, w2, w3);
         // SAFETY: the k slots starting at `slot` are inside the ring (no wrap: checked above)
         // and free (consumed by the receiver, checked above); the receiver reads them only
         // after the release store of the stamp below.
         unsafe {
-            std::ptr::copy_nonoverlapping(
-                args.as_ptr(),
-                slot.add(HEADER).cast::<u64>(),
-                args.len(),
-            );
+            std::ptr::copy_nonoverlapping(args.as_ptr(), slot.add(HEADER).cast::<u64>(), args.len());
             if let Body::Medium(p) = body {
-                std::ptr::copy_nonoverlapping(
-                    p.as_ptr(),
-                    slot.add(HEADER + args.len() * 8),
-                    p.len(),
-                );
+                std::ptr::copy_nonoverlapping(p.as_ptr(), slot.add(HEADER + args.len() * 8), p.len());
             }
         }
         self.ring.stamp(pos).store(pos + 1, Ordering::Release);
@@ -192,16 +167,7 @@ impl Sender {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn write_header(
-        &self,
-        pos: u64,
-        handler: u16,
-        kind: u64,
-        nargs: u64,
-        len: u64,
-        w2: u64,
-        w3: u64,
-    ) {
+    fn write_header(&self, pos: u64, handler: u16, kind: u64, nargs: u64, len: u64, w2: u64, w3: u64) {
         let meta = handler as u64 | (kind << 16) | (nargs << 24) | (len << 32);
         let slot = self.ring.slot(pos).cast::<u64>();
         // SAFETY: words 1..4 of a free slot owned by this producer until the stamp is stored.
@@ -224,11 +190,7 @@ pub struct Receiver {
 impl Receiver {
     /// A consumer for `ring`, starting at position 0; mediums above `max_medium` are rejected.
     pub fn new(ring: RingPtr, max_medium: usize) -> Self {
-        Receiver {
-            ring,
-            head: 0,
-            max_medium,
-        }
+        Receiver { ring, head: 0, max_medium }
     }
 
     /// True if a message (or skip marker) is waiting.
@@ -275,9 +237,7 @@ impl Receiver {
             }
             let k = slots_for(nargs, medium) as u64;
             if k > room_to_end {
-                return Err(FabricError::Malformed {
-                    what: format!("message of {k} slots wraps the ring"),
-                });
+                return Err(FabricError::Malformed { what: format!("message of {k} slots wraps the ring") });
             }
             // SAFETY: the k slots lie inside the ring (checked) and are ours until released;
             // args are 8-aligned (slot is 64-aligned, header 32 bytes).
@@ -293,17 +253,9 @@ impl Receiver {
             let body = match kind {
                 KIND_SHORT => Body::Short,
                 KIND_MEDIUM => Body::Medium(payload),
-                _ => Body::Long {
-                    region: w2 as u32,
-                    offset: w3,
-                    len,
-                },
+                _ => Body::Long { region: w2 as u32, offset: w3, len },
             };
-            f(Message {
-                handler,
-                args,
-                body,
-            });
+            f(Message { handler, args, body });
             for i in 1..k {
                 self.ring.stamp(self.head + i).store(0, Ordering::Relaxed);
             }
@@ -333,10 +285,7 @@ mod tests {
         let mut tx = Sender::new(ring);
         let mut rx = Receiver::new(ring, 1 << 20);
         // A payload full of words that look like future stamps must not be taken as messages.
-        let evil: Vec<u8> = (0..400u64)
-            .flat_map(|i| (i + 1).to_le_bytes())
-            .take(300)
-            .collect();
+        let evil: Vec<u8> = (0..400u64).flat_map(|i| (i + 1).to_le_bytes()).take(300).collect();
         for round in 0..50u64 {
             assert!(tx.try_send(7, &[round, 2], Body::Medium(&evil)).unwrap());
             assert!(tx.try_send(9, &[round], Body::Short).unwrap());
@@ -351,10 +300,7 @@ mod tests {
                 })
                 .unwrap()
             {}
-            assert_eq!(
-                got,
-                vec![(7, vec![round, 2], true), (9, vec![round], false)]
-            );
+            assert_eq!(got, vec![(7, vec![round, 2], true), (9, vec![round], false)]);
         }
     }
 

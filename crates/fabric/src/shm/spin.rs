@@ -23,10 +23,7 @@ pub struct SpinGuard<'a, T> {
 
 impl<T> SpinLock<T> {
     pub fn new(value: T) -> Self {
-        SpinLock {
-            locked: AtomicBool::new(false),
-            value: UnsafeCell::new(value),
-        }
+        SpinLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
     }
 
     pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
