@@ -87,6 +87,11 @@ pub trait Fabric: Send + Sync + 'static {
     /// Reports whether peer `rank` is still part of the job.
     fn peer_state(&self, rank: Rank) -> PeerState;
 
+    /// True when everything `rank` sent to this rank has been delivered: nothing waits in its
+    /// paths and no thread is delivering from them right now. Used before declaring a wait on
+    /// a departed peer failed.
+    fn peer_drained(&self, rank: Rank) -> bool;
+
     /// Marks this rank as finalized: peers waiting on it get an error instead of hanging.
     fn finalize(&self);
 

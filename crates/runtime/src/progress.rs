@@ -126,29 +126,38 @@ impl Comm {
                 return Ok(());
             }
             if backoff.snooze(self) {
-                if let Some(e) = self.check_peers(deps) {
-                    // What the peer sent before it left may still be waiting: one last look.
+                if let Some((rank, e)) = self.check_peers(deps) {
+                    // What the peer sent before it left may still be on its way through this
+                    // rank (another thread may be delivering it right now): fail only once
+                    // everything it sent has been handled.
                     self.fabric.progress(self, set)?;
                     if cond() {
                         return Ok(());
                     }
-                    return Err(e);
+                    if self.fabric.peer_drained(rank) {
+                        return if cond() { Ok(()) } else { Err(e) };
+                    }
                 }
             }
         }
     }
 
-    fn check_peers(&self, deps: Deps) -> Option<Error> {
+    /// The first peer the wait depends on that is gone, with the error to report.
+    fn check_peers(&self, deps: Deps) -> Option<(u32, Error)> {
         let judge = |r: u32, finalized_matters: bool| match self.fabric.peer_state(r) {
             PeerState::Running => None,
             PeerState::Finalized if !finalized_matters => None,
-            PeerState::Finalized => Some(Error::PeerFailed {
-                rank: r,
-                reason: "has left the job (finalized) while this rank still waits on it".into(),
-            }),
-            PeerState::Dead(why) => {
-                Some(Error::PeerFailed { rank: r, reason: format!("died ({why}) while this rank waits") })
-            }
+            PeerState::Finalized => Some((
+                r,
+                Error::PeerFailed {
+                    rank: r,
+                    reason: "has left the job (finalized) while this rank still waits on it".into(),
+                },
+            )),
+            PeerState::Dead(why) => Some((
+                r,
+                Error::PeerFailed { rank: r, reason: format!("died ({why}) while this rank waits") },
+            )),
         };
         let me = self.rank();
         match deps {

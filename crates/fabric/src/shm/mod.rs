@@ -470,6 +470,13 @@ impl Fabric for ShmFabric {
         }
     }
 
+    fn peer_drained(&self, rank: Rank) -> bool {
+        self.receivers.get(rank as usize).is_none_or(|rings| {
+            // Holding the consumer lock proves no other thread is mid-delivery.
+            rings.iter().all(|r| r.rx.try_lock().is_some_and(|rx| !rx.ready()))
+        })
+    }
+
     fn finalize(&self) {
         self.control(self.rank).state.store(State::Finalized as u32, Ordering::Release);
         // Wake any peer sleeping on us so it notices promptly.
