@@ -18,9 +18,12 @@ static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
 ///
 /// ```no_run
 /// let mut b = weft_runtime::World::builder();
-/// let ping = b.handler("ping", |am| am.reply_short(am.args()[0] as u16 as _, &[]).unwrap());
+/// let pong = b.handler("pong", |am| println!("pong from rank {}", am.src()));
+/// let ping = b.handler("ping", move |am| am.reply_short(pong, am.args()).expect("reply"));
 /// let world = b.progress_thread(true).init()?;
-/// # let _ = ping; Ok::<(), weft_runtime::Error>(())
+/// world.am_request_short((world.rank() + 1) % world.size(), ping, &[7])?;
+/// world.barrier()?;
+/// # Ok::<(), weft_runtime::Error>(())
 /// ```
 #[derive(Default)]
 pub struct Builder {
