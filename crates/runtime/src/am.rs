@@ -33,6 +33,16 @@ pub(crate) fn in_handler() -> Option<AmClass> {
     IN_HANDLER.with(|h| h.get())
 }
 
+/// What this thread may handle while it waits: inside a handler only replies (so handlers
+/// never recurse into requests), everything otherwise.
+pub(crate) fn poll_set() -> PollSet {
+    if in_handler().is_some() {
+        PollSet::RepliesOnly
+    } else {
+        PollSet::All
+    }
+}
+
 /// An active message being handled: who sent it, its arguments and payload, and the means to
 /// reply (from request handlers only, at most once).
 pub struct AmMsg<'a> {
@@ -184,19 +194,13 @@ impl Comm {
         if self.fabric.am_try_send(dst, &msg)? {
             return Ok(());
         }
-        // Back-pressure: the ring is full. Make progress (replies only when inside a handler, so
-        // that handlers never recurse into requests) until the receiver drains it.
-        let set = if in_handler().is_some() { PollSet::RepliesOnly } else { PollSet::All };
-        let mut sent = false;
-        self.wait_with(crate::progress::Deps::Rank(dst), set, || {
-            sent = match self.fabric.am_try_send(dst, &msg) {
-                Ok(s) => s,
-                Err(e) => {
-                    self.record_error(e.into());
-                    true
-                }
-            };
-            sent
+        // Back-pressure: the ring is full. Make progress (see `poll_set`) until the receiver
+        // drains it; a send error ends the wait and is returned below.
+        self.wait(crate::progress::Deps::Rank(dst), || {
+            self.fabric.am_try_send(dst, &msg).unwrap_or_else(|e| {
+                self.record_error(e.into());
+                true
+            })
         })?;
         self.take_error()
     }

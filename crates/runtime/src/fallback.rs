@@ -5,7 +5,7 @@
 
 use crate::am::internal;
 use crate::ops::OpState;
-use crate::{AmMsg, Comm, Error, Result};
+use crate::{AmMsg, Comm, Error, Pod, Result};
 use std::sync::Arc;
 use weft_fabric::pod::LocalView;
 use weft_fabric::{AmClass, AmPayload, AtomicOp};
@@ -51,23 +51,27 @@ impl Comm {
         Ok(op)
     }
 
-    /// The local bytes `[off, off+len)` of segment `seg`, checked.
-    fn local_bytes(
+    /// This rank's part of segment `seg` as `T`s, and the index of byte offset `off`, checked
+    /// for bounds (`len` bytes) and alignment; errors are texts sent back to the initiator.
+    fn local_view<T: Pod>(
         &self,
         seg: u64,
         off: u64,
         len: usize,
-    ) -> std::result::Result<(LocalView<'_, u8>, usize), String> {
-        let s = self.segments.get(seg as u32).ok_or(format!("rank {}: no segment {seg}", self.rank()))?;
-        let off = off as usize;
+    ) -> std::result::Result<(LocalView<'_, T>, usize), String> {
+        let me = self.rank();
+        let s = self.segments.get(seg as u32).ok_or(format!("rank {me}: no segment {seg}"))?;
+        let (off, size) = (off as usize, std::mem::size_of::<T>());
+        if !off.is_multiple_of(size) {
+            return Err(format!("rank {me}: offset {off} is not {size}-byte aligned"));
+        }
         if off.checked_add(len).is_none_or(|e| e > s.bytes) {
             return Err(format!(
-                "rank {}: {len} bytes at offset {off} is outside segment {seg} of {} bytes",
-                self.rank(),
+                "rank {me}: {len} bytes at offset {off} is outside segment {seg} of {} bytes",
                 s.bytes
             ));
         }
-        Ok((LocalView::new(&s.local, s.bytes).ok_or("segment view")?, off))
+        Ok((LocalView::new(&s.local, s.bytes / size).ok_or("segment view")?, off / size))
     }
 
     fn reply_done(
@@ -78,26 +82,13 @@ impl Comm {
         data_off: u64,
         result: std::result::Result<&[u8], String>,
     ) {
-        let sent = match result {
-            Ok(data) => self.send_am(
-                m.src(),
-                internal::RMA_DONE,
-                AmClass::Reply,
-                &[token, value, OK, data_off],
-                AmPayload::Medium(data),
-            ),
-            Err(e) => {
-                let text = &e.as_bytes()[..e.len().min(self.caps.am_max_medium)];
-                self.send_am(
-                    m.src(),
-                    internal::RMA_DONE,
-                    AmClass::Reply,
-                    &[token, 0, FAILED, 0],
-                    AmPayload::Medium(text),
-                )
-            }
+        let (args, payload) = match &result {
+            Ok(data) => ([token, value, OK, data_off], *data),
+            Err(e) => ([token, 0, FAILED, 0], &e.as_bytes()[..e.len().min(self.caps.am_max_medium)]),
         };
-        if let Err(e) = sent {
+        if let Err(e) =
+            self.send_am(m.src(), internal::RMA_DONE, AmClass::Reply, &args, AmPayload::Medium(payload))
+        {
             self.record_error(e);
         }
     }
@@ -106,7 +97,7 @@ impl Comm {
         let &[seg, off, token] = m.args() else {
             return self.record_error(Error::Remote(format!("malformed AM put from rank {}", m.src())));
         };
-        let r = self.local_bytes(seg, off, m.payload().len()).map(|(v, off)| v.copy_in(off, m.payload()));
+        let r = self.local_view::<u8>(seg, off, m.payload().len()).map(|(v, i)| v.copy_in(i, m.payload()));
         self.reply_done(m, token, 0, 0, r.map(|_| &[][..]));
     }
 
@@ -118,7 +109,7 @@ impl Comm {
             return self.reply_done(m, token, 0, 0, Err(format!("get part of {len} bytes is too large")));
         }
         let mut buf = vec![0u8; len as usize];
-        let r = self.local_bytes(seg, off, buf.len()).map(|(v, off)| v.copy_out(off, &mut buf));
+        let r = self.local_view::<u8>(seg, off, buf.len()).map(|(v, i)| v.copy_out(i, &mut buf));
         self.reply_done(m, token, 0, data_off, r.map(|_| &buf[..]));
     }
 
@@ -126,22 +117,12 @@ impl Comm {
         let &[seg, off, w0, w1, w2, token] = m.args() else {
             return self.record_error(Error::Remote(format!("malformed AM atomic from rank {}", m.src())));
         };
-        let r = (|| {
-            let op = AtomicOp::decode([w0, w1, w2]).ok_or(format!("unknown atomic opcode {w0}"))?;
-            if off % 8 != 0 {
-                return Err(format!("atomic at offset {off} is not 8-byte aligned"));
-            }
-            let s = self.segments.get(seg as u32).ok_or(format!("no segment {seg}"))?;
-            let (view, i) =
-                (LocalView::<u64>::new(&s.local, s.bytes / 8).ok_or("segment view")?, off as usize / 8);
-            if i >= view.len() {
-                return Err(format!("atomic at offset {off} is outside segment {seg} of {} bytes", s.bytes));
-            }
-            Ok(op.apply(view.atomic(i)))
-        })();
+        let r = AtomicOp::decode([w0, w1, w2])
+            .ok_or(format!("rank {}: unknown atomic opcode {w0}", self.rank()))
+            .and_then(|op| self.local_view::<u64>(seg, off, 8).map(|(v, i)| op.apply(v.atomic(i))));
         match r {
             Ok(old) => self.reply_done(m, token, old, 0, Ok(&[])),
-            Err(e) => self.reply_done(m, token, 0, 0, Err(format!("rank {}: {e}", self.rank()))),
+            Err(e) => self.reply_done(m, token, 0, 0, Err(e)),
         }
     }
 

@@ -87,8 +87,7 @@ impl Comm {
     /// Makes progress: runs the handlers of arrived active messages and completes operations.
     /// Returns how many events were handled. Inside an AM handler only replies are handled.
     pub fn poll(&self) -> Result<usize> {
-        let set = if crate::am::in_handler().is_some() { PollSet::RepliesOnly } else { PollSet::All };
-        let n = self.fabric.progress(self, set)?;
+        let n = self.fabric.progress(self, crate::am::poll_set())?;
         self.take_error()?;
         Ok(n)
     }
@@ -107,8 +106,7 @@ impl Comm {
     }
 
     pub(crate) fn wait(&self, deps: Deps, cond: impl FnMut() -> bool) -> Result<()> {
-        let set = if crate::am::in_handler().is_some() { PollSet::RepliesOnly } else { PollSet::All };
-        self.wait_with(deps, set, cond)
+        self.wait_with(deps, crate::am::poll_set(), cond)
     }
 
     pub(crate) fn wait_with(&self, deps: Deps, set: PollSet, mut cond: impl FnMut() -> bool) -> Result<()> {
