@@ -3,7 +3,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `WEFT_RANK`, `WEFT_SIZE`, `WEFT_JOB` | set by the launcher (`weft run`): this rank, the number of ranks, the job id | a job of one rank |
-//! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies) | 256 |
+//! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
 //! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 0 |
 //! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20 |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |

@@ -17,7 +17,7 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
     let data = w.alloc_segment::<u8>(4 << 20)?;
 
     ctx.progress.note("am round trip");
-    let (rt, limit) = lim.interleaved(ctx, 7, || {
+    let m = lim.interleaved(ctx, 7, || {
         if !driver {
             return Ok(None);
         }
@@ -30,12 +30,18 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
         }
         Ok(Some((os::now_ns() - t) as f64 / iters as f64))
     })?;
-    if let Some(rt) = rt {
-        let row = Row::new("am", "empty request/reply round trip", 0, rt, "ns");
-        rows.push(match limit {
-            Some(l) => row.vs("cache-line round trip", l),
-            None => row,
-        });
+    if let (Some(rt), Some(line), Some(fresh)) = (m.weft, m.line_rt, m.fresh_line_rt) {
+        rows.push(
+            Row::new("am", "empty request/reply round trip", 0, rt, "ns").vs("cache-line round trip", line),
+        );
+        // The floor of a ring (each message on a fresh line), and what weft adds to it.
+        rows.push(
+            Row::new("am", "fresh-line round trip (ring floor)", 0, fresh, "ns")
+                .vs("cache-line round trip", line),
+        );
+        rows.push(
+            Row::new("am", "empty request/reply round trip", 0, rt, "ns").vs("fresh-line round trip", fresh),
+        );
     }
     w.barrier()?;
 

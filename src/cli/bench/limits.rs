@@ -16,29 +16,31 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// memcpy time for `bytes`: from the limits run, or measured now for a size it skipped.
     pub fn memcpy_ns(&self, bytes: u64) -> f64 {
-        self.memcpy_ns.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t).unwrap_or(f64::NAN)
+        self.memcpy_ns.iter().find(|(b, _)| *b == bytes).map(|(_, t)| *t).unwrap_or_else(|| memcpy_ns(bytes))
     }
     pub fn memcpy_gbs(&self, bytes: u64) -> f64 {
         bytes as f64 / self.memcpy_ns(bytes)
     }
     /// Collective: `reps` repetitions of a latency benchmark `run` (which returns its sample on
     /// the rank that measures), each preceded by a cache-line round trip so that weft and the
-    /// limit see the same machine conditions. Returns the medians (weft, limit).
+    /// limit see the same machine conditions. Returns the medians.
     pub fn interleaved(
         &self,
         ctx: &Ctx,
         reps: usize,
         mut run: impl FnMut() -> Result<Option<f64>, weft::Error>,
-    ) -> Result<(Option<f64>, Option<f64>), weft::Error> {
-        let (mut samples, mut limit) = (vec![], vec![]);
+    ) -> Result<Interleaved, weft::Error> {
+        let (mut samples, mut line, mut fresh) = (vec![], vec![], vec![]);
         for _ in 0..reps {
-            limit.extend(self.line.round_trip(ctx, 20_000)?);
+            line.extend(self.line.round_trip(ctx, 20_000, Lines::Same)?);
+            fresh.extend(self.line.round_trip(ctx, 20_000, Lines::Fresh)?);
             samples.extend(run()?);
             ctx.world.barrier()?;
         }
         let med = |v: Vec<f64>| (!v.is_empty()).then(|| median(v));
-        Ok((med(samples), med(limit)))
+        Ok(Interleaved { weft: med(samples), line_rt: med(line), fresh_line_rt: med(fresh) })
     }
 
     pub fn rows(&self) -> Vec<Row> {
@@ -54,6 +56,29 @@ impl Limits {
     }
 }
 
+/// Medians of a latency benchmark and of the limits measured between its repetitions.
+pub struct Interleaved {
+    /// weft's figure (on the measuring rank).
+    pub weft: Option<f64>,
+    /// Round trip of the same two cache lines (ping line, pong line).
+    pub line_rt: Option<f64>,
+    /// Round trip where each ping and pong uses a fresh line of a 64 KiB array, as messages in a
+    /// ring do: the hardware floor of any ring-based message passing.
+    pub fresh_line_rt: Option<f64>,
+}
+
+/// Which lines a [`SharedLine::round_trip`] bounces.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Lines {
+    /// The same ping line and pong line every time.
+    Same,
+    /// The next line of a ring of [`FRESH_LINES`] each time, for ping and for pong.
+    Fresh,
+}
+
+/// Lines in each direction of the [`Lines::Fresh`] pattern (64 KiB, like a small AM ring).
+const FRESH_LINES: usize = 1024;
+
 /// Sizes every size-swept benchmark uses.
 pub const SIZES: &[u64] = &[8, 64, 512, 4 << 10, 32 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
 
@@ -62,7 +87,7 @@ pub fn reps_for(bytes: u64) -> u64 {
     ((64u64 << 20) / bytes.max(64)).clamp(16, 200_000)
 }
 
-/// A cache line shared by ranks 0 and 1, outside weft, to measure the hardware alone.
+/// Cache lines shared by ranks 0 and 1, outside weft, to measure the hardware alone.
 pub struct SharedLine {
     map: Option<os::Mapping>,
     next: std::cell::Cell<u64>,
@@ -75,7 +100,7 @@ impl SharedLine {
         let name = format!("weft-{}-bench-line", w.config().job);
         let shared = weft::Error::Fabric;
         let map = if w.rank() == 0 && w.size() > 1 {
-            Some(os::create_shared(&name, 4096, |_| {}).map_err(shared)?)
+            Some(os::create_shared(&name, 4096 + 2 * 64 * FRESH_LINES, |_| {}).map_err(shared)?)
         } else {
             None
         };
@@ -92,18 +117,29 @@ impl SharedLine {
         Ok(SharedLine { map, next: std::cell::Cell::new(0) })
     }
 
-    /// Collective: ranks 0 and 1 bounce the line `iters` times; rank 0 gets the round trip in
+    /// Collective: ranks 0 and 1 bounce a line `iters` times; rank 0 gets the round trip in
     /// ns, everyone else `None`.
-    pub fn round_trip(&self, ctx: &Ctx, iters: u64) -> Result<Option<f64>, weft::Error> {
+    pub fn round_trip(&self, ctx: &Ctx, iters: u64, lines: Lines) -> Result<Option<f64>, weft::Error> {
         let w = &ctx.world;
         w.barrier()?;
         let mut result = None;
         if let Some(map) = &self.map {
-            let (ping, pong) = (map.atomic_u64(0).expect("in map"), map.atomic_u64(16).expect("in map"));
+            // u64 indices: ping at byte 0, pong at byte 128 (two lines); the fresh lines follow
+            // the first page, pings then pongs.
+            let word = |i: u64, pong: bool| match lines {
+                Lines::Same => usize::from(pong) * 16,
+                Lines::Fresh => {
+                    (4096 + (usize::from(pong) * FRESH_LINES + i as usize % FRESH_LINES) * 64) / 8
+                }
+            };
             let base = self.next.get();
             self.next.set(base + iters);
             let t = os::now_ns();
             for i in base + 1..=base + iters {
+                let (ping, pong) = (
+                    map.atomic_u64(word(i, false)).expect("in map"),
+                    map.atomic_u64(word(i, true)).expect("in map"),
+                );
                 if w.rank() == 0 {
                     ping.store(i, Ordering::Release);
                     while pong.load(Ordering::Acquire) != i {
@@ -126,7 +162,7 @@ impl SharedLine {
 fn cache_line_rt(ctx: &Ctx, line: &SharedLine) -> Result<Option<f64>, weft::Error> {
     let mut samples = vec![];
     for _ in 0..5 {
-        samples.extend(line.round_trip(ctx, 100_000)?);
+        samples.extend(line.round_trip(ctx, 100_000, Lines::Same)?);
     }
     Ok((!samples.is_empty()).then(|| median(samples)))
 }

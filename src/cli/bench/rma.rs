@@ -61,7 +61,7 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
     let local = flags.local();
     let iters = 20_000u64;
     let mut rep = 0;
-    let (half, limit) = lim.interleaved(ctx, 7, || {
+    let m = lim.interleaved(ctx, 7, || {
         let base = rep * iters;
         rep += 1;
         let t = os::now_ns();
@@ -79,12 +79,10 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
         }
         Ok(driver.then(|| (os::now_ns() - t) as f64 / iters as f64 / 2.0))
     })?;
-    if let Some(half) = half {
-        let row = Row::new("rma", "put+flag ping-pong half RT", 8, half, "ns");
-        rows.push(match limit {
-            Some(l) => row.vs("half cache-line RT", l / 2.0),
-            None => row,
-        });
+    if let (Some(half), Some(line)) = (m.weft, m.line_rt) {
+        rows.push(
+            Row::new("rma", "put+flag ping-pong half RT", 8, half, "ns").vs("half cache-line RT", line / 2.0),
+        );
     }
     w.barrier()?;
 

@@ -35,7 +35,7 @@ pub struct ShmConfig {
     pub rank: Rank,
     /// Ranks in the job (all on this node).
     pub size: u32,
-    /// Bytes of each AM ring (rounded to whole 64-byte slots; at least 4 × the largest medium).
+    /// Bytes of each AM ring (rounded down to a power-of-two number of 64-byte slots, at least 64).
     pub ring_bytes: usize,
     /// How long start-up waits for every rank to appear.
     pub init_timeout: Duration,
@@ -107,7 +107,9 @@ impl ShmFabric {
                 what: format!("rank {} of a job of {}", cfg.rank, cfg.size),
             });
         }
+        // A power of two, so that ring positions map to slots with a mask.
         let slots = (cfg.ring_bytes / ring::SLOT).max(64);
+        let slots = 1usize << slots.ilog2();
         let max_medium = MAX_MEDIUM.min(slots / 4 * ring::SLOT - ring::HEADER - 8 * crate::AM_MAX_ARGS);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
         let own = os::create_shared(&inbox_name(&cfg.job, cfg.rank), inbox_bytes, |p| {

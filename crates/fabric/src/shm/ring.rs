@@ -41,6 +41,9 @@ pub const fn ring_bytes(slots: usize) -> usize {
 pub struct RingPtr {
     base: *mut u8,
     slots: u64,
+    /// `slots - 1` (slots is a power of two, so positions map to slots with a mask, not a
+    /// division: a 64-bit `div` costs tens of cycles on every send and poll).
+    mask: u64,
 }
 
 // SAFETY: RingPtr is an address into a mapping that outlives every ring user (the fabric keeps
@@ -53,10 +56,16 @@ unsafe impl Sync for RingPtr {}
 impl RingPtr {
     /// # Safety
     /// `base` must point to `ring_bytes(slots)` bytes of 64-byte-aligned shared memory that
-    /// stays mapped while the `RingPtr` (and anything built from it) is used.
+    /// stays mapped while the `RingPtr` (and anything built from it) is used; `slots` must be
+    /// a power of two.
     pub unsafe fn new(base: *mut u8, slots: usize) -> Self {
         debug_assert_eq!(base as usize % SLOT, 0);
-        RingPtr { base, slots: slots as u64 }
+        assert!(slots.is_power_of_two(), "ring slots must be a power of two, not {slots}");
+        RingPtr { base, slots: slots as u64, mask: slots as u64 - 1 }
+    }
+    /// Slots left between `pos` and the end of the ring.
+    fn room_to_end(&self, pos: u64) -> u64 {
+        self.slots - (pos & self.mask)
     }
     fn consumed(&self) -> &AtomicU64 {
         // SAFETY: the control line is the first 64 bytes of the ring, 8-aligned, and is only
@@ -64,8 +73,8 @@ impl RingPtr {
         unsafe { &*(self.base as *const AtomicU64) }
     }
     fn slot(&self, pos: u64) -> *mut u8 {
-        // SAFETY: pos % slots < slots, so the slot lies inside the ring.
-        unsafe { self.base.add(SLOT + ((pos % self.slots) as usize) * SLOT) }
+        // SAFETY: pos & mask < slots, so the slot lies inside the ring.
+        unsafe { self.base.add(SLOT + ((pos & self.mask) as usize) * SLOT) }
     }
     /// True if a message starts at `pos` (a lock-free peek for pollers).
     pub fn ready_at(&self, pos: u64) -> bool {
@@ -131,7 +140,7 @@ impl Sender {
                 max: (n / 2) as usize * SLOT,
             });
         }
-        let room_to_end = n - self.tail % n;
+        let room_to_end = self.ring.room_to_end(self.tail);
         let need = if k > room_to_end { room_to_end + k } else { k };
         if self.tail + need - self.cached_consumed > n {
             self.cached_consumed = self.ring.consumed().load(Ordering::Acquire);
@@ -205,7 +214,6 @@ impl Receiver {
 
     /// Hands the next message to `f` and releases its slots; `Ok(false)` if none is waiting.
     pub fn recv(&mut self, f: impl FnOnce(Message<'_>)) -> FabricResult<bool> {
-        let n = self.ring.slots;
         loop {
             if !self.ready() {
                 return Ok(false);
@@ -219,7 +227,7 @@ impl Receiver {
             let kind = (meta >> 16) & 0xff;
             let nargs = ((meta >> 24) & 0xff) as usize;
             let len = meta >> 32;
-            let room_to_end = n - self.head % n;
+            let room_to_end = self.ring.room_to_end(self.head);
             if kind == KIND_SKIP {
                 if len != room_to_end {
                     return Err(FabricError::Malformed {
