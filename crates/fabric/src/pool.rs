@@ -1,0 +1,210 @@
+//! A block allocator over one registered region: memory that is registered once and handed out
+//! in pieces (HPX's and UCX's registered-memory pools), so that sending a buffer from it never
+//! registers anything per message.
+//!
+//! Blocks are 64-byte aligned and rounded up to 64 bytes; freed blocks merge with free
+//! neighbours (first fit over an ordered free list). A [`Block`] owns its byte range: the pool
+//! never hands it out again until the block is dropped, which makes the safe slice accessors
+//! below sound. Peers may *read* a block through RMA while this rank owns it (that is how a
+//! rendezvous pulls it); no part of weft writes into another rank's pool.
+
+use crate::pod::Pod;
+use crate::LocalRegion;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Alignment and size granularity of blocks.
+pub const BLOCK_ALIGN: usize = 64;
+
+/// Free ranges of a pool, by offset.
+struct FreeList {
+    ranges: BTreeMap<usize, usize>,
+}
+
+/// A pool over one registered region (see the module documentation).
+pub struct BlockPool {
+    region: LocalRegion,
+    free: Mutex<FreeList>,
+    in_use: AtomicUsize,
+}
+
+impl std::fmt::Debug for BlockPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "BlockPool {{ region: {}, bytes: {}, in use: {} }}",
+            self.region.id,
+            self.capacity(),
+            self.in_use()
+        )
+    }
+}
+
+impl BlockPool {
+    /// A pool that hands out the whole of `region`.
+    pub fn new(region: LocalRegion) -> Arc<Self> {
+        let len = region.len / BLOCK_ALIGN * BLOCK_ALIGN;
+        let mut ranges = BTreeMap::new();
+        if len > 0 {
+            ranges.insert(0, len);
+        }
+        Arc::new(BlockPool { region, free: Mutex::new(FreeList { ranges }), in_use: AtomicUsize::new(0) })
+    }
+
+    /// The region the blocks live in.
+    pub fn region(&self) -> &LocalRegion {
+        &self.region
+    }
+    /// Bytes the pool can hand out in all.
+    pub fn capacity(&self) -> usize {
+        self.region.len / BLOCK_ALIGN * BLOCK_ALIGN
+    }
+    /// Bytes handed out now (rounded block sizes).
+    pub fn in_use(&self) -> usize {
+        self.in_use.load(Ordering::Relaxed)
+    }
+
+    /// A block of at least `bytes` bytes, or `None` if no free range is large enough.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Option<Block> {
+        if bytes == 0 {
+            return Some(Block { pool: self.clone(), offset: 0, len: 0, rounded: 0 });
+        }
+        let rounded = bytes.checked_add(BLOCK_ALIGN - 1)? / BLOCK_ALIGN * BLOCK_ALIGN;
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let (&off, &len) = free.ranges.iter().find(|(_, &len)| len >= rounded)?;
+        free.ranges.remove(&off);
+        if len > rounded {
+            free.ranges.insert(off + rounded, len - rounded);
+        }
+        self.in_use.fetch_add(rounded, Ordering::Relaxed);
+        Some(Block { pool: self.clone(), offset: off, len: bytes, rounded })
+    }
+
+    fn release(&self, offset: usize, rounded: usize) {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut off, mut len) = (offset, rounded);
+        if let Some((&prev, &plen)) = free.ranges.range(..off).next_back() {
+            if prev + plen == off {
+                free.ranges.remove(&prev);
+                off = prev;
+                len += plen;
+            }
+        }
+        if let Some(&nlen) = free.ranges.get(&(offset + rounded)) {
+            free.ranges.remove(&(offset + rounded));
+            len += nlen;
+        }
+        free.ranges.insert(off, len);
+        self.in_use.fetch_sub(rounded, Ordering::Relaxed);
+    }
+}
+
+/// A byte range of a [`BlockPool`], owned until dropped.
+pub struct Block {
+    pool: Arc<BlockPool>,
+    offset: usize,
+    len: usize,
+    rounded: usize,
+}
+
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Block {{ region: {}, offset: {}, len: {} }}", self.pool.region.id, self.offset, self.len)
+    }
+}
+
+impl Block {
+    /// Byte offset of the block in the pool's region (what a peer names to read it).
+    pub fn offset(&self) -> usize {
+        self.offset
+    }
+    /// Bytes requested.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length block.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Bytes actually reserved (the length rounded up to [`BLOCK_ALIGN`]).
+    pub fn capacity(&self) -> usize {
+        self.rounded
+    }
+    /// The pool this block came from.
+    pub fn pool(&self) -> &Arc<BlockPool> {
+        &self.pool
+    }
+
+    /// The first `n` elements of type `T` (n × size ≤ capacity, checked).
+    pub fn as_slice<T: Pod>(&self, n: usize) -> &[T] {
+        self.check::<T>(n);
+        if n == 0 {
+            return &[];
+        }
+        // SAFETY: the range lies inside the registered mapping (kept alive by the pool's
+        // region), is 64-aligned (≥ align_of T, checked), and is owned by this block: the pool
+        // hands it to no one else until the block drops. T is Pod, so any bytes are valid.
+        unsafe { std::slice::from_raw_parts(self.pool.region.as_ptr().add(self.offset).cast::<T>(), n) }
+    }
+
+    /// The first `n` elements of type `T`, mutably.
+    pub fn as_mut_slice<T: Pod>(&mut self, n: usize) -> &mut [T] {
+        self.check::<T>(n);
+        if n == 0 {
+            return &mut [];
+        }
+        // SAFETY: as in `as_slice`, and `&mut self` makes this the only reference the block
+        // gives out.
+        unsafe { std::slice::from_raw_parts_mut(self.pool.region.as_ptr().add(self.offset).cast::<T>(), n) }
+    }
+
+    fn check<T: Pod>(&self, n: usize) {
+        let bytes = n.checked_mul(std::mem::size_of::<T>()).expect("block length overflows");
+        assert!(
+            bytes <= self.rounded,
+            "{n} elements of {} bytes exceed a block of {}",
+            std::mem::size_of::<T>(),
+            self.rounded
+        );
+        assert!(std::mem::align_of::<T>() <= BLOCK_ALIGN, "alignment above {BLOCK_ALIGN} bytes");
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if self.rounded > 0 {
+            self.pool.release(self.offset, self.rounded);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn pool(bytes: usize) -> Arc<BlockPool> {
+        let map =
+            crate::os::create_shared(&format!("weft-pooltest-{}-{bytes}", crate::os::pid()), bytes, |_| {})
+                .expect("map");
+        crate::os::unlink(&format!("weft-pooltest-{}-{bytes}", crate::os::pid()));
+        BlockPool::new(LocalRegion::new(0, Arc::new(map), vec![]))
+    }
+
+    #[test]
+    fn alloc_free_merge() {
+        let p = pool(4096);
+        let a = p.alloc(100).unwrap();
+        let mut b = p.alloc(1000).unwrap();
+        assert_eq!((a.offset(), a.capacity(), b.offset()), (0, 128, 128));
+        b.as_mut_slice::<u64>(125).fill(7);
+        assert_eq!(b.as_slice::<u64>(125)[124], 7);
+        assert!(p.alloc(4096).is_none());
+        drop(a);
+        drop(b);
+        assert_eq!(p.in_use(), 0);
+        let all = p.alloc(4096).expect("free ranges merged back into one");
+        assert_eq!(all.offset(), 0);
+    }
+}

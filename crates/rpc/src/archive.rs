@@ -1,0 +1,744 @@
+//! The archive: serde values as one flat *index* buffer plus a list of *chunks* (HPX's
+//! serialization with zero-copy chunking).
+//!
+//! ```text
+//!  index buffer (copied into the message)          chunk list (descriptors only)
+//!  ┌────────┬───────┬──────────┬────────────┐      ┌─────────────────────────────────┐
+//!  │ u64 id │ "abc" │ chunk #0 │ f64 scalar │      │ #0 pointer: addr, len (caller)  │
+//!  └────────┴───────┴────┬─────┴────────────┘      │ #1 rma: segment, offset, len    │
+//!                        └──────────────────────►  └─────────────────────────────────┘
+//! ```
+//!
+//! Small values are written into the index with a fixed little-endian encoding (lengths as
+//! u64). A byte string at or above the threshold — the bytes of a [`crate::SerializeBuffer`],
+//! an [`crate::RmaVec`] or any `serialize_bytes` — becomes a chunk instead: the index holds only
+//! its number and the chunk records where the bytes are, so they travel once, straight from the
+//! caller's memory (pointer chunk) or registered pool (RMA chunk).
+//!
+//! The decoder is total: every length is checked against the bytes that remain before anything
+//! is allocated, so arbitrary input gives an [`ArchiveError`], never a panic or a huge
+//! allocation.
+
+use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
+use serde::ser::{self, Serialize};
+use std::fmt;
+
+/// The newtype name that marks a byte string as chunk material.
+pub(crate) const CHUNK: &str = "\u{0}weft.chunk";
+
+/// Where a chunk's bytes are, as the sender sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChunkRef {
+    /// Memory of the sending process, not registered (read with the fabric's peer read, or
+    /// staged through the pool where the fabric has none).
+    Pointer {
+        /// Address in the sender.
+        addr: u64,
+        /// Bytes.
+        len: u64,
+    },
+    /// A block of the sender's registered pool.
+    Rma {
+        /// The pool's segment id.
+        segment: u32,
+        /// Byte offset in the segment.
+        offset: u64,
+        /// Bytes.
+        len: u64,
+    },
+}
+
+impl ChunkRef {
+    /// Bytes of the chunk.
+    pub fn len(&self) -> u64 {
+        match *self {
+            ChunkRef::Pointer { len, .. } | ChunkRef::Rma { len, .. } => len,
+        }
+    }
+    /// True for an empty chunk.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Errors of encoding and decoding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArchiveError(pub String);
+
+impl fmt::Display for ArchiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for ArchiveError {}
+impl ser::Error for ArchiveError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        ArchiveError(msg.to_string())
+    }
+}
+impl de::Error for ArchiveError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        ArchiveError(msg.to_string())
+    }
+}
+
+fn err<T>(msg: impl Into<String>) -> Result<T, ArchiveError> {
+    Err(ArchiveError(msg.into()))
+}
+
+/// Decides which memory a chunk's bytes are in: returns the RMA location of `[addr, addr+len)`
+/// if it lies in a registered pool block.
+pub trait Locate {
+    /// `(segment, offset)` of the bytes in this rank's pool, if they are there.
+    fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)>;
+    /// For fabrics that cannot read unregistered peer memory: copies `bytes` into the pool and
+    /// returns where (`None`: leave them as a pointer chunk).
+    fn stage(&self, bytes: &[u8]) -> Option<(u32, u64)> {
+        let _ = bytes;
+        None
+    }
+}
+
+/// No pool: every chunk is a pointer chunk.
+pub struct NoPool;
+impl Locate for NoPool {
+    fn locate(&self, _: u64, _: u64) -> Option<(u32, u64)> {
+        None
+    }
+}
+
+/// An encoded value: the index buffer and the chunks it refers to.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Archive {
+    /// The flat buffer of small values.
+    pub index: Vec<u8>,
+    /// Large buffers, by number.
+    pub chunks: Vec<ChunkRef>,
+}
+
+/// Encodes `value`; byte strings of `threshold` bytes or more become chunks.
+///
+/// The chunks point into `value`'s memory: keep `value` alive (and unmodified) until the
+/// archive has been sent and pulled.
+pub fn encode<T: Serialize + ?Sized>(
+    value: &T,
+    threshold: usize,
+    pool: &dyn Locate,
+) -> Result<Archive, ArchiveError> {
+    let mut s = Encoder { out: Archive::default(), threshold, pool, chunk_next: false };
+    value.serialize(&mut s)?;
+    Ok(s.out)
+}
+
+struct Encoder<'p> {
+    out: Archive,
+    threshold: usize,
+    pool: &'p dyn Locate,
+    /// The next `serialize_bytes` is the payload of a chunk newtype.
+    chunk_next: bool,
+}
+
+impl Encoder<'_> {
+    fn put(&mut self, b: &[u8]) {
+        self.out.index.extend_from_slice(b);
+    }
+    fn len(&mut self, n: usize) {
+        self.put(&(n as u64).to_le_bytes());
+    }
+}
+
+/// Tags of a byte string in the index.
+const INLINE: u8 = 0;
+const CHUNKED: u8 = 1;
+
+macro_rules! ser_num {
+    ($($f:ident $t:ty),*) => {$(
+        fn $f(self, v: $t) -> Result<(), ArchiveError> {
+            self.put(&v.to_le_bytes());
+            Ok(())
+        }
+    )*};
+}
+
+impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
+    type Ok = ();
+    type Error = ArchiveError;
+    type SerializeSeq = Counted<'a, 'p>;
+    type SerializeTuple = Self;
+    type SerializeTupleStruct = Self;
+    type SerializeTupleVariant = Self;
+    type SerializeMap = Counted<'a, 'p>;
+    type SerializeStruct = Self;
+    type SerializeStructVariant = Self;
+
+    ser_num!(serialize_i8 i8, serialize_i16 i16, serialize_i32 i32, serialize_i64 i64, serialize_i128 i128,
+             serialize_u8 u8, serialize_u16 u16, serialize_u32 u32, serialize_u64 u64, serialize_u128 u128,
+             serialize_f32 f32, serialize_f64 f64);
+
+    fn serialize_bool(self, v: bool) -> Result<(), ArchiveError> {
+        self.put(&[v as u8]);
+        Ok(())
+    }
+    fn serialize_char(self, v: char) -> Result<(), ArchiveError> {
+        self.serialize_u32(v as u32)
+    }
+    fn serialize_str(self, v: &str) -> Result<(), ArchiveError> {
+        self.len(v.len());
+        self.put(v.as_bytes());
+        Ok(())
+    }
+    fn serialize_bytes(self, v: &[u8]) -> Result<(), ArchiveError> {
+        // Any byte string this large is worth a chunk; `chunk_next` only records that a
+        // chunk-aware type asked, which changes nothing on this side.
+        self.chunk_next = false;
+        if v.len() >= self.threshold {
+            let (addr, len) = (v.as_ptr() as u64, v.len() as u64);
+            let chunk = match self.pool.locate(addr, len).or_else(|| self.pool.stage(v)) {
+                Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
+                None => ChunkRef::Pointer { addr, len },
+            };
+            self.put(&[CHUNKED]);
+            self.len(self.out.chunks.len());
+            self.out.chunks.push(chunk);
+        } else {
+            self.put(&[INLINE]);
+            self.len(v.len());
+            self.put(v);
+        }
+        Ok(())
+    }
+    fn serialize_none(self) -> Result<(), ArchiveError> {
+        self.put(&[0]);
+        Ok(())
+    }
+    fn serialize_some<T: Serialize + ?Sized>(self, v: &T) -> Result<(), ArchiveError> {
+        self.put(&[1]);
+        v.serialize(self)
+    }
+    fn serialize_unit(self) -> Result<(), ArchiveError> {
+        Ok(())
+    }
+    fn serialize_unit_struct(self, _: &'static str) -> Result<(), ArchiveError> {
+        Ok(())
+    }
+    fn serialize_unit_variant(self, _: &'static str, i: u32, _: &'static str) -> Result<(), ArchiveError> {
+        self.serialize_u32(i)
+    }
+    fn serialize_newtype_struct<T: Serialize + ?Sized>(
+        self,
+        name: &'static str,
+        v: &T,
+    ) -> Result<(), ArchiveError> {
+        self.chunk_next = name == CHUNK;
+        let r = v.serialize(&mut *self);
+        self.chunk_next = false;
+        r
+    }
+    fn serialize_newtype_variant<T: Serialize + ?Sized>(
+        self,
+        _: &'static str,
+        i: u32,
+        _: &'static str,
+        v: &T,
+    ) -> Result<(), ArchiveError> {
+        self.serialize_u32(i)?;
+        v.serialize(self)
+    }
+    fn serialize_seq(self, _: Option<usize>) -> Result<Counted<'a, 'p>, ArchiveError> {
+        Ok(Counted::start(self))
+    }
+    fn serialize_tuple(self, _: usize) -> Result<Self, ArchiveError> {
+        Ok(self)
+    }
+    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self, ArchiveError> {
+        Ok(self)
+    }
+    fn serialize_tuple_variant(
+        self,
+        _: &'static str,
+        i: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, ArchiveError> {
+        self.serialize_u32(i)?;
+        Ok(self)
+    }
+    fn serialize_map(self, _: Option<usize>) -> Result<Counted<'a, 'p>, ArchiveError> {
+        Ok(Counted::start(self))
+    }
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self, ArchiveError> {
+        Ok(self)
+    }
+    fn serialize_struct_variant(
+        self,
+        _: &'static str,
+        i: u32,
+        _: &'static str,
+        _: usize,
+    ) -> Result<Self, ArchiveError> {
+        self.serialize_u32(i)?;
+        Ok(self)
+    }
+}
+
+/// A sequence or map: the element count goes first, patched at the end when serde did not
+/// know it in advance.
+pub struct Counted<'a, 'p> {
+    enc: &'a mut Encoder<'p>,
+    at: usize,
+    count: usize,
+}
+
+impl<'a, 'p> Counted<'a, 'p> {
+    fn start(enc: &'a mut Encoder<'p>) -> Self {
+        let at = enc.out.index.len();
+        enc.len(0);
+        Counted { enc, at, count: 0 }
+    }
+    fn finish(self) -> Result<(), ArchiveError> {
+        self.enc.out.index[self.at..self.at + 8].copy_from_slice(&(self.count as u64).to_le_bytes());
+        Ok(())
+    }
+}
+
+impl ser::SerializeSeq for Counted<'_, '_> {
+    type Ok = ();
+    type Error = ArchiveError;
+    fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ArchiveError> {
+        self.count += 1;
+        v.serialize(&mut *self.enc)
+    }
+    fn end(self) -> Result<(), ArchiveError> {
+        self.finish()
+    }
+}
+
+impl ser::SerializeMap for Counted<'_, '_> {
+    type Ok = ();
+    type Error = ArchiveError;
+    fn serialize_key<T: Serialize + ?Sized>(&mut self, k: &T) -> Result<(), ArchiveError> {
+        self.count += 1;
+        k.serialize(&mut *self.enc)
+    }
+    fn serialize_value<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ArchiveError> {
+        v.serialize(&mut *self.enc)
+    }
+    fn end(self) -> Result<(), ArchiveError> {
+        self.finish()
+    }
+}
+
+macro_rules! ser_compound {
+    ($tr:ident, $f:ident $(, $key:ty)?) => {
+        impl ser::$tr for &mut Encoder<'_> {
+            type Ok = ();
+            type Error = ArchiveError;
+            fn $f<T: Serialize + ?Sized>(&mut self, $(_: $key,)? v: &T) -> Result<(), ArchiveError> {
+                v.serialize(&mut **self)
+            }
+            fn end(self) -> Result<(), ArchiveError> {
+                Ok(())
+            }
+        }
+    };
+}
+ser_compound!(SerializeTuple, serialize_element);
+ser_compound!(SerializeTupleStruct, serialize_field);
+ser_compound!(SerializeTupleVariant, serialize_field);
+ser_compound!(SerializeStruct, serialize_field, &'static str);
+ser_compound!(SerializeStructVariant, serialize_field, &'static str);
+
+// ---------------------------------------------------------------------------------------------
+// Decoding
+
+/// What a chunk became on the receiving side, handed to the value that asks for it.
+pub trait ChunkSource {
+    /// Takes chunk `i` (each chunk can be taken once).
+    fn take(&self, i: usize) -> Option<crate::buffer::Received>;
+}
+
+/// No chunks: an archive made only of an index.
+pub struct NoChunks;
+impl ChunkSource for NoChunks {
+    fn take(&self, _: usize) -> Option<crate::buffer::Received> {
+        None
+    }
+}
+
+/// Most nested containers the decoder follows (deeper input is rejected, not a stack overflow).
+const MAX_DEPTH: usize = 128;
+
+/// Decodes a `T` from `index`, taking chunks from `chunks`; trailing bytes are an error.
+pub fn decode<T: de::DeserializeOwned>(index: &[u8], chunks: &dyn ChunkSource) -> Result<T, ArchiveError> {
+    let mut d = Decoder { input: index, chunks, depth: 0 };
+    let v = T::deserialize(&mut d)?;
+    if !d.input.is_empty() {
+        return err(format!("{} trailing bytes after the value", d.input.len()));
+    }
+    Ok(v)
+}
+
+struct Decoder<'de, 'c> {
+    input: &'de [u8],
+    chunks: &'c dyn ChunkSource,
+    depth: usize,
+}
+
+impl<'de> Decoder<'de, '_> {
+    fn take(&mut self, n: usize) -> Result<&'de [u8], ArchiveError> {
+        if n > self.input.len() {
+            return err(format!("needs {n} bytes, {} remain", self.input.len()));
+        }
+        let (a, b) = self.input.split_at(n);
+        self.input = b;
+        Ok(a)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], ArchiveError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u64(&mut self) -> Result<u64, ArchiveError> {
+        Ok(u64::from_le_bytes(self.arr()?))
+    }
+    /// A length of items each at least `min_item` bytes long: checked against what remains.
+    fn len(&mut self, min_item: usize) -> Result<usize, ArchiveError> {
+        let n = self.u64()?;
+        if n.saturating_mul(min_item as u64) > self.input.len() as u64 {
+            return err(format!("declared length {n} exceeds the {} bytes that remain", self.input.len()));
+        }
+        usize::try_from(n).or_else(|_| err("length overflows usize"))
+    }
+    fn nest(&mut self) -> Result<(), ArchiveError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return err(format!("nested deeper than {MAX_DEPTH}"));
+        }
+        Ok(())
+    }
+}
+
+macro_rules! de_num {
+    ($($f:ident $t:ty => $visit:ident),*) => {$(
+        fn $f<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+            v.$visit(<$t>::from_le_bytes(self.arr()?))
+        }
+    )*};
+}
+
+impl<'de> de::Deserializer<'de> for &mut Decoder<'de, '_> {
+    type Error = ArchiveError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, ArchiveError> {
+        err("the archive is not self-describing (deserialize_any)")
+    }
+    de_num!(deserialize_i8 i8 => visit_i8, deserialize_i16 i16 => visit_i16, deserialize_i32 i32 => visit_i32,
+            deserialize_i64 i64 => visit_i64, deserialize_i128 i128 => visit_i128,
+            deserialize_u8 u8 => visit_u8, deserialize_u16 u16 => visit_u16, deserialize_u32 u32 => visit_u32,
+            deserialize_u64 u64 => visit_u64, deserialize_u128 u128 => visit_u128,
+            deserialize_f32 f32 => visit_f32, deserialize_f64 f64 => visit_f64);
+
+    fn deserialize_bool<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        match self.arr::<1>()?[0] {
+            0 => v.visit_bool(false),
+            1 => v.visit_bool(true),
+            b => err(format!("bool byte {b}")),
+        }
+    }
+    fn deserialize_char<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        let c = u32::from_le_bytes(self.arr()?);
+        v.visit_char(char::from_u32(c).ok_or_else(|| ArchiveError(format!("char {c:#x}")))?)
+    }
+    fn deserialize_str<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        let n = self.len(1)?;
+        let b = self.take(n)?;
+        v.visit_borrowed_str(std::str::from_utf8(b).map_err(|e| ArchiveError(format!("string: {e}")))?)
+    }
+    fn deserialize_string<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        self.deserialize_str(v)
+    }
+    fn deserialize_bytes<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        match self.arr::<1>()?[0] {
+            INLINE => {
+                let n = self.len(1)?;
+                v.visit_borrowed_bytes(self.take(n)?)
+            }
+            CHUNKED => {
+                let i = self.u64()? as usize;
+                let c = self
+                    .chunks
+                    .take(i)
+                    .ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
+                // A plain byte container gets an owned copy; chunk-aware types ask through
+                // the newtype path below and take the buffer itself.
+                v.visit_byte_buf(c.as_bytes().to_vec())
+            }
+            t => err(format!("byte-string tag {t}")),
+        }
+    }
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        self.deserialize_bytes(v)
+    }
+    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        match self.arr::<1>()?[0] {
+            0 => v.visit_none(),
+            1 => {
+                self.nest()?;
+                let r = v.visit_some(&mut *self);
+                self.depth -= 1;
+                r
+            }
+            t => err(format!("option tag {t}")),
+        }
+    }
+    fn deserialize_unit<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        v.visit_unit()
+    }
+    fn deserialize_unit_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        v: V,
+    ) -> Result<V::Value, ArchiveError> {
+        v.visit_unit()
+    }
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        v: V,
+    ) -> Result<V::Value, ArchiveError> {
+        if name == CHUNK {
+            return match self.arr::<1>()?[0] {
+                INLINE => {
+                    let n = self.len(1)?;
+                    v.visit_borrowed_bytes(self.take(n)?)
+                }
+                CHUNKED => {
+                    let i = self.u64()? as usize;
+                    let c = self
+                        .chunks
+                        .take(i)
+                        .ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
+                    crate::buffer::with_handoff(c, || v.visit_u64(i as u64))
+                }
+                t => err(format!("chunk tag {t}")),
+            };
+        }
+        self.nest()?;
+        let r = v.visit_newtype_struct(&mut *self);
+        self.depth -= 1;
+        r
+    }
+    fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        // Every element takes at least one byte (sequences of zero-sized values longer than the
+        // remaining input are rejected): a forged count cannot make the decoder spin.
+        let n = self.len(1)?;
+        self.nest()?;
+        let r = v.visit_seq(Items { d: &mut *self, left: n });
+        self.depth -= 1;
+        r
+    }
+    fn deserialize_tuple<V: Visitor<'de>>(self, n: usize, v: V) -> Result<V::Value, ArchiveError> {
+        self.nest()?;
+        let r = v.visit_seq(Items { d: &mut *self, left: n });
+        self.depth -= 1;
+        r
+    }
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        n: usize,
+        v: V,
+    ) -> Result<V::Value, ArchiveError> {
+        self.deserialize_tuple(n, v)
+    }
+    fn deserialize_map<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        let n = self.len(1)?;
+        self.nest()?;
+        let r = v.visit_map(Items { d: &mut *self, left: n });
+        self.depth -= 1;
+        r
+    }
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, ArchiveError> {
+        self.deserialize_tuple(fields.len(), v)
+    }
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, ArchiveError> {
+        self.nest()?;
+        let r = v.visit_enum(&mut *self);
+        self.depth -= 1;
+        r
+    }
+    fn deserialize_identifier<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        self.deserialize_u32(v)
+    }
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, ArchiveError> {
+        err("the archive cannot skip values (deserialize_ignored_any)")
+    }
+    fn is_human_readable(&self) -> bool {
+        false
+    }
+}
+
+/// Elements of a sequence, tuple or map: `left` more to read. serde's size hint is capped by
+/// the bytes that remain, so a huge declared count never preallocates.
+struct Items<'a, 'de, 'c> {
+    d: &'a mut Decoder<'de, 'c>,
+    left: usize,
+}
+
+impl<'de> de::SeqAccess<'de> for Items<'_, 'de, '_> {
+    type Error = ArchiveError;
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, ArchiveError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.d).map(Some)
+    }
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.left.min(self.d.input.len()))
+    }
+}
+
+impl<'de> de::MapAccess<'de> for Items<'_, 'de, '_> {
+    type Error = ArchiveError;
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, ArchiveError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        seed.deserialize(&mut *self.d).map(Some)
+    }
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, ArchiveError> {
+        seed.deserialize(&mut *self.d)
+    }
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.left.min(self.d.input.len()))
+    }
+}
+
+impl<'de> de::EnumAccess<'de> for &mut Decoder<'de, '_> {
+    type Error = ArchiveError;
+    type Variant = Self;
+    fn variant_seed<V: DeserializeSeed<'de>>(self, seed: V) -> Result<(V::Value, Self), ArchiveError> {
+        let i = u32::from_le_bytes(self.arr()?);
+        let v = seed.deserialize(i.into_deserializer())?;
+        Ok((v, self))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for &mut Decoder<'de, '_> {
+    type Error = ArchiveError;
+    fn unit_variant(self) -> Result<(), ArchiveError> {
+        Ok(())
+    }
+    fn newtype_variant_seed<T: DeserializeSeed<'de>>(self, seed: T) -> Result<T::Value, ArchiveError> {
+        seed.deserialize(self)
+    }
+    fn tuple_variant<V: Visitor<'de>>(self, n: usize, v: V) -> Result<V::Value, ArchiveError> {
+        de::Deserializer::deserialize_tuple(self, n, v)
+    }
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, ArchiveError> {
+        de::Deserializer::deserialize_tuple(self, fields.len(), v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    enum Shape {
+        Dot,
+        Circle(f64),
+        Rect { w: u32, h: u32 },
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+    struct Record {
+        id: u64,
+        name: String,
+        tags: Vec<Option<i16>>,
+        shapes: Vec<Shape>,
+        map: BTreeMap<String, (bool, char)>,
+    }
+
+    fn sample() -> Record {
+        Record {
+            id: 7,
+            name: "weft".into(),
+            tags: vec![Some(-3), None, Some(9)],
+            shapes: vec![Shape::Dot, Shape::Circle(2.5), Shape::Rect { w: 3, h: 4 }],
+            map: [("a".to_string(), (true, 'λ'))].into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let a = encode(&sample(), 4096, &NoPool).unwrap();
+        assert!(a.chunks.is_empty());
+        assert_eq!(decode::<Record>(&a.index, &NoChunks).unwrap(), sample());
+    }
+
+    #[test]
+    fn large_bytes_become_pointer_chunks() {
+        let big = vec![5u8; 10_000];
+        let a = encode(&(1u8, serde_bytes_like(&big)), 4096, &NoPool).unwrap();
+        assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 10_000 }]);
+        assert!(a.index.len() < 32, "index of {} bytes", a.index.len());
+    }
+
+    struct Bytes<'a>(&'a [u8]);
+    impl serde::Serialize for Bytes<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_bytes(self.0)
+        }
+    }
+    fn serde_bytes_like(b: &[u8]) -> Bytes<'_> {
+        Bytes(b)
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        // Every truncation and a deterministic pseudo-random corruption of a valid archive.
+        let good = encode(&sample(), 4096, &NoPool).unwrap().index;
+        for cut in 0..good.len() {
+            assert!(decode::<Record>(&good[..cut], &NoChunks).is_err());
+        }
+        let mut x = 0x9e3779b97f4a7c15u64;
+        for _ in 0..20_000 {
+            let mut b = good.clone();
+            for _ in 0..3 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x as usize) % b.len();
+                b[i] = (x >> 32) as u8;
+            }
+            let _ = decode::<Record>(&b, &NoChunks);
+            let _ = decode::<Vec<Vec<String>>>(&b, &NoChunks);
+        }
+        // A forged huge length is an error, not an allocation.
+        let mut huge = (u64::MAX / 2).to_le_bytes().to_vec();
+        huge.extend_from_slice(&[0; 16]);
+        assert!(decode::<Vec<u64>>(&huge, &NoChunks).is_err());
+        assert!(decode::<String>(&huge, &NoChunks).is_err());
+    }
+}

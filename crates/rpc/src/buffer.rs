@@ -1,0 +1,341 @@
+//! Zero-copy argument types: [`SerializeBuffer`] (existing data, shared by reference count) and
+//! [`RmaVec`] (a Vec-like container in the registered-memory pool).
+//!
+//! Both serialize as one byte string wrapped in the archive's chunk marker: weft's archive turns
+//! it into a chunk (no copy on the sender), any other serde format simply writes the bytes.
+//! On the receiving side the pulled chunk *becomes* the value: an `RmaVec` keeps the pool block
+//! the bytes were pulled into, a `SerializeBuffer` the buffer.
+
+use crate::archive::CHUNK;
+use serde::de::{self, Deserializer, Visitor};
+use serde::ser::Serializer;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use weft_fabric::pod::{bytes_of, bytes_of_mut, AlignedBuf, Pod};
+use weft_fabric::pool::{Block, BlockPool};
+
+/// A chunk as it arrived on this rank: in a pool block (RMA-ready) or on the heap.
+#[derive(Debug)]
+pub enum Received {
+    /// Pulled into a block of this rank's registered pool.
+    Block(Block),
+    /// Pulled into a 64-byte-aligned heap buffer (the pool had no room).
+    Heap(AlignedBuf),
+}
+
+impl Received {
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Received::Block(b) => b.as_slice::<u8>(b.len()),
+            Received::Heap(h) => h.as_bytes(),
+        }
+    }
+    fn view<T: Pod>(&self, n: usize) -> &[T] {
+        match self {
+            Received::Block(b) => b.as_slice::<T>(n),
+            Received::Heap(h) => h.as_slice::<T>(n),
+        }
+    }
+}
+
+thread_local! {
+    /// The chunk a decoding value may take (set around the visitor call).
+    static HANDOFF: RefCell<Option<Received>> = const { RefCell::new(None) };
+    /// The pool values decoded on this thread allocate from.
+    static DECODE_POOL: RefCell<Option<Arc<BlockPool>>> = const { RefCell::new(None) };
+}
+
+pub(crate) fn with_handoff<R>(c: Received, f: impl FnOnce() -> R) -> R {
+    HANDOFF.with(|h| *h.borrow_mut() = Some(c));
+    let r = f();
+    HANDOFF.with(|h| h.borrow_mut().take());
+    r
+}
+
+fn take_handoff() -> Option<Received> {
+    HANDOFF.with(|h| h.borrow_mut().take())
+}
+
+/// Runs `f` with `pool` as the pool that decoded [`RmaVec`]s allocate from.
+pub(crate) fn with_decode_pool<R>(pool: Option<Arc<BlockPool>>, f: impl FnOnce() -> R) -> R {
+    let old = DECODE_POOL.with(|p| std::mem::replace(&mut *p.borrow_mut(), pool));
+    let r = f();
+    DECODE_POOL.with(|p| *p.borrow_mut() = old);
+    r
+}
+
+fn elems<T: Pod, E: de::Error>(bytes: usize) -> Result<usize, E> {
+    let size = std::mem::size_of::<T>();
+    if size == 0 || !bytes.is_multiple_of(size) {
+        return Err(E::custom(format!("{bytes} bytes are not a whole number of {size}-byte elements")));
+    }
+    Ok(bytes / size)
+}
+
+/// Writes `bytes` as a chunk-marked byte string.
+struct ChunkBytes<'a>(&'a [u8]);
+impl Serialize for ChunkBytes<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(self.0)
+    }
+}
+
+fn serialize_chunk<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_newtype_struct(CHUNK, &ChunkBytes(bytes))
+}
+
+/// What a chunk-aware value is built from while decoding.
+enum Source<'a> {
+    Inline(&'a [u8]),
+    Pulled(Received),
+}
+
+struct SourceVisitor;
+impl<'de> Visitor<'de> for SourceVisitor {
+    type Value = Source<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a weft chunk")
+    }
+    fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Source<'de>, E> {
+        Ok(Source::Inline(v))
+    }
+    fn visit_u64<E: de::Error>(self, i: u64) -> Result<Source<'de>, E> {
+        take_handoff().map(Source::Pulled).ok_or_else(|| E::custom(format!("chunk {i} was not handed over")))
+    }
+}
+
+/// Existing data passed by value without a copy: a reference-counted `[T]`. Clones share the
+/// data; the runtime holds a clone until the transfer is done (see `call_with_sent`), so the
+/// data can be reused once [`SerializeBuffer::is_unique`] is true again.
+///
+/// ```
+/// let data = weft_rpc::SerializeBuffer::from(vec![1.0f64; 1 << 20]);
+/// let copy = data.clone(); // no copy of the elements
+/// assert_eq!(copy.len(), 1 << 20);
+/// ```
+pub struct SerializeBuffer<T: Pod> {
+    data: Storage<T>,
+}
+
+enum Storage<T: Pod> {
+    Vec(Arc<Vec<T>>),
+    Received(Arc<Received>, usize),
+}
+
+impl<T: Pod> Clone for SerializeBuffer<T> {
+    fn clone(&self) -> Self {
+        SerializeBuffer {
+            data: match &self.data {
+                Storage::Vec(v) => Storage::Vec(v.clone()),
+                Storage::Received(r, n) => Storage::Received(r.clone(), *n),
+            },
+        }
+    }
+}
+
+impl<T: Pod + fmt::Debug> fmt::Debug for SerializeBuffer<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SerializeBuffer({} elements)", self.len())
+    }
+}
+
+impl<T: Pod> From<Vec<T>> for SerializeBuffer<T> {
+    fn from(v: Vec<T>) -> Self {
+        SerializeBuffer { data: Storage::Vec(Arc::new(v)) }
+    }
+}
+
+impl<T: Pod> From<Arc<Vec<T>>> for SerializeBuffer<T> {
+    fn from(v: Arc<Vec<T>>) -> Self {
+        SerializeBuffer { data: Storage::Vec(v) }
+    }
+}
+
+impl<T: Pod> SerializeBuffer<T> {
+    /// True when no clone (in particular none held by an unfinished transfer) shares the data.
+    pub fn is_unique(&self) -> bool {
+        match &self.data {
+            Storage::Vec(v) => Arc::strong_count(v) == 1,
+            Storage::Received(r, _) => Arc::strong_count(r) == 1,
+        }
+    }
+    /// The elements as a `Vec` (no copy when this buffer was made from a `Vec` and is unique).
+    pub fn into_vec(self) -> Vec<T> {
+        match self.data {
+            Storage::Vec(v) => Arc::try_unwrap(v).unwrap_or_else(|v| (*v).clone()),
+            Storage::Received(r, n) => r.view::<T>(n).to_vec(),
+        }
+    }
+}
+
+impl<T: Pod> Deref for SerializeBuffer<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        match &self.data {
+            Storage::Vec(v) => v,
+            Storage::Received(r, n) => r.view::<T>(*n),
+        }
+    }
+}
+
+impl<T: Pod> Serialize for SerializeBuffer<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_chunk(bytes_of(self), s)
+    }
+}
+
+impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match d.deserialize_newtype_struct(CHUNK, SourceVisitor)? {
+            Source::Inline(b) => {
+                let mut v = vec![T::zeroed(); elems::<T, D::Error>(b.len())?];
+                bytes_of_mut(&mut v).copy_from_slice(b);
+                Ok(v.into())
+            }
+            Source::Pulled(r) => {
+                let n = elems::<T, D::Error>(r.as_bytes().len())?;
+                Ok(SerializeBuffer { data: Storage::Received(Arc::new(r), n) })
+            }
+        }
+    }
+}
+
+/// A growable array of `T` in the registered-memory pool: sent without any copy on the
+/// sender (an RMA chunk), received straight into the target's pool, handed to the remote
+/// function by value.
+///
+/// ```no_run
+/// # let world = weft_runtime::World::init()?;
+/// let mut v = weft_rpc::RmaVec::<f64>::with_capacity(&world, 1024)?;
+/// v.extend_from_slice(&[1.0, 2.0])?;
+/// assert_eq!(&v[..], &[1.0, 2.0]);
+/// # Ok::<(), weft_runtime::Error>(())
+/// ```
+pub struct RmaVec<T: Pod> {
+    block: Block,
+    len: usize,
+    _t: PhantomData<T>,
+}
+
+impl<T: Pod + fmt::Debug> fmt::Debug for RmaVec<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+fn pool_full(bytes: usize, pool: &BlockPool) -> weft_runtime::Error {
+    weft_runtime::Error::TooLarge {
+        what: "RmaVec allocation in the registered pool (bytes; raise WEFT_RPC_POOL_MIB)",
+        len: bytes,
+        max: pool.capacity() - pool.in_use(),
+    }
+}
+
+impl<T: Pod> RmaVec<T> {
+    /// An empty vector with room for `cap` elements in `comm`'s pool.
+    pub fn with_capacity(comm: &weft_runtime::Comm, cap: usize) -> weft_runtime::Result<Self> {
+        let rpc = crate::Rpc::of(comm)?;
+        Self::alloc_in(rpc.pool()?, cap)
+    }
+
+    /// A vector holding a copy of `data`.
+    pub fn from_slice(comm: &weft_runtime::Comm, data: &[T]) -> weft_runtime::Result<Self> {
+        let mut v = Self::with_capacity(comm, data.len())?;
+        v.extend_from_slice(data)?;
+        Ok(v)
+    }
+
+    fn alloc_in(pool: &Arc<BlockPool>, cap: usize) -> weft_runtime::Result<Self> {
+        let bytes = cap.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| pool_full(usize::MAX, pool))?;
+        let block = pool.alloc(bytes).ok_or_else(|| pool_full(bytes, pool))?;
+        Ok(RmaVec { block, len: 0, _t: PhantomData })
+    }
+
+    /// Elements the vector holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.block.capacity() / std::mem::size_of::<T>().max(1)
+    }
+
+    /// Makes room for `more` elements (moving to a larger block of the pool if needed).
+    pub fn reserve(&mut self, more: usize) -> weft_runtime::Result<()> {
+        let need = self.len.checked_add(more).ok_or_else(|| pool_full(usize::MAX, self.block.pool()))?;
+        if need <= self.capacity() {
+            return Ok(());
+        }
+        let mut bigger = Self::alloc_in(self.block.pool(), need.max(self.capacity() * 2))?;
+        bigger.block.as_mut_slice::<T>(self.len).copy_from_slice(self);
+        bigger.len = self.len;
+        *self = bigger;
+        Ok(())
+    }
+
+    /// Appends one element.
+    pub fn push(&mut self, v: T) -> weft_runtime::Result<()> {
+        self.reserve(1)?;
+        self.len += 1;
+        let n = self.len;
+        self.block.as_mut_slice::<T>(n)[n - 1] = v;
+        Ok(())
+    }
+
+    /// Appends a copy of `data`.
+    pub fn extend_from_slice(&mut self, data: &[T]) -> weft_runtime::Result<()> {
+        self.reserve(data.len())?;
+        let (start, n) = (self.len, self.len + data.len());
+        self.block.as_mut_slice::<T>(n)[start..].copy_from_slice(data);
+        self.len = n;
+        Ok(())
+    }
+
+    /// Shortens the vector to `len` elements (no effect if it is shorter).
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+}
+
+impl<T: Pod> Deref for RmaVec<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        self.block.as_slice::<T>(self.len)
+    }
+}
+
+impl<T: Pod> DerefMut for RmaVec<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        self.block.as_mut_slice::<T>(self.len)
+    }
+}
+
+impl<T: Pod> Serialize for RmaVec<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        serialize_chunk(bytes_of(self), s)
+    }
+}
+
+impl<'de, T: Pod> Deserialize<'de> for RmaVec<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let pool = DECODE_POOL.with(|p| p.borrow().clone());
+        let copy_in = |b: &[u8]| -> Result<Self, D::Error> {
+            let pool =
+                pool.as_ref().ok_or_else(|| de::Error::custom("RmaVec decoded outside a weft world"))?;
+            let n = elems::<T, D::Error>(b.len())?;
+            let mut v = Self::alloc_in(pool, n).map_err(de::Error::custom)?;
+            bytes_of_mut(v.block.as_mut_slice::<T>(n)).copy_from_slice(b);
+            v.len = n;
+            Ok(v)
+        };
+        match d.deserialize_newtype_struct(CHUNK, SourceVisitor)? {
+            Source::Inline(b) => copy_in(b),
+            Source::Pulled(Received::Block(block)) => {
+                let n = elems::<T, D::Error>(block.len())?;
+                Ok(RmaVec { block, len: n, _t: PhantomData })
+            }
+            Source::Pulled(Received::Heap(h)) => copy_in(h.as_bytes()),
+        }
+    }
+}

@@ -1,0 +1,85 @@
+//! # weft-rpc — remote functions with zero-copy arguments
+//!
+//! Any function declared with [`remote!`] can be called on any rank with serde arguments; the
+//! call returns a future of the result. Small arguments are copied into the message; large
+//! buffers ([`SerializeBuffer`], [`RmaVec`], any byte string above the threshold) travel as
+//! chunks that the target pulls straight from the caller's memory (see [`archive`] and
+//! [`proto`]).
+//!
+//! ```no_run
+//! use weft_rpc::{remote, RmaVec, RpcExt};
+//! remote! {
+//!     /// Sums a vector that arrives in the target's registered pool.
+//!     pub fn sum(v: RmaVec<f64>) -> f64 { v.iter().sum() }
+//! }
+//! let world = weft_rpc::builder().init()?;
+//! let v = RmaVec::from_slice(&world, &vec![1.0; 1 << 20])?;
+//! let total = world.call(1 % world.size(), sum, (v,)).wait()?;
+//! assert_eq!(total, (1 << 20) as f64);
+//! # Ok::<(), weft_runtime::Error>(())
+//! ```
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod archive;
+mod buffer;
+pub mod proto;
+mod registry;
+
+pub use buffer::{Received, RmaVec, SerializeBuffer};
+pub use proto::{CallFuture, RpcExt, RpcStats, Sent};
+pub use registry::{fn_id, BoxFuture, Registration, RemoteFn, REMOTE_FNS};
+
+#[doc(hidden)]
+pub use linkme as __linkme;
+
+use std::sync::Arc;
+use weft_runtime::{Builder, Comm, Error, Result};
+
+/// A world builder with the RPC layer installed (what `weft::init` uses).
+pub fn builder() -> Builder {
+    let mut b = weft_runtime::World::builder();
+    install(&mut b);
+    b
+}
+
+/// Installs the RPC layer into `b`: its AM handlers, progress hook and start-up steps.
+pub fn install(b: &mut Builder) {
+    let msg = b.handler("weft.rpc.msg", |am| {
+        if let Ok(r) = Rpc::of(am.comm()) {
+            r.on_msg(am)
+        }
+    });
+    let ack = b.handler("weft.rpc.ack", |am| {
+        if let Ok(r) = Rpc::of(am.comm()) {
+            r.on_ack(am)
+        }
+    });
+    let rpc = Arc::new(proto::Rpc::new(msg, ack));
+    b.extension(rpc);
+    b.progress_hook(Arc::new(|c: &Comm| Rpc::of(c)?.progress(c)));
+    b.on_start(Box::new(|c: &Comm| {
+        WORLD_RANK.store(c.rank(), std::sync::atomic::Ordering::Relaxed);
+        Rpc::of(c)?.start(c)
+    }));
+}
+
+/// The RPC state of a world.
+pub use proto::Rpc;
+
+static WORLD_RANK: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(u32::MAX);
+
+/// This process's rank (for remote functions, which run without a handle to the world);
+/// `u32::MAX` before a world with the RPC layer started.
+pub fn world_rank() -> u32 {
+    WORLD_RANK.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+impl Rpc {
+    /// The RPC layer of `comm`, or an error if the world was built without it.
+    pub fn of(comm: &Comm) -> Result<Arc<Rpc>> {
+        comm.extension::<Rpc>().ok_or(Error::Misuse(
+            "this world has no RPC layer: build it with weft::builder() or weft_rpc::install",
+        ))
+    }
+}

@@ -1,0 +1,753 @@
+//! The RPC protocol.
+//!
+//! Every RPC message (a call, a post, a result) is one medium AM request `weft.rpc.msg` with
+//! arguments `[kind, function id or 0, call id, mode, ack id]`:
+//! - **eager** (mode 0): the payload is the archive's index; the archive has no chunks.
+//! - **rendezvous** (mode 1): the payload describes the chunks (and carries the index when it
+//!   fits). The receiver pulls each chunk — RMA get from the sender's pool, or the fabric's peer
+//!   read for unregistered memory — into its own pool, then sends `weft.rpc.ack(ack id)`; the
+//!   sender then drops what it kept alive for the transfer (the "sent" signal).
+//!
+//! Handlers only queue messages; pulling, decoding and running functions happen in the RPC
+//! progress hook, outside AM handlers, so a remote function may communicate and block.
+//! Results travel back as messages of their own (kind `RESULT_OK` / `RESULT_ERR`).
+
+use crate::archive::{self, Archive, ArchiveError, ChunkRef, ChunkSource, Locate};
+use crate::buffer::{with_decode_pool, Received};
+use crate::registry::{self, Outbound, Registration, RemoteFn, Running};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
+use weft_fabric::pod::AlignedBuf;
+use weft_fabric::pool::BlockPool;
+use weft_runtime::{AmHandler, AmMsg, Comm, Error, GlobalPtr, Result, RmaPool};
+
+const CALL: u64 = 0;
+const POST: u64 = 1;
+const RESULT_OK: u64 = 2;
+const RESULT_ERR: u64 = 3;
+const EAGER: u64 = 0;
+const RENDEZVOUS: u64 = 1;
+
+/// Default size threshold (bytes) from which a byte string travels as a chunk.
+pub const DEFAULT_THRESHOLD: usize = 4096;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Counters of what the RPC layer rejected or survived.
+#[derive(Debug, Default)]
+pub struct RpcStats {
+    /// Messages whose bytes did not decode.
+    pub malformed: AtomicU64,
+    /// Calls of functions this rank does not have.
+    pub unknown_function: AtomicU64,
+    /// Remote functions that panicked (reported to the caller as errors).
+    pub panics: AtomicU64,
+}
+
+/// A message as queued by the handler.
+struct Incoming {
+    src: u32,
+    args: [u64; 5],
+    payload: Vec<u8>,
+}
+
+/// What a call's caller waits for.
+#[derive(Default)]
+struct CallSlot {
+    outcome: Option<(bool, Vec<u8>, Vec<Option<Received>>)>,
+    waker: Option<Waker>,
+    target: u32,
+}
+
+/// The "sent" signal of one transfer.
+#[derive(Default)]
+struct SentState {
+    done: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl SentState {
+    fn fire(&self) {
+        self.done.store(true, Ordering::Release);
+        if let Some(w) = lock(&self.waker).take() {
+            w.wake();
+        }
+    }
+}
+
+/// What a sender keeps alive until the receiver acknowledges its pulls.
+struct Kept {
+    _value: Box<dyn Outbound>,
+    _index: Vec<u8>,
+    _staged: Vec<weft_fabric::pool::Block>,
+    sent: Arc<SentState>,
+}
+
+/// A remote function running on this rank (it returned `Pending` once).
+struct Task {
+    fut: Running,
+    woken: Arc<Flag>,
+    src: u32,
+    call: Option<u64>,
+}
+
+struct Flag(AtomicBool);
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// The RPC layer of one world (reach it with [`Rpc::of`]).
+pub struct Rpc {
+    msg: AmHandler,
+    ack: AmHandler,
+    fns: OnceLock<HashMap<u64, Registration>>,
+    pool: OnceLock<RmaPool>,
+    threshold: AtomicU64,
+    next_id: AtomicU64,
+    calls: Mutex<HashMap<u64, CallSlot>>,
+    kept: Mutex<HashMap<u64, Kept>>,
+    incoming: Mutex<VecDeque<Incoming>>,
+    tasks: Mutex<Vec<Task>>,
+    /// What was rejected.
+    pub stats: RpcStats,
+}
+
+impl Rpc {
+    pub(crate) fn new(msg: AmHandler, ack: AmHandler) -> Self {
+        Rpc {
+            msg,
+            ack,
+            fns: OnceLock::new(),
+            pool: OnceLock::new(),
+            threshold: AtomicU64::new(DEFAULT_THRESHOLD as u64),
+            next_id: AtomicU64::new(1),
+            calls: Mutex::new(HashMap::new()),
+            kept: Mutex::new(HashMap::new()),
+            incoming: Mutex::new(VecDeque::new()),
+            tasks: Mutex::new(Vec::new()),
+            stats: RpcStats::default(),
+        }
+    }
+
+    /// Collective start-up: the function tables must match on every rank; allocates the pool.
+    pub(crate) fn start(&self, comm: &Comm) -> Result<()> {
+        let fns = registry::table().map_err(Error::Mismatch)?;
+        let mut names: Vec<&str> = fns.values().map(|r| r.name).collect();
+        names.sort_unstable();
+        let mine = names.join("\n");
+        for (r, theirs) in comm.exchange(mine.as_bytes())?.iter().enumerate() {
+            if theirs != mine.as_bytes() {
+                let theirs = String::from_utf8_lossy(theirs);
+                let t: Vec<&str> = theirs.split('\n').filter(|s| !s.is_empty()).collect();
+                let only_mine: Vec<&&str> = names.iter().filter(|n| !t.contains(n)).collect();
+                let only_theirs: Vec<&&str> = t.iter().filter(|n| !names.contains(n)).collect();
+                return Err(Error::Mismatch(format!(
+                    "remote functions differ between rank {} and rank {r}: only on {}: {only_mine:?}; only on {r}: {only_theirs:?}",
+                    comm.rank(),
+                    comm.rank()
+                )));
+            }
+        }
+        let _ = self.fns.set(fns);
+        let mib = match std::env::var("WEFT_RPC_POOL_MIB") {
+            Ok(v) => v.parse::<usize>().ok().filter(|&m| m > 0 && m <= 1 << 20).ok_or_else(|| {
+                Error::Config(format!("WEFT_RPC_POOL_MIB={v}: expected a number of MiB from 1 to 1048576"))
+            })?,
+            Err(_) => 256,
+        };
+        let pool = comm.alloc_pool(mib << 20)?;
+        let _ = self.pool.set(pool);
+        Ok(())
+    }
+
+    pub(crate) fn pool(&self) -> Result<&Arc<BlockPool>> {
+        self.pool.get().map(|p| p.blocks()).ok_or(Error::Misuse("the RPC pool is not allocated yet"))
+    }
+
+    /// Bytes from which a byte string travels as a chunk (default 4 KiB).
+    pub fn threshold(&self) -> usize {
+        self.threshold.load(Ordering::Relaxed) as usize
+    }
+    /// Sets the chunk threshold for this world (per call: [`RpcExt::call_with`]).
+    pub fn set_threshold(&self, bytes: usize) {
+        self.threshold.store(bytes as u64, Ordering::Relaxed);
+    }
+
+    // ----- sending -------------------------------------------------------------------------
+
+    /// Encodes `value` and sends it as a message; returns the "sent" signal.
+    fn send(
+        &self,
+        comm: &Comm,
+        dst: u32,
+        head: [u64; 3],
+        value: Box<dyn Outbound>,
+        threshold: usize,
+    ) -> Result<Arc<SentState>> {
+        let locate =
+            PoolLocator { pool: self.pool.get(), stage: !comm.caps().peer_read, staged: RefCell::default() };
+        let archive = value.encode(threshold, &locate).map_err(|e| Error::Misuse(leak(e)))?;
+        let sent = Arc::new(SentState::default());
+        let max = comm.caps().am_max_medium;
+        if archive.chunks.is_empty() && archive.index.len() <= max {
+            comm.am_request_medium(dst, self.msg, &[head[0], head[1], head[2], EAGER, 0], &archive.index)?;
+            sent.fire();
+            return Ok(sent);
+        }
+        let staged = locate.staged.take();
+        let ack = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let desc = proto_desc(&archive, max, &locate);
+        lock(&self.kept)
+            .insert(ack, Kept { _value: value, _index: archive.index, _staged: staged, sent: sent.clone() });
+        if let Err(e) =
+            comm.am_request_medium(dst, self.msg, &[head[0], head[1], head[2], RENDEZVOUS, ack], &desc)
+        {
+            lock(&self.kept).remove(&ack);
+            return Err(e);
+        }
+        Ok(sent)
+    }
+
+    // ----- handlers (inside AM progress: queue only) ----------------------------------------
+
+    pub(crate) fn on_msg(&self, am: &AmMsg<'_>) {
+        let mut args = [0u64; 5];
+        if am.args().len() != 5 {
+            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        args.copy_from_slice(am.args());
+        lock(&self.incoming).push_back(Incoming { src: am.src(), args, payload: am.payload().to_vec() });
+    }
+
+    pub(crate) fn on_ack(&self, am: &AmMsg<'_>) {
+        if let Some(k) = am.args().first().and_then(|id| lock(&self.kept).remove(id)) {
+            k.sent.fire();
+        }
+    }
+
+    // ----- progress hook (outside handlers) -------------------------------------------------
+
+    pub(crate) fn progress(&self, comm: &Comm) -> Result<usize> {
+        let mut n = 0;
+        while let Some(m) = {
+            let x = lock(&self.incoming).pop_front();
+            x
+        } {
+            n += 1;
+            self.handle(comm, m)?;
+        }
+        n += self.run_tasks(comm)?;
+        Ok(n)
+    }
+
+    fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
+        let [kind, fid, call, mode, ack] = m.args;
+        let pulled = match mode {
+            EAGER => Ok((m.payload, vec![])),
+            RENDEZVOUS => self.pull(comm, m.src, &m.payload),
+            _ => Err(ArchiveError(format!("mode {mode}"))),
+        };
+        if mode == RENDEZVOUS {
+            // Whatever happened, the sender may release its buffers now.
+            comm.am_request_short(m.src, self.ack, &[ack])?;
+        }
+        let (index, chunks) = match pulled {
+            Ok(p) => p,
+            Err(e) => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                if kind == CALL {
+                    self.reply_err(comm, m.src, call, format!("rank {}: malformed call: {e}", comm.rank()))?;
+                }
+                return Ok(());
+            }
+        };
+        match kind {
+            CALL | POST => {
+                let Some(reg) = self.fns.get().and_then(|t| t.get(&fid)).copied() else {
+                    self.stats.unknown_function.fetch_add(1, Ordering::Relaxed);
+                    if kind == CALL {
+                        let why = format!("rank {} has no remote function with id {fid:#x}", comm.rank());
+                        self.reply_err(comm, m.src, call, why)?;
+                    }
+                    return Ok(());
+                };
+                let source = Pulled(RefCell::new(chunks));
+                let pool = self.pool.get().map(|p| p.blocks().clone());
+                let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    with_decode_pool(pool, || (reg.start)(&index, &source))
+                }));
+                let call = (kind == CALL).then_some(call);
+                match started {
+                    Ok(Ok(fut)) => {
+                        let task =
+                            Task { fut, woken: Arc::new(Flag(AtomicBool::new(true))), src: m.src, call };
+                        self.step(comm, task)?;
+                    }
+                    Ok(Err(e)) => {
+                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                        if let Some(c) = call {
+                            self.reply_err(
+                                comm,
+                                m.src,
+                                c,
+                                format!("arguments of {} do not decode: {e}", reg.name),
+                            )?;
+                        }
+                    }
+                    Err(p) => self.panicked(comm, m.src, call, reg.name, p)?,
+                }
+            }
+            RESULT_OK | RESULT_ERR => {
+                let mut calls = lock(&self.calls);
+                if let Some(slot) = calls.get_mut(&call) {
+                    slot.outcome = Some((kind == RESULT_OK, index, chunks));
+                    if let Some(w) = slot.waker.take() {
+                        w.wake();
+                    }
+                } else {
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            _ => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    fn panicked(
+        &self,
+        comm: &Comm,
+        src: u32,
+        call: Option<u64>,
+        name: &str,
+        p: Box<dyn std::any::Any + Send>,
+    ) -> Result<()> {
+        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic".into());
+        match call {
+            Some(c) => {
+                self.reply_err(comm, src, c, format!("{name} panicked on rank {}: {what}", comm.rank()))
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Polls a task once; finished tasks send their result, others wait for their waker.
+    fn step(&self, comm: &Comm, mut task: Task) -> Result<()> {
+        task.woken.store_false();
+        let waker = Waker::from(task.woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx)));
+        match polled {
+            Ok(Poll::Pending) => {
+                lock(&self.tasks).push(task);
+                Ok(())
+            }
+            Ok(Poll::Ready(out)) => match task.call {
+                Some(c) => {
+                    self.send(comm, task.src, [RESULT_OK, 0, c], out, self.threshold())?;
+                    Ok(())
+                }
+                None => Ok(()),
+            },
+            Err(p) => self.panicked(comm, task.src, task.call, "a remote function", p),
+        }
+    }
+
+    fn run_tasks(&self, comm: &Comm) -> Result<usize> {
+        let ready: Vec<Task> = {
+            let mut t = lock(&self.tasks);
+            if t.is_empty() {
+                return Ok(0);
+            }
+            let (ready, waiting) = std::mem::take(&mut *t).into_iter().partition(|t| t.woken.get());
+            *t = waiting;
+            ready
+        };
+        let n = ready.len();
+        for t in ready {
+            self.step(comm, t)?;
+        }
+        Ok(n)
+    }
+
+    fn reply_err(&self, comm: &Comm, dst: u32, call: u64, why: String) -> Result<()> {
+        self.send(comm, dst, [RESULT_ERR, 0, call], Box::new(why), usize::MAX).map(|_| ())
+    }
+
+    /// Pulls every chunk a rendezvous descriptor names into this rank's memory.
+    fn pull(
+        &self,
+        comm: &Comm,
+        src: u32,
+        desc: &[u8],
+    ) -> std::result::Result<(Vec<u8>, Vec<Option<Received>>), ArchiveError> {
+        let (inline_index, chunks) = parse_desc(desc)?;
+        let mut got: Vec<Option<Received>> = Vec::with_capacity(chunks.len());
+        for c in &chunks {
+            let len = usize::try_from(c.len()).map_err(|_| ArchiveError("chunk length".into()))?;
+            let mut dst = match self.pool.get().map(|p| p.alloc(len)) {
+                Some(Ok(b)) => Received::Block(b),
+                _ => Received::Heap(try_heap(len)?),
+            };
+            let bytes = match &mut dst {
+                Received::Block(b) => b.as_mut_slice::<u8>(len),
+                Received::Heap(h) => h.as_bytes_mut(),
+            };
+            let r = match *c {
+                ChunkRef::Rma { segment, offset, .. } => {
+                    comm.get(GlobalPtr::<u8>::new(src, segment, offset as usize), bytes)
+                }
+                ChunkRef::Pointer { addr, .. } => comm.read_peer(src, addr, bytes),
+            };
+            r.map_err(|e| ArchiveError(format!("pulling a chunk of {len} bytes from rank {src}: {e}")))?;
+            got.push(Some(dst));
+        }
+        let index = match inline_index {
+            Some(ix) => ix.to_vec(),
+            None => {
+                // The index itself travelled as the last chunk.
+                let last = got.pop().flatten().ok_or_else(|| ArchiveError("no index chunk".into()))?;
+                last.as_bytes().to_vec()
+            }
+        };
+        Ok((index, got))
+    }
+}
+
+trait FlagExt {
+    fn store_false(&self);
+    fn get(&self) -> bool;
+}
+impl FlagExt for Arc<Flag> {
+    fn store_false(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+    fn get(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+fn leak(e: ArchiveError) -> &'static str {
+    // Encoding errors come from user Serialize impls and are rare: keep the message.
+    Box::leak(format!("arguments do not serialize: {e}").into_boxed_str())
+}
+
+fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
+    // The length was checked against nothing the sender controls; cap what one chunk may ask.
+    const MAX_CHUNK: usize = 1 << 40;
+    if len > MAX_CHUNK {
+        return Err(ArchiveError(format!("chunk of {len} bytes exceeds {MAX_CHUNK}")));
+    }
+    Ok(AlignedBuf::zeroed(len))
+}
+
+/// Finds chunks in the pool and, where the fabric cannot read peer memory, stages the others
+/// into it (one copy), keeping the staged blocks for the transfer.
+struct PoolLocator<'a> {
+    pool: Option<&'a RmaPool>,
+    stage: bool,
+    staged: RefCell<Vec<weft_fabric::pool::Block>>,
+}
+impl Locate for PoolLocator<'_> {
+    fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
+        let p = self.pool?;
+        p.locate(addr, len).map(|off| (p.segment(), off as u64))
+    }
+    fn stage(&self, bytes: &[u8]) -> Option<(u32, u64)> {
+        let p = self.pool.filter(|_| self.stage)?;
+        let mut b = p.alloc(bytes.len()).ok()?;
+        b.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
+        let at = (p.segment(), b.offset() as u64);
+        self.staged.borrow_mut().push(b);
+        Some(at)
+    }
+}
+
+/// Chunks taken out by the values that decode them.
+struct Pulled(RefCell<Vec<Option<Received>>>);
+impl ChunkSource for Pulled {
+    fn take(&self, i: usize) -> Option<Received> {
+        self.0.borrow_mut().get_mut(i)?.take()
+    }
+}
+
+/// Rendezvous descriptor: `[u64 nchunks][u8 index inline][u64 index len][index?]` then per
+/// chunk `[u8 kind][u64 len][u64 a][u64 b]` (pointer: a = address; rma: a = segment,
+/// b = offset). When the index does not fit, it is the last chunk (a pointer chunk).
+fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8> {
+    let chunk_bytes = 25 * (a.chunks.len() + 1) + 17;
+    let inline = chunk_bytes + a.index.len() <= max;
+    let mut chunks = a.chunks.clone();
+    if !inline {
+        let (addr, len) = (a.index.as_ptr() as u64, a.index.len() as u64);
+        chunks.push(match locate.locate(addr, len) {
+            Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
+            None => ChunkRef::Pointer { addr, len },
+        });
+    }
+    let mut d = Vec::with_capacity(chunk_bytes + if inline { a.index.len() } else { 0 });
+    d.extend_from_slice(&(chunks.len() as u64).to_le_bytes());
+    d.push(inline as u8);
+    d.extend_from_slice(&(a.index.len() as u64).to_le_bytes());
+    if inline {
+        d.extend_from_slice(&a.index);
+    }
+    for c in &chunks {
+        let (k, len, x, y) = match *c {
+            ChunkRef::Pointer { addr, len } => (0u8, len, addr, 0),
+            ChunkRef::Rma { segment, offset, len } => (1u8, len, segment as u64, offset),
+        };
+        d.push(k);
+        for w in [len, x, y] {
+            d.extend_from_slice(&w.to_le_bytes());
+        }
+    }
+    d
+}
+
+/// The inverse of [`proto_desc`]; total (every count checked against the bytes present).
+pub fn parse_desc(d: &[u8]) -> std::result::Result<(Option<&[u8]>, Vec<ChunkRef>), ArchiveError> {
+    let bad = |w: &str| ArchiveError(format!("rendezvous descriptor: {w}"));
+    let word = |at: usize| -> std::result::Result<u64, ArchiveError> {
+        d.get(at..at + 8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .ok_or_else(|| bad("truncated"))
+    };
+    let n = word(0)?;
+    let inline = match d.get(8) {
+        Some(0) => false,
+        Some(1) => true,
+        _ => return Err(bad("index flag")),
+    };
+    let ilen = word(9)?;
+    let mut at = 17usize;
+    let index = if inline {
+        let end = at
+            .checked_add(usize::try_from(ilen).map_err(|_| bad("index length"))?)
+            .ok_or_else(|| bad("index length"))?;
+        let ix = d.get(at..end).ok_or_else(|| bad("index truncated"))?;
+        at = end;
+        Some(ix)
+    } else {
+        None
+    };
+    if n.saturating_mul(25) != (d.len() - at) as u64 {
+        return Err(bad(&format!("{n} chunks in {} bytes", d.len() - at)));
+    }
+    let mut chunks = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let (len, x, y) = (word(at + 1)?, word(at + 9)?, word(at + 17)?);
+        chunks.push(match d[at] {
+            0 => ChunkRef::Pointer { addr: x, len },
+            1 => ChunkRef::Rma { segment: u32::try_from(x).map_err(|_| bad("segment"))?, offset: y, len },
+            k => return Err(bad(&format!("chunk kind {k}"))),
+        });
+        at += 25;
+    }
+    if !inline && chunks.last().is_none_or(|c| c.len() != ilen) {
+        return Err(bad("index chunk missing"));
+    }
+    Ok((index, chunks))
+}
+
+// ----- the caller's API ---------------------------------------------------------------------
+
+/// The result of a call: `.await` it (any executor), [`CallFuture::wait`] for it, or test it.
+#[must_use = "a call's result arrives only through its future"]
+pub struct CallFuture<'c, R> {
+    comm: &'c Comm,
+    rpc: Option<Arc<Rpc>>,
+    id: u64,
+    early: Option<Error>,
+    _r: PhantomData<fn() -> R>,
+}
+
+impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
+    /// Blocks (making progress) until the result is here.
+    pub fn wait(mut self) -> Result<R> {
+        if let Some(e) = self.early.take() {
+            return Err(e);
+        }
+        let rpc = self.rpc.clone().ok_or(Error::Misuse("call already finished"))?;
+        let target = lock(&rpc.calls).get(&self.id).map(|s| s.target).unwrap_or(0);
+        let _ = target;
+        self.comm.wait_until(|| lock(&rpc.calls).get(&self.id).is_none_or(|s| s.outcome.is_some()))?;
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<R> {
+        let rpc = self.rpc.take().ok_or(Error::Misuse("call already finished"))?;
+        let slot = lock(&rpc.calls).remove(&self.id);
+        let Some((ok, index, chunks)) = slot.and_then(|s| s.outcome) else {
+            return Err(Error::Misuse("call result missing"));
+        };
+        let source = Pulled(RefCell::new(chunks));
+        let pool = rpc.pool.get().map(|p| p.blocks().clone());
+        if ok {
+            with_decode_pool(pool, || archive::decode::<R>(&index, &source))
+                .map_err(|e| Error::Remote(format!("result does not decode: {e}")))
+        } else {
+            let why: String =
+                archive::decode(&index, &source).unwrap_or_else(|e| format!("undecodable error: {e}"));
+            Err(Error::Remote(why))
+        }
+    }
+}
+
+impl<R: serde::de::DeserializeOwned> Future for CallFuture<'_, R> {
+    type Output = Result<R>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<R>> {
+        if let Some(e) = self.early.take() {
+            return Poll::Ready(Err(e));
+        }
+        if let Err(e) = self.comm.poll() {
+            return Poll::Ready(Err(e));
+        }
+        let Some(rpc) = self.rpc.clone() else {
+            return Poll::Ready(Err(Error::Misuse("call already finished")));
+        };
+        let done = {
+            let mut calls = lock(&rpc.calls);
+            match calls.get_mut(&self.id) {
+                Some(s) if s.outcome.is_none() => {
+                    s.waker = Some(cx.waker().clone());
+                    false
+                }
+                _ => true,
+            }
+        };
+        if done {
+            return Poll::Ready(self.finish());
+        }
+        if !self.comm.config().progress_thread {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+impl<R> Drop for CallFuture<'_, R> {
+    fn drop(&mut self) {
+        if let Some(rpc) = &self.rpc {
+            lock(&rpc.calls).remove(&self.id);
+        }
+    }
+}
+
+/// Completes when the arguments of a call have left the caller's memory (eager: at once;
+/// rendezvous: when the target has pulled every chunk) — HPX's `async_cb`.
+pub struct Sent<'c> {
+    comm: &'c Comm,
+    state: Option<Arc<SentState>>,
+}
+
+impl Sent<'_> {
+    /// Blocks (making progress) until the arguments may be reused.
+    pub fn wait(self) -> Result<()> {
+        match &self.state {
+            None => Ok(()),
+            Some(s) => self.comm.wait_until(|| s.done.load(Ordering::Acquire)),
+        }
+    }
+}
+
+impl Future for Sent<'_> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let Some(s) = &self.state else { return Poll::Ready(Ok(())) };
+        if let Err(e) = self.comm.poll() {
+            return Poll::Ready(Err(e));
+        }
+        if s.done.load(Ordering::Acquire) {
+            return Poll::Ready(Ok(()));
+        }
+        *lock(&s.waker) = Some(cx.waker().clone());
+        if !self.comm.config().progress_thread {
+            cx.waker().wake_by_ref();
+        }
+        Poll::Pending
+    }
+}
+
+/// Calling remote functions: implemented for [`Comm`] (and so for a `World`).
+pub trait RpcExt {
+    /// Runs `f(args)` on `rank`; the future gives its result (or the remote error or panic).
+    fn call<F: RemoteFn>(&self, rank: u32, f: F, args: F::Args) -> CallFuture<'_, F::Output>;
+    /// As [`RpcExt::call`], also returning the "sent" signal; `threshold` overrides the
+    /// world's chunk threshold for this call.
+    fn call_with<F: RemoteFn>(
+        &self,
+        rank: u32,
+        f: F,
+        args: F::Args,
+        threshold: Option<usize>,
+    ) -> (Sent<'_>, CallFuture<'_, F::Output>);
+    /// Runs `f(args)` on `rank` without a result (errors there are counted, not reported).
+    fn post<F: RemoteFn>(&self, rank: u32, f: F, args: F::Args) -> Result<Sent<'_>>;
+}
+
+impl RpcExt for Comm {
+    fn call<F: RemoteFn>(&self, rank: u32, f: F, args: F::Args) -> CallFuture<'_, F::Output> {
+        self.call_with(rank, f, args, None).1
+    }
+
+    fn call_with<F: RemoteFn>(
+        &self,
+        rank: u32,
+        _f: F,
+        args: F::Args,
+        threshold: Option<usize>,
+    ) -> (Sent<'_>, CallFuture<'_, F::Output>) {
+        let fail = |e: Error| {
+            (
+                Sent { comm: self, state: None },
+                CallFuture { comm: self, rpc: None, id: 0, early: Some(e), _r: PhantomData },
+            )
+        };
+        let rpc = match crate::Rpc::of(self) {
+            Ok(r) => r,
+            Err(e) => return fail(e),
+        };
+        let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
+        lock(&rpc.calls).insert(id, CallSlot { target: rank, ..Default::default() });
+        let th = threshold.unwrap_or_else(|| rpc.threshold());
+        match rpc.send(self, rank, [CALL, registry::fn_id(F::NAME), id], Box::new(args), th) {
+            Ok(sent) => (
+                Sent { comm: self, state: Some(sent) },
+                CallFuture { comm: self, rpc: Some(rpc), id, early: None, _r: PhantomData },
+            ),
+            Err(e) => {
+                lock(&rpc.calls).remove(&id);
+                fail(e)
+            }
+        }
+    }
+
+    fn post<F: RemoteFn>(&self, rank: u32, _f: F, args: F::Args) -> Result<Sent<'_>> {
+        let rpc = crate::Rpc::of(self)?;
+        let th = rpc.threshold();
+        let sent = rpc.send(self, rank, [POST, registry::fn_id(F::NAME), 0], Box::new(args), th)?;
+        Ok(Sent { comm: self, state: Some(sent) })
+    }
+}

@@ -1,0 +1,139 @@
+//! Remote functions: the [`RemoteFn`] trait, the [`crate::remote!`] macro that implements it
+//! and registers the function at link time, and the table of registered functions.
+
+use crate::archive::{self, Archive, ArchiveError, ChunkSource, Locate};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A boxed future, as remote functions return them.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// A function other ranks can call. Implemented by [`crate::remote!`]; the implementing type is
+/// a unit struct named like the function, which is what `call` takes.
+pub trait RemoteFn: Copy + Send + Sync + 'static {
+    /// The arguments, as a tuple.
+    type Args: Serialize + DeserializeOwned + Send + 'static;
+    /// The result.
+    type Output: Serialize + DeserializeOwned + Send + 'static;
+    /// Unique name (module path + function name); its hash is the function's id on every rank.
+    const NAME: &'static str;
+    /// Runs the function.
+    fn run(args: Self::Args) -> BoxFuture<Self::Output>;
+}
+
+/// A value on its way out, type-erased: encodable, and kept alive until its chunks were read.
+pub(crate) trait Outbound: Send {
+    fn encode(&self, threshold: usize, pool: &dyn Locate) -> Result<Archive, ArchiveError>;
+}
+
+impl<T: Serialize + Send> Outbound for T {
+    fn encode(&self, threshold: usize, pool: &dyn Locate) -> Result<Archive, ArchiveError> {
+        archive::encode(self, threshold, pool)
+    }
+}
+
+/// What a started remote function produces: its result, ready to encode.
+pub(crate) type Running = BoxFuture<Box<dyn Outbound>>;
+
+/// One registered function.
+#[derive(Clone, Copy)]
+pub struct Registration {
+    /// [`RemoteFn::NAME`].
+    pub name: &'static str,
+    pub(crate) start: fn(&[u8], &dyn ChunkSource) -> Result<Running, ArchiveError>,
+}
+
+impl Registration {
+    /// The registration of `F` (what [`crate::remote!`] puts in [`REMOTE_FNS`]).
+    pub fn of<F: RemoteFn>() -> Registration {
+        Registration { name: F::NAME, start: start::<F> }
+    }
+}
+
+fn start<F: RemoteFn>(index: &[u8], chunks: &dyn ChunkSource) -> Result<Running, ArchiveError> {
+    let args: F::Args = archive::decode(index, chunks)?;
+    let fut = F::run(args);
+    Ok(Box::pin(async move { Box::new(fut.await) as Box<dyn Outbound> }))
+}
+
+/// Every function declared with [`crate::remote!`] in the program, collected at link time.
+#[linkme::distributed_slice]
+pub static REMOTE_FNS: [fn() -> Registration];
+
+/// The id of a function name: 64-bit FNV-1a (stable across builds and ranks).
+pub const fn fn_id(name: &str) -> u64 {
+    let b = name.as_bytes();
+    let mut h: u64 = 0xcbf29ce484222325;
+    let mut i = 0;
+    while i < b.len() {
+        h ^= b[i] as u64;
+        h = h.wrapping_mul(0x100000001b3);
+        i += 1;
+    }
+    h
+}
+
+/// The table of this program's remote functions by id; two names with one id are an error.
+pub(crate) fn table() -> Result<HashMap<u64, Registration>, String> {
+    let mut t: HashMap<u64, Registration> = HashMap::new();
+    for reg in REMOTE_FNS.iter().map(|f| f()) {
+        if let Some(old) = t.insert(fn_id(reg.name), reg) {
+            if old.name != reg.name {
+                return Err(format!("remote functions {:?} and {:?} hash to one id", old.name, reg.name));
+            }
+        }
+    }
+    Ok(t)
+}
+
+/// Declares functions other ranks can call, registered on every rank at link time with ids
+/// derived from their path (no numbering). Each becomes a unit struct of the same name that
+/// implements [`RemoteFn`]; pass it to `call`/`post`.
+///
+/// ```
+/// weft_rpc::remote! {
+///     /// Adds two numbers on whichever rank is asked.
+///     pub fn add(a: u64, b: u64) -> u64 { a + b }
+/// }
+/// weft_rpc::remote! {
+///     pub async fn total(v: weft_rpc::SerializeBuffer<f64>) -> f64 { v.iter().sum() }
+/// }
+/// ```
+#[macro_export]
+macro_rules! remote {
+    ($(#[$m:meta])* $vis:vis async fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
+        $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?) { ::std::boxed::Box::pin(async move $body) });
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
+        $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?) {
+            let f = move || -> $crate::remote!(@ret $($ret)?) { $body };
+            ::std::boxed::Box::pin(async move { f() })
+        });
+    };
+    (@ret) => { () };
+    (@ret $ret:ty) => { $ret };
+    (@item [$($m:tt)*] $vis:vis $name:ident ($($arg:ident : $ty:ty),*) ($($ret:ty)?) $run:block) => {
+        $($m)*
+        #[allow(non_camel_case_types)]
+        #[derive(Clone, Copy, Debug)]
+        $vis struct $name;
+        impl $crate::RemoteFn for $name {
+            type Args = ($($ty,)*);
+            type Output = $crate::remote!(@ret $($ret)?);
+            const NAME: &'static str = concat!(module_path!(), "::", stringify!($name));
+            #[allow(unused_parens)]
+            fn run(args: Self::Args) -> $crate::BoxFuture<Self::Output> {
+                let ($($arg,)*) = args;
+                $run
+            }
+        }
+        const _: () = {
+            #[$crate::__linkme::distributed_slice($crate::REMOTE_FNS)]
+            #[linkme(crate = $crate::__linkme)]
+            static REGISTER: fn() -> $crate::Registration = $crate::Registration::of::<$name>;
+        };
+    };
+}

@@ -1,0 +1,128 @@
+//! What the layers above the runtime (RPC) plug in: per-world state of any type
+//! ([`Builder::extension`], [`Comm::extension`]) and progress hooks that run in every wait,
+//! [`Comm::poll`] and the progress thread — outside AM handlers, so a hook may send requests,
+//! block and run user code.
+//!
+//! Also the pieces of fabric memory management such a layer needs: registered-memory pools
+//! ([`Comm::alloc_pool`]) and reads of a peer's unregistered memory ([`Comm::read_peer`]).
+
+use crate::{Builder, Comm, Error, Result, Segment};
+use std::any::Any;
+use std::sync::Arc;
+use weft_fabric::pool::{Block, BlockPool};
+
+/// A progress hook: does some work, returns how many events it handled.
+pub type ProgressHook = Arc<dyn Fn(&Comm) -> Result<usize> + Send + Sync>;
+
+/// A collective step run at the end of start-up, on every rank in the same order.
+pub type StartHook = Box<dyn FnOnce(&Comm) -> Result<()> + Send + Sync>;
+
+#[derive(Default)]
+pub(crate) struct Extensions {
+    pub values: Vec<Arc<dyn Any + Send + Sync>>,
+    pub hooks: Vec<ProgressHook>,
+    pub on_start: Vec<StartHook>,
+}
+
+impl Builder {
+    /// Attaches a per-world value of type `T` that [`Comm::extension`] returns (one per type).
+    pub fn extension<T: Any + Send + Sync>(&mut self, value: Arc<T>) -> &mut Self {
+        self.ext.values.retain(|v| !v.is::<T>());
+        self.ext.values.push(value);
+        self
+    }
+    /// Adds a collective step to the end of start-up (allocating pools, checking tables).
+    pub fn on_start(&mut self, step: StartHook) -> &mut Self {
+        self.ext.on_start.push(step);
+        self
+    }
+    /// Adds a hook that runs during progress outside AM handlers (see the module docs).
+    pub fn progress_hook(&mut self, hook: ProgressHook) -> &mut Self {
+        self.ext.hooks.push(hook);
+        self
+    }
+}
+
+/// A registered-memory pool: one segment, allocated collectively, handed out in blocks that
+/// peers can read with RMA (see [`weft_fabric::pool`]).
+pub struct RmaPool {
+    seg: Segment<u8>,
+    blocks: Arc<BlockPool>,
+}
+
+impl std::fmt::Debug for RmaPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RmaPool {{ segment: {}, {:?} }}", self.seg.id(), self.blocks)
+    }
+}
+
+impl RmaPool {
+    /// The segment the pool lives in (peers address blocks as this segment + block offset).
+    pub fn segment(&self) -> u32 {
+        self.seg.id()
+    }
+    /// A block of at least `bytes` bytes, or an error naming the pool's size when it is full.
+    pub fn alloc(&self, bytes: usize) -> Result<Block> {
+        self.blocks.alloc(bytes).ok_or(Error::TooLarge {
+            what: "registered-memory pool allocation (bytes; pool in use / size in the pool's Debug)",
+            len: bytes,
+            max: self.blocks.capacity() - self.blocks.in_use(),
+        })
+    }
+    /// Bytes in all, and bytes handed out now.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.blocks.capacity(), self.blocks.in_use())
+    }
+    /// The block allocator (blocks free themselves into it when dropped).
+    pub fn blocks(&self) -> &Arc<BlockPool> {
+        &self.blocks
+    }
+    /// Byte offset in the pool of `[addr, addr+len)` if it lies inside this rank's pool.
+    pub fn locate(&self, addr: u64, len: u64) -> Option<usize> {
+        let base = self.blocks.region().as_ptr() as u64;
+        let end = addr.checked_add(len)?;
+        (addr >= base && end <= base + self.blocks.capacity() as u64).then(|| (addr - base) as usize)
+    }
+    /// Whether `block` belongs to this pool.
+    pub fn owns(&self, block: &Block) -> bool {
+        Arc::ptr_eq(block.pool(), &self.blocks)
+    }
+}
+
+impl Comm {
+    /// The value of type `T` attached with [`Builder::extension`].
+    pub fn extension<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        self.ext.values.iter().find_map(|v| v.clone().downcast::<T>().ok())
+    }
+
+    /// Runs the progress hooks (never inside an AM handler). Returns the events they handled.
+    pub(crate) fn run_hooks(&self) -> Result<usize> {
+        if self.ext.hooks.is_empty() || crate::am::in_handler().is_some() {
+            return Ok(0);
+        }
+        let mut n = 0;
+        for h in &self.ext.hooks {
+            n += h(self)?;
+        }
+        Ok(n)
+    }
+
+    /// Collective: a pool of `bytes` registered bytes on every rank (a segment; memory is
+    /// only committed where blocks are written).
+    pub fn alloc_pool(&self, bytes: usize) -> Result<RmaPool> {
+        let seg = self.alloc_segment::<u8>(bytes)?;
+        let info = self.segments.get(seg.id()).ok_or(Error::NoSuchSegment(seg.id()))?;
+        let blocks = BlockPool::new(info.local.clone());
+        Ok(RmaPool { seg, blocks })
+    }
+
+    /// Copies `dst.len()` bytes at address `addr` of rank `rank`'s process (memory it never
+    /// registered). Fails with [`Error::Fabric`] where the fabric cannot (see
+    /// [`crate::Caps::peer_read`]).
+    pub fn read_peer(&self, rank: u32, addr: u64, dst: &mut [u8]) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::NoSuchRank { rank, size: self.size() });
+        }
+        Ok(self.fabric.read_peer(rank, addr, dst)?)
+    }
+}
