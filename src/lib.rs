@@ -4,7 +4,8 @@
 //! many nodes: one-sided RMA with three completion styles, remote atomics, active messages,
 //! a launcher (`weft run`) and benchmarks (`weft bench`).
 //!
-//! This crate re-exports the runtime layer ([`weft_runtime`]); the byte-moving layer is
+//! This crate re-exports the runtime layer ([`weft_runtime`]) and the RPC layer ([`rpc`]:
+//! [`remote!`] functions, [`RmaVec`], [`SerializeBuffer`]); the byte-moving layer is
 //! [`fabric`]. Start ranks with `weft run -n 4 -- ./my-program`.
 //!
 //! ```no_run
@@ -17,9 +18,17 @@
 //! # Ok::<(), weft::Error>(())
 //! ```
 pub use weft_fabric as fabric;
+pub use weft_rpc as rpc;
+pub use weft_rpc::{remote, RmaVec, RpcExt, SerializeBuffer};
 pub use weft_runtime::*;
 
-/// Joins the job with default settings (see [`World::builder`] to register AM handlers).
+/// Joins the job with default settings and the RPC layer (see [`builder`] to register AM
+/// handlers too).
 pub fn init() -> Result<World> {
-    World::init()
+    builder().init()
+}
+
+/// A world builder with the RPC layer installed.
+pub fn builder() -> Builder {
+    weft_rpc::builder()
 }

@@ -401,6 +401,84 @@ fn threads_and_progress() -> Res {
     ck(total == threads * 2000 * n as u64, || format!("counter {total}"))
 }
 
+// ---------------------------------------------------------------- rpc
+
+weft::remote! {
+    fn rpc_add(a: u64, b: u64) -> u64 { a + b }
+}
+weft::remote! {
+    fn rpc_greet(name: String) -> String { format!("hello {name} from {}", weft::rpc::world_rank()) }
+}
+weft::remote! {
+    fn rpc_sum(v: weft::SerializeBuffer<f64>) -> (u64, f64) { (v.len() as u64, v.iter().sum()) }
+}
+weft::remote! {
+    /// Doubles every element in place and sends the vector back (an RmaVec both ways).
+    fn rpc_double(v: weft::RmaVec<u64>) -> weft::RmaVec<u64> {
+        let mut v = v;
+        v.iter_mut().for_each(|x| *x *= 2);
+        v
+    }
+}
+weft::remote! {
+    fn rpc_panics(x: u64) -> u64 { if x > 0 { panic!("asked to panic with {x}") } else { x } }
+}
+weft::remote! {
+    async fn rpc_bump(by: u64) { POSTED.fetch_add(by, Ordering::SeqCst); }
+}
+static POSTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+fn rpc_calls() -> Res {
+    use weft::RpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let peer = (me + 1) % n;
+    // Eager: small arguments and results, to a peer and to self.
+    for dst in [peer, me] {
+        let r = w.call(dst, rpc_add, (me as u64, 40)).wait().map_err(e2s)?;
+        ck(r == me as u64 + 40, || format!("add gave {r}"))?;
+    }
+    let g = weft::block_on(w.call(peer, rpc_greet, (format!("rank {me}"),))).map_err(e2s)?;
+    ck(g == format!("hello rank {me} from {peer}"), || g.clone())?;
+    // Rendezvous: large buffers pulled from the caller's memory, every size around the threshold.
+    for len in [0usize, 1, 511, 512, 513, 4096, 100_000, 1 << 20] {
+        let data: Vec<f64> = (0..len).map(|i| (i % 7) as f64).collect();
+        let want: f64 = data.iter().sum();
+        let buf = weft::SerializeBuffer::from(data);
+        let (sent, res) = w.call_with(peer, rpc_sum, (buf.clone(),), None);
+        sent.wait().map_err(e2s)?;
+        ck(buf.is_unique(), || {
+            format!("len {len}: the runtime still holds the buffer after the sent signal")
+        })?;
+        let (got_len, sum) = res.wait().map_err(e2s)?;
+        ck(got_len == len as u64 && sum == want, || {
+            format!("len {len}: got {got_len} elements summing to {sum}, want {want}")
+        })?;
+    }
+    // RmaVec both ways, through the pools.
+    let mut v = weft::RmaVec::<u64>::with_capacity(&w, 10).map_err(e2s)?;
+    for i in 0..300_000u64 {
+        v.push(i).map_err(e2s)?;
+    }
+    let back = w.call(peer, rpc_double, (v,)).wait().map_err(e2s)?;
+    ck(back.len() == 300_000 && back.iter().enumerate().all(|(i, &x)| x == 2 * i as u64), || {
+        "doubled vector differs".into()
+    })?;
+    // A panic comes back as an error; the target keeps serving.
+    let e = w.call(peer, rpc_panics, (7,)).wait();
+    ck(matches!(&e, Err(weft::Error::Remote(m)) if m.contains("asked to panic with 7")), || {
+        format!("{e:?}")
+    })?;
+    ck(w.call(peer, rpc_panics, (0,)).wait().map_err(e2s)? == 0, || "no answer after a panic".into())?;
+    // Posts: fire-and-forget, counted on the target.
+    for _ in 0..100 {
+        w.post(peer, rpc_bump, (1,)).map_err(e2s)?;
+    }
+    w.wait_until(|| POSTED.load(Ordering::SeqCst) >= 100).map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    ck(POSTED.load(Ordering::SeqCst) == 100, || format!("{} posts arrived", POSTED.load(Ordering::SeqCst)))
+}
+
 // ---------------------------------------------------------------- driver
 
 struct Case {
@@ -427,6 +505,7 @@ const CASES: &[Case] = &[
     Case { name: "handler_mismatch", run: handler_mismatch, ranks: &[2], env: &[] },
     Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
+    Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
 ];
 
 fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {

@@ -19,6 +19,7 @@
 
 pub mod os;
 pub mod pod;
+pub mod pool;
 pub mod shm;
 
 mod error;
@@ -68,6 +69,15 @@ pub trait Fabric: Send + Sync + 'static {
     /// Completes remotely every put and atomic this process issued with token 0 that
     /// returned [`Issued::Pending`] (OpenSHMEM's quiet).
     fn quiet(&self) -> FabricResult<()>;
+
+    /// Copies `dst.len()` bytes at virtual address `addr` of rank `rank`'s process, memory that
+    /// was never registered (for zero-copy RPC arguments). Only fabrics with
+    /// [`Caps::peer_read`] implement it; the others return [`FabricError::Unsupported`] and the
+    /// runtime stages such memory through registered buffers instead.
+    fn read_peer(&self, rank: Rank, addr: u64, dst: &mut [u8]) -> FabricResult<()> {
+        let _ = (rank, addr, dst);
+        Err(FabricError::Unsupported { what: "reading unregistered peer memory" })
+    }
 
     /// Tries to send an active message; `Ok(false)` means the path to `dst` is full right now
     /// (back-pressure): make progress and try again. Nothing is dropped or queued unboundedly.

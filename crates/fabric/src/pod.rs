@@ -16,7 +16,13 @@ use std::sync::atomic::AtomicU64;
 /// # Safety
 /// Implement only for types for which every bit pattern of `size_of::<T>()` bytes is a valid
 /// value and which contain no references, pointers or interior mutability.
-pub unsafe trait Pod: Copy + Send + Sync + 'static {}
+pub unsafe trait Pod: Copy + Send + Sync + 'static {
+    /// The all-zero value.
+    fn zeroed() -> Self {
+        // SAFETY: implementors promise that every bit pattern, zero included, is a valid value.
+        unsafe { std::mem::zeroed() }
+    }
+}
 
 macro_rules! pod {
     ($($t:ty),*) => { $(
@@ -125,5 +131,59 @@ impl<T: Pod> LocalView<'_, T> {
         // SAFETY: the element is in bounds, 8 bytes and 8-aligned (the region is page-aligned
         // and T is 8 bytes); AtomicU64 has the layout of u64; the memory outlives the borrow.
         unsafe { &*self.ptr.add(i).cast::<AtomicU64>() }
+    }
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+/// A heap buffer aligned to 64 bytes, viewable as a slice of any [`Pod`] type (for data that
+/// arrives as bytes and is used as `[T]` without another copy).
+#[derive(Clone)]
+pub struct AlignedBuf {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+impl std::fmt::Debug for AlignedBuf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "AlignedBuf({} bytes)", self.len)
+    }
+}
+
+impl AlignedBuf {
+    /// `len` zero bytes.
+    pub fn zeroed(len: usize) -> Self {
+        AlignedBuf { lines: vec![Line([0; 64]); len.div_ceil(64)], len }
+    }
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True if empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: `lines` holds ≥ len initialised bytes, contiguous (repr(C) arrays of u8).
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+    }
+    /// The bytes, mutably.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, with exclusive access through &mut self.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+    }
+    /// The first `n` elements of `T` (panics if they do not fit or T needs more than 64-byte
+    /// alignment).
+    pub fn as_slice<T: Pod>(&self, n: usize) -> &[T] {
+        assert!(
+            n.checked_mul(std::mem::size_of::<T>()).is_some_and(|b| b <= self.len),
+            "view exceeds the buffer"
+        );
+        assert!(std::mem::align_of::<T>() <= 64, "alignment above 64 bytes");
+        // SAFETY: in bounds and aligned (checked); T is Pod so any bytes are a valid T.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), n) }
     }
 }

@@ -21,6 +21,9 @@ pub struct Caps {
     pub am_max_medium: usize,
     /// Largest long AM payload, bytes.
     pub am_max_long: usize,
+    /// [`crate::Fabric::read_peer`] works: a peer's unregistered memory can be read (the
+    /// kernel's cross-memory attach on one node).
+    pub peer_read: bool,
 }
 
 /// Memory this rank registered; peers attach it through [`LocalRegion::desc`].

@@ -72,8 +72,9 @@ impl Comm {
         }
     }
 
-    /// All-gather of one small byte string per rank (at most the largest medium AM).
-    pub(crate) fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    /// Collective all-gather of one small byte string per rank (at most the largest medium AM
+    /// payload): entry `r` of the result is rank `r`'s string.
+    pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         order.exchanges += 1;
         let seq = order.exchanges;

@@ -89,7 +89,7 @@ impl Comm {
     pub fn poll(&self) -> Result<usize> {
         let n = self.fabric.progress(self, crate::am::poll_set())?;
         self.take_error()?;
-        Ok(n)
+        Ok(n + self.run_hooks()?)
     }
 
     /// Makes progress until `cond` holds (for example a flag in a local segment that a peer
@@ -117,6 +117,9 @@ impl Comm {
             }
             if self.fabric.progress(self, set)? > 0 {
                 // Activity: the peer is awake and talking, keep spinning.
+                backoff.reset();
+            }
+            if set == PollSet::All && self.run_hooks()? > 0 {
                 backoff.reset();
             }
             self.take_error()?;
@@ -169,7 +172,11 @@ impl Comm {
     pub(crate) fn progress_loop(&self) {
         let mut backoff = Backoff::new(self);
         while !self.stop.load(Ordering::Acquire) {
-            match self.fabric.progress(self, PollSet::All) {
+            let hooks = self.run_hooks().unwrap_or_else(|e| {
+                self.record_error(e);
+                0
+            });
+            match self.fabric.progress(self, PollSet::All).map(|n| n + hooks) {
                 Ok(0) => {
                     backoff.snooze(self);
                 }

@@ -129,6 +129,11 @@ impl<T> std::ops::Add<usize> for GlobalPtr<T> {
 }
 
 impl<T> GlobalPtr<T> {
+    /// The address of byte `byte_offset` of segment `segment` on `rank` (as carried in
+    /// messages). Every use is checked, so a bad address is an error, not a stray access.
+    pub fn new(rank: u32, segment: u32, byte_offset: usize) -> Self {
+        GlobalPtr { rank, seg: segment, byte_offset, _t: PhantomData }
+    }
     /// Owning rank.
     pub fn rank(&self) -> u32 {
         self.rank

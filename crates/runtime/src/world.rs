@@ -29,6 +29,7 @@ static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
 pub struct Builder {
     handlers: Vec<HandlerEntry>,
     overrides: Overrides,
+    pub(crate) ext: crate::ext::Extensions,
 }
 
 impl Builder {
@@ -76,7 +77,7 @@ impl Builder {
             init_timeout: cfg.init_timeout,
         })?;
         let user = std::mem::take(&mut self.handlers);
-        World::start(Box::new(fabric), cfg, user)
+        World::start(Box::new(fabric), cfg, user, std::mem::take(&mut self.ext))
     }
 }
 
@@ -97,6 +98,7 @@ pub struct Comm {
     pub(crate) has_error: AtomicBool,
     pub(crate) error: Mutex<Option<Error>>,
     pub(crate) stop: AtomicBool,
+    pub(crate) ext: crate::ext::Extensions,
 }
 
 /// This rank's membership of the job. Dereferences to [`Comm`], where the operations are.
@@ -118,7 +120,12 @@ impl World {
         Builder::default().init()
     }
 
-    fn start(fabric: Box<dyn Fabric>, cfg: Config, user: Vec<HandlerEntry>) -> Result<World> {
+    fn start(
+        fabric: Box<dyn Fabric>,
+        cfg: Config,
+        user: Vec<HandlerEntry>,
+        mut ext: crate::ext::Extensions,
+    ) -> Result<World> {
         let caps = fabric.caps();
         let mut handlers = internal::handlers();
         handlers.extend(user);
@@ -130,6 +137,7 @@ impl World {
             });
         }
         let am_rma = cfg.rma == RmaPath::ActiveMessages;
+        let steps = std::mem::take(&mut ext.on_start);
         let comm = Arc::new(Comm {
             caps,
             native_rma: caps.rma && !am_rma,
@@ -143,9 +151,13 @@ impl World {
             has_error: AtomicBool::new(false),
             error: Mutex::new(None),
             stop: AtomicBool::new(false),
+            ext,
             cfg,
         });
         comm.check_handler_tables()?;
+        for step in steps {
+            step(&comm)?;
+        }
         let progress = if comm.cfg.progress_thread {
             let c = comm.clone();
             Some(

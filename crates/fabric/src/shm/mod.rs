@@ -260,6 +260,7 @@ impl Fabric for ShmFabric {
             am_max_args: crate::AM_MAX_ARGS,
             am_max_medium: self.max_medium,
             am_max_long: usize::MAX,
+            peer_read: true,
         }
     }
 
@@ -352,6 +353,13 @@ impl Fabric for ShmFabric {
         // Every shared-memory operation completes before it returns.
         fence(Ordering::SeqCst);
         Ok(())
+    }
+
+    fn read_peer(&self, rank: Rank, addr: u64, dst: &mut [u8]) -> FabricResult<()> {
+        if rank >= self.size {
+            return Err(FabricError::Peer { rank, reason: format!("does not exist (job of {})", self.size) });
+        }
+        os::read_process(self.control(rank).pid(), addr, dst)
     }
 
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
