@@ -125,7 +125,7 @@ pub fn encode<T: Serialize + ?Sized>(
     threshold: usize,
     pool: &dyn Locate,
 ) -> Result<Archive, ArchiveError> {
-    let mut s = Encoder { out: Archive::default(), threshold, pool, chunk_next: false };
+    let mut s = Encoder { out: Archive::default(), threshold, pool };
     value.serialize(&mut s)?;
     Ok(s.out)
 }
@@ -134,8 +134,6 @@ struct Encoder<'p> {
     out: Archive,
     threshold: usize,
     pool: &'p dyn Locate,
-    /// The next `serialize_bytes` is the payload of a chunk newtype.
-    chunk_next: bool,
 }
 
 impl Encoder<'_> {
@@ -188,9 +186,7 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
         Ok(())
     }
     fn serialize_bytes(self, v: &[u8]) -> Result<(), ArchiveError> {
-        // Any byte string this large is worth a chunk; `chunk_next` only records that a
-        // chunk-aware type asked, which changes nothing on this side.
-        self.chunk_next = false;
+        // Any byte string this large becomes a chunk, whether or not a chunk-aware type wrote it.
         if v.len() >= self.threshold {
             let (addr, len) = (v.as_ptr() as u64, v.len() as u64);
             let chunk = match self.pool.locate(addr, len).or_else(|| self.pool.stage(v)) {
@@ -226,13 +222,10 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
-        name: &'static str,
+        _: &'static str,
         v: &T,
     ) -> Result<(), ArchiveError> {
-        self.chunk_next = name == CHUNK;
-        let r = v.serialize(&mut *self);
-        self.chunk_next = false;
-        r
+        v.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -378,6 +371,11 @@ pub fn decode<T: de::DeserializeOwned>(index: &[u8], chunks: &dyn ChunkSource) -
     Ok(v)
 }
 
+enum ByteString<'de> {
+    Inline(&'de [u8]),
+    Chunk(usize, crate::buffer::Received),
+}
+
 struct Decoder<'de, 'c> {
     input: &'de [u8],
     chunks: &'c dyn ChunkSource,
@@ -409,6 +407,25 @@ impl<'de> Decoder<'de, '_> {
         }
         usize::try_from(n).or_else(|_| err("length overflows usize"))
     }
+    /// A byte string: inline bytes, or a chunk (its number and the chunk itself).
+    fn byte_string(&mut self) -> Result<ByteString<'de>, ArchiveError> {
+        match self.arr::<1>()?[0] {
+            INLINE => {
+                let n = self.len(1)?;
+                Ok(ByteString::Inline(self.take(n)?))
+            }
+            CHUNKED => {
+                let i = self.u64()? as usize;
+                let c = self
+                    .chunks
+                    .take(i)
+                    .ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
+                Ok(ByteString::Chunk(i, c))
+            }
+            t => err(format!("byte-string tag {t}")),
+        }
+    }
+
     fn nest(&mut self) -> Result<(), ArchiveError> {
         self.depth += 1;
         if self.depth > MAX_DEPTH {
@@ -458,22 +475,11 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de, '_> {
         self.deserialize_str(v)
     }
     fn deserialize_bytes<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
-        match self.arr::<1>()?[0] {
-            INLINE => {
-                let n = self.len(1)?;
-                v.visit_borrowed_bytes(self.take(n)?)
-            }
-            CHUNKED => {
-                let i = self.u64()? as usize;
-                let c = self
-                    .chunks
-                    .take(i)
-                    .ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
-                // A plain byte container gets an owned copy; chunk-aware types ask through
-                // the newtype path below and take the buffer itself.
-                v.visit_byte_buf(c.as_bytes().to_vec())
-            }
-            t => err(format!("byte-string tag {t}")),
+        match self.byte_string()? {
+            ByteString::Inline(b) => v.visit_borrowed_bytes(b),
+            // A plain byte container gets an owned copy; chunk-aware types ask through the
+            // newtype path below and take the buffer itself.
+            ByteString::Chunk(_, c) => v.visit_byte_buf(c.as_bytes().to_vec()),
         }
     }
     fn deserialize_byte_buf<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
@@ -507,20 +513,9 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de, '_> {
         v: V,
     ) -> Result<V::Value, ArchiveError> {
         if name == CHUNK {
-            return match self.arr::<1>()?[0] {
-                INLINE => {
-                    let n = self.len(1)?;
-                    v.visit_borrowed_bytes(self.take(n)?)
-                }
-                CHUNKED => {
-                    let i = self.u64()? as usize;
-                    let c = self
-                        .chunks
-                        .take(i)
-                        .ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
-                    crate::buffer::with_handoff(c, || v.visit_u64(i as u64))
-                }
-                t => err(format!("chunk tag {t}")),
+            return match self.byte_string()? {
+                ByteString::Inline(b) => v.visit_borrowed_bytes(b),
+                ByteString::Chunk(i, c) => crate::buffer::with_handoff(c, || v.visit_u64(i as u64)),
             };
         }
         self.nest()?;
@@ -700,7 +695,7 @@ mod tests {
     #[test]
     fn large_bytes_become_pointer_chunks() {
         let big = vec![5u8; 10_000];
-        let a = encode(&(1u8, serde_bytes_like(&big)), 4096, &NoPool).unwrap();
+        let a = encode(&(1u8, Bytes(&big)), 4096, &NoPool).unwrap();
         assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 10_000 }]);
         assert!(a.index.len() < 32, "index of {} bytes", a.index.len());
     }
@@ -710,9 +705,6 @@ mod tests {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             s.serialize_bytes(self.0)
         }
-    }
-    fn serde_bytes_like(b: &[u8]) -> Bytes<'_> {
-        Bytes(b)
     }
 
     #[test]

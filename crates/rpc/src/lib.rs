@@ -56,8 +56,8 @@ pub fn install(b: &mut Builder) {
         }
     });
     let rpc = Arc::new(proto::Rpc::new(msg, ack));
-    b.extension(rpc);
-    b.progress_hook(Arc::new(|c: &Comm| Rpc::of(c)?.progress(c)));
+    b.extension(rpc.clone());
+    b.progress_hook(Arc::new(move |c: &Comm| rpc.progress(c)));
     b.on_start(Box::new(|c: &Comm| {
         WORLD_RANK.store(c.rank(), std::sync::atomic::Ordering::Relaxed);
         Rpc::of(c)?.start(c)

@@ -20,7 +20,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use weft_fabric::pod::AlignedBuf;
@@ -64,7 +64,6 @@ struct Incoming {
 struct CallSlot {
     outcome: Option<(bool, Vec<u8>, Vec<Option<Received>>)>,
     waker: Option<Waker>,
-    target: u32,
 }
 
 /// The "sent" signal of one transfer.
@@ -99,13 +98,26 @@ struct Task {
     call: Option<u64>,
 }
 
-struct Flag(AtomicBool);
+/// A task's waker: marks the task and tells the progress hook that a task is ready.
+struct Flag {
+    woken: AtomicBool,
+    any: Arc<AtomicBool>,
+}
+impl Flag {
+    fn get(&self) -> bool {
+        self.woken.load(Ordering::Acquire)
+    }
+    fn clear(&self) {
+        self.woken.store(false, Ordering::Release);
+    }
+}
 impl Wake for Flag {
     fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::Release);
+        self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.0.store(true, Ordering::Release);
+        self.woken.store(true, Ordering::Release);
+        self.any.store(true, Ordering::Release);
     }
 }
 
@@ -120,7 +132,12 @@ pub struct Rpc {
     calls: Mutex<HashMap<u64, CallSlot>>,
     kept: Mutex<HashMap<u64, Kept>>,
     incoming: Mutex<VecDeque<Incoming>>,
+    /// Messages in `incoming`. The progress hook runs in every wait: it reads this counter
+    /// and `tasks_woken`, and takes no lock when there is nothing to do.
+    queued: AtomicUsize,
     tasks: Mutex<Vec<Task>>,
+    /// Some task's waker fired since the tasks were last polled.
+    tasks_woken: Arc<AtomicBool>,
     /// What was rejected.
     pub stats: RpcStats,
 }
@@ -137,7 +154,9 @@ impl Rpc {
             calls: Mutex::new(HashMap::new()),
             kept: Mutex::new(HashMap::new()),
             incoming: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
+            tasks_woken: Arc::new(AtomicBool::new(false)),
             stats: RpcStats::default(),
         }
     }
@@ -199,7 +218,7 @@ impl Rpc {
     ) -> Result<Arc<SentState>> {
         let locate =
             PoolLocator { pool: self.pool.get(), stage: !comm.caps().peer_read, staged: RefCell::default() };
-        let archive = value.encode(threshold, &locate).map_err(|e| Error::Misuse(leak(e)))?;
+        let archive = value.encode(threshold, &locate).map_err(|e| Error::Encode(e.0))?;
         let sent = Arc::new(SentState::default());
         let max = comm.caps().am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
@@ -230,7 +249,10 @@ impl Rpc {
             return;
         }
         args.copy_from_slice(am.args());
-        lock(&self.incoming).push_back(Incoming { src: am.src(), args, payload: am.payload().to_vec() });
+        let mut q = lock(&self.incoming);
+        q.push_back(Incoming { src: am.src(), args, payload: am.payload().to_vec() });
+        // Counted under the lock, so the counter never runs behind the queue.
+        self.queued.fetch_add(1, Ordering::Release);
     }
 
     pub(crate) fn on_ack(&self, am: &AmMsg<'_>) {
@@ -243,14 +265,21 @@ impl Rpc {
 
     pub(crate) fn progress(&self, comm: &Comm) -> Result<usize> {
         let mut n = 0;
-        while let Some(m) = {
-            let x = lock(&self.incoming).pop_front();
-            x
-        } {
+        while self.queued.load(Ordering::Acquire) > 0 {
+            let Some(m) = ({
+                let mut q = lock(&self.incoming);
+                q.pop_front().inspect(|_| {
+                    self.queued.fetch_sub(1, Ordering::Release);
+                })
+            }) else {
+                break;
+            };
             n += 1;
             self.handle(comm, m)?;
         }
-        n += self.run_tasks(comm)?;
+        if self.tasks_woken.swap(false, Ordering::AcqRel) {
+            n += self.run_tasks(comm)?;
+        }
         Ok(n)
     }
 
@@ -293,8 +322,9 @@ impl Rpc {
                 let call = (kind == CALL).then_some(call);
                 match started {
                     Ok(Ok(fut)) => {
-                        let task =
-                            Task { fut, woken: Arc::new(Flag(AtomicBool::new(true))), src: m.src, call };
+                        let any = self.tasks_woken.clone();
+                        let woken = Arc::new(Flag { woken: AtomicBool::new(true), any });
+                        let task = Task { fut, woken, src: m.src, call };
                         self.step(comm, task)?;
                     }
                     Ok(Err(e)) => {
@@ -353,7 +383,7 @@ impl Rpc {
 
     /// Polls a task once; finished tasks send their result, others wait for their waker.
     fn step(&self, comm: &Comm, mut task: Task) -> Result<()> {
-        task.woken.store_false();
+        task.woken.clear();
         let waker = Waker::from(task.woken.clone());
         let mut cx = Context::from_waker(&waker);
         let polled =
@@ -433,24 +463,6 @@ impl Rpc {
         };
         Ok((index, got))
     }
-}
-
-trait FlagExt {
-    fn store_false(&self);
-    fn get(&self) -> bool;
-}
-impl FlagExt for Arc<Flag> {
-    fn store_false(&self) {
-        self.0.store(false, Ordering::Release);
-    }
-    fn get(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
-
-fn leak(e: ArchiveError) -> &'static str {
-    // Encoding errors come from user Serialize impls and are rare: keep the message.
-    Box::leak(format!("arguments do not serialize: {e}").into_boxed_str())
 }
 
 fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
@@ -590,8 +602,6 @@ impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
             return Err(e);
         }
         let rpc = self.rpc.clone().ok_or(Error::Misuse("call already finished"))?;
-        let target = lock(&rpc.calls).get(&self.id).map(|s| s.target).unwrap_or(0);
-        let _ = target;
         self.comm.wait_until(|| lock(&rpc.calls).get(&self.id).is_none_or(|s| s.outcome.is_some()))?;
         self.finish()
     }
@@ -730,7 +740,7 @@ impl RpcExt for Comm {
             Err(e) => return fail(e),
         };
         let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&rpc.calls).insert(id, CallSlot { target: rank, ..Default::default() });
+        lock(&rpc.calls).insert(id, CallSlot::default());
         let th = threshold.unwrap_or_else(|| rpc.threshold());
         match rpc.send(self, rank, [CALL, registry::fn_id(F::NAME), id], Box::new(args), th) {
             Ok(sent) => (

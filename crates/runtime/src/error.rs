@@ -71,6 +71,8 @@ pub enum Error {
     Misuse(&'static str),
     /// The target of an AM-based operation rejected it.
     Remote(String),
+    /// A value could not be encoded for sending (its `Serialize` implementation failed).
+    Encode(String),
 }
 
 impl fmt::Display for Error {
@@ -93,6 +95,7 @@ impl fmt::Display for Error {
             Error::TooLarge { what, len, max } => write!(f, "{what} of {len} exceeds the maximum of {max}"),
             Error::Misuse(s) => write!(f, "not allowed: {s}"),
             Error::Remote(s) => write!(f, "remote side: {s}"),
+            Error::Encode(s) => write!(f, "cannot encode: {s}"),
         }
     }
 }

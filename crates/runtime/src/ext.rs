@@ -83,10 +83,6 @@ impl RmaPool {
         let end = addr.checked_add(len)?;
         (addr >= base && end <= base + self.blocks.capacity() as u64).then(|| (addr - base) as usize)
     }
-    /// Whether `block` belongs to this pool.
-    pub fn owns(&self, block: &Block) -> bool {
-        Arc::ptr_eq(block.pool(), &self.blocks)
-    }
 }
 
 impl Comm {

@@ -124,22 +124,21 @@ impl SharedLine {
         w.barrier()?;
         let mut result = None;
         if let Some(map) = &self.map {
-            // u64 indices: ping at byte 0, pong at byte 128 (two lines); the fresh lines follow
-            // the first page, pings then pongs.
-            let word = |i: u64, pong: bool| match lines {
-                Lines::Same => usize::from(pong) * 16,
+            // Ping at byte 0, pong at byte 128 (two lines); the fresh lines follow the first
+            // page, pings then pongs. All looked up before the clock starts.
+            let at = |byte: usize| map.atomic_u64(byte / 8).expect("in map");
+            let (pings, pongs): (Vec<_>, Vec<_>) = match lines {
+                Lines::Same => (vec![at(0)], vec![at(128)]),
                 Lines::Fresh => {
-                    (4096 + (usize::from(pong) * FRESH_LINES + i as usize % FRESH_LINES) * 64) / 8
+                    (0..FRESH_LINES).map(|k| (at(4096 + k * 64), at(4096 + (FRESH_LINES + k) * 64))).unzip()
                 }
             };
             let base = self.next.get();
             self.next.set(base + iters);
             let t = os::now_ns();
             for i in base + 1..=base + iters {
-                let (ping, pong) = (
-                    map.atomic_u64(word(i, false)).expect("in map"),
-                    map.atomic_u64(word(i, true)).expect("in map"),
-                );
+                let k = i as usize % pings.len();
+                let (ping, pong) = (pings[k], pongs[k]);
                 if w.rank() == 0 {
                     ping.store(i, Ordering::Release);
                     while pong.load(Ordering::Acquire) != i {
