@@ -82,6 +82,11 @@ impl de::Error for ArchiveError {
     }
 }
 
+#[cold]
+fn short_input<T>(n: usize, left: usize) -> Result<T, ArchiveError> {
+    err(format!("needs {n} bytes, {left} remain"))
+}
+
 fn err<T>(msg: impl Into<String>) -> Result<T, ArchiveError> {
     Err(ArchiveError(msg.into()))
 }
@@ -125,7 +130,8 @@ pub fn encode<T: Serialize + ?Sized>(
     threshold: usize,
     pool: &dyn Locate,
 ) -> Result<Archive, ArchiveError> {
-    let mut s = Encoder { out: Archive::default(), threshold, pool };
+    let index = Vec::with_capacity(256);
+    let mut s = Encoder { out: Archive { index, chunks: vec![] }, threshold, pool };
     value.serialize(&mut s)?;
     Ok(s.out)
 }
@@ -137,9 +143,11 @@ struct Encoder<'p> {
 }
 
 impl Encoder<'_> {
+    #[inline]
     fn put(&mut self, b: &[u8]) {
         self.out.index.extend_from_slice(b);
     }
+    #[inline]
     fn len(&mut self, n: usize) {
         self.put(&(n as u64).to_le_bytes());
     }
@@ -151,6 +159,7 @@ const CHUNKED: u8 = 1;
 
 macro_rules! ser_num {
     ($($f:ident $t:ty),*) => {$(
+        #[inline]
         fn $f(self, v: $t) -> Result<(), ArchiveError> {
             self.put(&v.to_le_bytes());
             Ok(())
@@ -197,6 +206,7 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
             self.len(self.out.chunks.len());
             self.out.chunks.push(chunk);
         } else {
+            self.out.index.reserve(9 + v.len());
             self.put(&[INLINE]);
             self.len(v.len());
             self.put(v);
@@ -237,7 +247,9 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
         self.serialize_u32(i)?;
         v.serialize(self)
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Counted<'a, 'p>, ArchiveError> {
+    fn serialize_seq(self, len: Option<usize>) -> Result<Counted<'a, 'p>, ArchiveError> {
+        // Every element takes at least a byte: room for them up front, not by doubling.
+        self.out.index.reserve(len.unwrap_or(0).min(1 << 30));
         Ok(Counted::start(self))
     }
     fn serialize_tuple(self, _: usize) -> Result<Self, ArchiveError> {
@@ -297,6 +309,7 @@ impl<'a, 'p> Counted<'a, 'p> {
 impl ser::SerializeSeq for Counted<'_, '_> {
     type Ok = ();
     type Error = ArchiveError;
+    #[inline]
     fn serialize_element<T: Serialize + ?Sized>(&mut self, v: &T) -> Result<(), ArchiveError> {
         self.count += 1;
         v.serialize(&mut *self.enc)
@@ -326,6 +339,7 @@ macro_rules! ser_compound {
         impl ser::$tr for &mut Encoder<'_> {
             type Ok = ();
             type Error = ArchiveError;
+            #[inline]
             fn $f<T: Serialize + ?Sized>(&mut self, $(_: $key,)? v: &T) -> Result<(), ArchiveError> {
                 v.serialize(&mut **self)
             }
@@ -383,19 +397,22 @@ struct Decoder<'de, 'c> {
 }
 
 impl<'de> Decoder<'de, '_> {
+    #[inline]
     fn take(&mut self, n: usize) -> Result<&'de [u8], ArchiveError> {
         if n > self.input.len() {
-            return err(format!("needs {n} bytes, {} remain", self.input.len()));
+            return short_input(n, self.input.len());
         }
         let (a, b) = self.input.split_at(n);
         self.input = b;
         Ok(a)
     }
+    #[inline]
     fn arr<const N: usize>(&mut self) -> Result<[u8; N], ArchiveError> {
         let mut a = [0u8; N];
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
+    #[inline]
     fn u64(&mut self) -> Result<u64, ArchiveError> {
         Ok(u64::from_le_bytes(self.arr()?))
     }
@@ -437,6 +454,7 @@ impl<'de> Decoder<'de, '_> {
 
 macro_rules! de_num {
     ($($f:ident $t:ty => $visit:ident),*) => {$(
+        #[inline]
         fn $f<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
             v.$visit(<$t>::from_le_bytes(self.arr()?))
         }
@@ -592,6 +610,7 @@ struct Items<'a, 'de, 'c> {
 
 impl<'de> de::SeqAccess<'de> for Items<'_, 'de, '_> {
     type Error = ArchiveError;
+    #[inline]
     fn next_element_seed<T: DeserializeSeed<'de>>(
         &mut self,
         seed: T,

@@ -92,7 +92,20 @@ fn serialize_chunk<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error>
 /// What a chunk-aware value is built from while decoding.
 enum Source<'a> {
     Inline(&'a [u8]),
+    /// Bytes a foreign format could not lend (its input is not kept).
+    Owned(Vec<u8>),
     Pulled(Received),
+}
+
+impl Source<'_> {
+    /// The bytes of an inline or owned source; `None` for a pulled chunk.
+    fn copied(&self) -> Option<&[u8]> {
+        match self {
+            Source::Inline(b) => Some(b),
+            Source::Owned(v) => Some(v),
+            Source::Pulled(_) => None,
+        }
+    }
 }
 
 struct SourceVisitor;
@@ -103,6 +116,16 @@ impl<'de> Visitor<'de> for SourceVisitor {
     }
     fn visit_borrowed_bytes<E: de::Error>(self, v: &'de [u8]) -> Result<Source<'de>, E> {
         Ok(Source::Inline(v))
+    }
+    // Other serde formats (bincode, postcard, ...) see a newtype around a byte string.
+    fn visit_newtype_struct<D: Deserializer<'de>>(self, d: D) -> Result<Source<'de>, D::Error> {
+        d.deserialize_bytes(self)
+    }
+    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Source<'de>, E> {
+        Ok(Source::Owned(v.to_vec()))
+    }
+    fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Source<'de>, E> {
+        Ok(Source::Owned(v))
     }
     fn visit_u64<E: de::Error>(self, i: u64) -> Result<Source<'de>, E> {
         take_handoff().map(Source::Pulled).ok_or_else(|| E::custom(format!("chunk {i} was not handed over")))
@@ -192,14 +215,15 @@ impl<T: Pod> Serialize for SerializeBuffer<T> {
 impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         match d.deserialize_newtype_struct(CHUNK, SourceVisitor)? {
-            Source::Inline(b) => {
-                let mut v = vec![T::zeroed(); elems::<T, D::Error>(b.len())?];
-                bytes_of_mut(&mut v).copy_from_slice(b);
-                Ok(v.into())
-            }
             Source::Pulled(r) => {
                 let n = elems::<T, D::Error>(r.as_bytes().len())?;
                 Ok(SerializeBuffer { data: Storage::Received(Arc::new(r), n) })
+            }
+            src => {
+                let b = src.copied().unwrap_or_default();
+                let mut v = vec![T::zeroed(); elems::<T, D::Error>(b.len())?];
+                bytes_of_mut(&mut v).copy_from_slice(b);
+                Ok(v.into())
             }
         }
     }
@@ -330,12 +354,12 @@ impl<'de, T: Pod> Deserialize<'de> for RmaVec<T> {
             Ok(v)
         };
         match d.deserialize_newtype_struct(CHUNK, SourceVisitor)? {
-            Source::Inline(b) => copy_in(b),
             Source::Pulled(Received::Block(block)) => {
                 let n = elems::<T, D::Error>(block.len())?;
                 Ok(RmaVec { block, len: n, _t: PhantomData })
             }
             Source::Pulled(Received::Heap(h)) => copy_in(h.as_bytes()),
+            src => copy_in(src.copied().unwrap_or_default()),
         }
     }
 }

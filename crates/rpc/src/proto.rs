@@ -538,6 +538,13 @@ fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8> {
     d
 }
 
+/// The payload of the rendezvous message that announces archive `a` (chunk descriptors, and
+/// the index when it fits in `max_medium` bytes): what travels eagerly, whatever the size of
+/// the chunks. Used to report archive sizes.
+pub fn rendezvous_message(a: &Archive, max_medium: usize) -> Vec<u8> {
+    proto_desc(a, max_medium, &archive::NoPool)
+}
+
 /// The inverse of [`proto_desc`]; total (every count checked against the bytes present).
 pub fn parse_desc(d: &[u8]) -> std::result::Result<(Option<&[u8]>, Vec<ChunkRef>), ArchiveError> {
     let bad = |w: &str| ArchiveError(format!("rendezvous descriptor: {w}"));

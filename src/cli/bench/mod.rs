@@ -4,6 +4,8 @@ mod am;
 mod limits;
 mod report;
 mod rma;
+mod rpc;
+mod serialize;
 
 use clap::{Args, ValueEnum};
 use report::{print_json, print_table, Progress, Row};
@@ -19,11 +21,16 @@ pub enum Suite {
     Rma,
     /// Empty AM round trip, short/medium/long rates.
     Am,
+    /// weft's archive (zero-copy on and off) beside bincode 2, postcard, bitcode and rkyv.
+    Serialize,
+    /// Empty call round trip; ping-pong and bidirectional bandwidth of Vec, SerializeBuffer
+    /// and RmaVec arguments, 1 and 2 threads per rank.
+    Rpc,
 }
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Suites to run (default: limits rma am).
+    /// Suites to run (default: all).
     #[arg(value_enum)]
     pub suites: Vec<Suite>,
     /// Number of ranks.
@@ -73,7 +80,9 @@ fn counter(b: &mut weft::Builder, name: &str) -> (AmHandler, Arc<AtomicU64>) {
 
 /// One rank of `weft bench`.
 pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
-    let mut b = World::builder();
+    // Every format and path is timed on reused memory, not on page faults (~3 µs a page here).
+    let heap_kept = weft::fabric::os::keep_freed_memory();
+    let mut b = weft::builder();
     let (pong, pongs) = counter(&mut b, "bench.pong");
     let (fin_ack, fin_acks) = counter(&mut b, "bench.fin_ack");
     let ping = b.handler("bench.ping", move |m| m.reply_short(pong, &[]).expect("reply"));
@@ -82,8 +91,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
     let world = b.init()?;
     let progress = Progress::new(args.json, world.rank());
     let ctx = Ctx { world, handlers: Handlers { ping, sink, fin, pongs, fin_acks }, progress };
-    let suites =
-        if args.suites.is_empty() { vec![Suite::Limits, Suite::Rma, Suite::Am] } else { args.suites.clone() };
+    let suites = if args.suites.is_empty() { Suite::value_variants().to_vec() } else { args.suites.clone() };
     let lim = limits::measure(&ctx)?;
     let mut rows: Vec<Row> = vec![];
     for s in suites {
@@ -91,12 +99,14 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Limits => rows.extend(lim.rows()),
             Suite::Rma => rows.extend(rma::run(&ctx, &lim)?),
             Suite::Am => rows.extend(am::run(&ctx, &lim)?),
+            Suite::Serialize => rows.extend(serialize::run(&ctx)?),
+            Suite::Rpc => rows.extend(rpc::run(&ctx, &lim)?),
         }
     }
     ctx.progress.done();
     if ctx.world.rank() == 0 {
         if ctx.world.size() < 2 {
-            eprintln!("weft bench: the rma and am suites need at least 2 ranks (-n 2)");
+            eprintln!("weft bench: the rma, am and rpc suites need at least 2 ranks (-n 2)");
         }
         if args.json {
             print_json(&rows);
@@ -107,6 +117,9 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
                 hostname(),
                 ctx.world.info().fabric
             );
+            if heap_kept {
+                println!("(malloc keeps freed memory, as RDMA setups ask: buffers are timed warm)");
+            }
             print_table(&rows);
         }
     }
