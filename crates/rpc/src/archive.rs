@@ -130,7 +130,17 @@ pub fn encode<T: Serialize + ?Sized>(
     threshold: usize,
     pool: &dyn Locate,
 ) -> Result<Archive, ArchiveError> {
-    let index = Vec::with_capacity(256);
+    encode_into(value, threshold, pool, Vec::with_capacity(256))
+}
+
+/// As [`encode`], writing the index into `index` (cleared first; pass a buffer to reuse).
+pub fn encode_into<T: Serialize + ?Sized>(
+    value: &T,
+    threshold: usize,
+    pool: &dyn Locate,
+    mut index: Vec<u8>,
+) -> Result<Archive, ArchiveError> {
+    index.clear();
     let mut s = Encoder { out: Archive { index, chunks: vec![] }, threshold, pool };
     value.serialize(&mut s)?;
     Ok(s.out)

@@ -33,7 +33,7 @@ pub use registry::{fn_id, BoxFuture, Registration, RemoteFn, REMOTE_FNS};
 #[doc(hidden)]
 pub use linkme as __linkme;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use weft_runtime::{Builder, Comm, Error, Result};
 
 /// A world builder with the RPC layer installed (what `weft::init` uses).
@@ -45,17 +45,22 @@ pub fn builder() -> Builder {
 
 /// Installs the RPC layer into `b`: its AM handlers, progress hook and start-up steps.
 pub fn install(b: &mut Builder) {
-    let msg = b.handler("weft.rpc.msg", |am| {
-        if let Ok(r) = Rpc::of(am.comm()) {
+    // The handlers reach the RPC state directly (it is made after them: it needs their ids).
+    let slot: Arc<OnceLock<Arc<Rpc>>> = Arc::default();
+    let s = slot.clone();
+    let msg = b.handler("weft.rpc.msg", move |am| {
+        if let Some(r) = s.get() {
             r.on_msg(am)
         }
     });
-    let ack = b.handler("weft.rpc.ack", |am| {
-        if let Ok(r) = Rpc::of(am.comm()) {
+    let s = slot.clone();
+    let ack = b.handler("weft.rpc.ack", move |am| {
+        if let Some(r) = s.get() {
             r.on_ack(am)
         }
     });
     let rpc = Arc::new(proto::Rpc::new(msg, ack));
+    let _ = slot.set(rpc.clone());
     b.extension(rpc.clone());
     b.progress_hook(Arc::new(move |c: &Comm| rpc.progress(c)));
     b.on_start(Box::new(|c: &Comm| {

@@ -14,9 +14,9 @@
 
 use crate::archive::{self, Archive, ArchiveError, ChunkRef, ChunkSource, Locate};
 use crate::buffer::{with_decode_pool, Received};
-use crate::registry::{self, Outbound, Registration, RemoteFn, Running};
+use crate::registry::{self, IdMap, Outbound, Registration, RemoteFn, Running, Started};
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
@@ -33,6 +33,13 @@ const RESULT_OK: u64 = 2;
 const RESULT_ERR: u64 = 3;
 const EAGER: u64 = 0;
 const RENDEZVOUS: u64 = 1;
+
+thread_local! {
+    /// An index buffer to encode eager messages into, reused (the message copies it).
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+/// Largest scratch buffer kept for reuse.
+const SCRATCH_KEEP: usize = 64 << 10;
 
 /// Default size threshold (bytes) from which a byte string travels as a chunk.
 pub const DEFAULT_THRESHOLD: usize = 4096;
@@ -125,12 +132,14 @@ impl Wake for Flag {
 pub struct Rpc {
     msg: AmHandler,
     ack: AmHandler,
-    fns: OnceLock<HashMap<u64, Registration>>,
+    fns: OnceLock<IdMap<Registration>>,
     pool: OnceLock<RmaPool>,
     threshold: AtomicU64,
     next_id: AtomicU64,
-    calls: Mutex<HashMap<u64, CallSlot>>,
-    kept: Mutex<HashMap<u64, Kept>>,
+    calls: Mutex<IdMap<CallSlot>>,
+    /// Results delivered so far: waiting callers look at the call table only when it moved.
+    results: AtomicU64,
+    kept: Mutex<IdMap<Kept>>,
     incoming: Mutex<VecDeque<Incoming>>,
     /// Messages in `incoming`. The progress hook runs in every wait: it reads this counter
     /// and `tasks_woken`, and takes no lock when there is nothing to do.
@@ -151,8 +160,9 @@ impl Rpc {
             pool: OnceLock::new(),
             threshold: AtomicU64::new(DEFAULT_THRESHOLD as u64),
             next_id: AtomicU64::new(1),
-            calls: Mutex::new(HashMap::new()),
-            kept: Mutex::new(HashMap::new()),
+            calls: Mutex::new(IdMap::default()),
+            results: AtomicU64::new(0),
+            kept: Mutex::new(IdMap::default()),
             incoming: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
             tasks: Mutex::new(Vec::new()),
@@ -207,7 +217,8 @@ impl Rpc {
 
     // ----- sending -------------------------------------------------------------------------
 
-    /// Encodes `value` and sends it as a message; returns the "sent" signal.
+    /// Encodes `value` and sends it as a message; returns the "sent" signal (`None`: sent
+    /// already, the message carried everything).
     fn send(
         &self,
         comm: &Comm,
@@ -215,17 +226,22 @@ impl Rpc {
         head: [u64; 3],
         value: Box<dyn Outbound>,
         threshold: usize,
-    ) -> Result<Arc<SentState>> {
+    ) -> Result<Option<Arc<SentState>>> {
+        let caps = comm.caps();
         let locate =
-            PoolLocator { pool: self.pool.get(), stage: !comm.caps().peer_read, staged: RefCell::default() };
-        let archive = value.encode(threshold, &locate).map_err(|e| Error::Encode(e.0))?;
-        let sent = Arc::new(SentState::default());
-        let max = comm.caps().am_max_medium;
+            PoolLocator { pool: self.pool.get(), stage: !caps.peer_read, staged: RefCell::default() };
+        let scratch = SCRATCH.with(|s| s.take());
+        let archive = value.encode(threshold, &locate, scratch).map_err(|e| Error::Encode(e.0))?;
+        let max = caps.am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
-            comm.am_request_medium(dst, self.msg, &[head[0], head[1], head[2], EAGER, 0], &archive.index)?;
-            sent.fire();
-            return Ok(sent);
+            let r =
+                comm.am_request_medium(dst, self.msg, &[head[0], head[1], head[2], EAGER, 0], &archive.index);
+            if archive.index.capacity() <= SCRATCH_KEEP {
+                SCRATCH.with(|s| s.set(archive.index));
+            }
+            return r.map(|_| None);
         }
+        let sent = Arc::new(SentState::default());
         let staged = locate.staged.take();
         let ack = self.next_id.fetch_add(1, Ordering::Relaxed);
         let desc = proto_desc(&archive, max, &locate);
@@ -237,7 +253,7 @@ impl Rpc {
             lock(&self.kept).remove(&ack);
             return Err(e);
         }
-        Ok(sent)
+        Ok(Some(sent))
     }
 
     // ----- handlers (inside AM progress: queue only) ----------------------------------------
@@ -249,6 +265,13 @@ impl Rpc {
             return;
         }
         args.copy_from_slice(am.args());
+        if args[0] == RESULT_OK || args[0] == RESULT_ERR {
+            if args[3] == EAGER {
+                // A complete result: hand it to its caller now (no pull, no user code).
+                self.deliver(args[2], args[0] == RESULT_OK, am.payload().to_vec(), vec![]);
+                return;
+            }
+        }
         let mut q = lock(&self.incoming);
         q.push_back(Incoming { src: am.src(), args, payload: am.payload().to_vec() });
         // Counted under the lock, so the counter never runs behind the queue.
@@ -321,7 +344,12 @@ impl Rpc {
                 }));
                 let call = (kind == CALL).then_some(call);
                 match started {
-                    Ok(Ok(fut)) => {
+                    Ok(Ok(Started::Done(out))) => {
+                        if let Some(c) = call {
+                            self.send(comm, m.src, [RESULT_OK, 0, c], out, self.threshold())?;
+                        }
+                    }
+                    Ok(Ok(Started::Running(fut))) => {
                         let any = self.tasks_woken.clone();
                         let woken = Arc::new(Flag { woken: AtomicBool::new(true), any });
                         let task = Task { fut, woken, src: m.src, call };
@@ -341,22 +369,34 @@ impl Rpc {
                     Err(p) => self.panicked(comm, m.src, call, reg.name, p)?,
                 }
             }
-            RESULT_OK | RESULT_ERR => {
-                let mut calls = lock(&self.calls);
-                if let Some(slot) = calls.get_mut(&call) {
-                    slot.outcome = Some((kind == RESULT_OK, index, chunks));
-                    if let Some(w) = slot.waker.take() {
-                        w.wake();
-                    }
-                } else {
-                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                }
-            }
+            RESULT_OK | RESULT_ERR => self.deliver(call, kind == RESULT_OK, index, chunks),
             _ => {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
+    }
+
+    /// Gives call `call` its outcome and wakes its caller.
+    fn deliver(&self, call: u64, ok: bool, index: Vec<u8>, chunks: Vec<Option<Received>>) {
+        let waker = {
+            let mut calls = lock(&self.calls);
+            match calls.get_mut(&call) {
+                Some(slot) => {
+                    slot.outcome = Some((ok, index, chunks));
+                    slot.waker.take()
+                }
+                None => {
+                    // No such call (any more): a forged or late result.
+                    self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            }
+        };
+        self.results.fetch_add(1, Ordering::Release);
+        if let Some(w) = waker {
+            w.wake();
+        }
     }
 
     fn panicked(
@@ -394,10 +434,7 @@ impl Rpc {
                 Ok(())
             }
             Ok(Poll::Ready(out)) => match task.call {
-                Some(c) => {
-                    self.send(comm, task.src, [RESULT_OK, 0, c], out, self.threshold())?;
-                    Ok(())
-                }
+                Some(c) => self.send(comm, task.src, [RESULT_OK, 0, c], out, self.threshold()).map(|_| ()),
                 None => Ok(()),
             },
             Err(p) => self.panicked(comm, task.src, task.call, "a remote function", p),
@@ -609,7 +646,16 @@ impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
             return Err(e);
         }
         let rpc = self.rpc.clone().ok_or(Error::Misuse("call already finished"))?;
-        self.comm.wait_until(|| lock(&rpc.calls).get(&self.id).is_none_or(|s| s.outcome.is_some()))?;
+        let mut seen = u64::MAX;
+        self.comm.wait_until(|| {
+            // Look at the table only when some result arrived since the last look.
+            let now = rpc.results.load(Ordering::Acquire);
+            if now == seen {
+                return false;
+            }
+            seen = now;
+            lock(&rpc.calls).get(&self.id).is_none_or(|s| s.outcome.is_some())
+        })?;
         self.finish()
     }
 
@@ -751,7 +797,7 @@ impl RpcExt for Comm {
         let th = threshold.unwrap_or_else(|| rpc.threshold());
         match rpc.send(self, rank, [CALL, registry::fn_id(F::NAME), id], Box::new(args), th) {
             Ok(sent) => (
-                Sent { comm: self, state: Some(sent) },
+                Sent { comm: self, state: sent },
                 CallFuture { comm: self, rpc: Some(rpc), id, early: None, _r: PhantomData },
             ),
             Err(e) => {
@@ -765,6 +811,6 @@ impl RpcExt for Comm {
         let rpc = crate::Rpc::of(self)?;
         let th = rpc.threshold();
         let sent = rpc.send(self, rank, [POST, registry::fn_id(F::NAME), 0], Box::new(args), th)?;
-        Ok(Sent { comm: self, state: Some(sent) })
+        Ok(Sent { comm: self, state: sent })
     }
 }

@@ -22,28 +22,60 @@ pub trait RemoteFn: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// Runs the function.
     fn run(args: Self::Args) -> BoxFuture<Self::Output>;
+    /// Runs a plain (not `async`) function to completion at once, with no future; gives the
+    /// arguments back for an `async` one.
+    fn run_sync(args: Self::Args) -> Result<Self::Output, Self::Args> {
+        Err(args)
+    }
 }
 
 /// A value on its way out, type-erased: encodable, and kept alive until its chunks were read.
 pub(crate) trait Outbound: Send {
-    fn encode(&self, threshold: usize, pool: &dyn Locate) -> Result<Archive, ArchiveError>;
+    fn encode(&self, threshold: usize, pool: &dyn Locate, index: Vec<u8>) -> Result<Archive, ArchiveError>;
 }
 
 impl<T: Serialize + Send> Outbound for T {
-    fn encode(&self, threshold: usize, pool: &dyn Locate) -> Result<Archive, ArchiveError> {
-        archive::encode(self, threshold, pool)
+    fn encode(&self, threshold: usize, pool: &dyn Locate, index: Vec<u8>) -> Result<Archive, ArchiveError> {
+        archive::encode_into(self, threshold, pool, index)
     }
 }
 
+/// Hashes the u64 keys of weft's id maps (call ids count up; function ids are already FNV
+/// hashes): one multiplication instead of SipHash on the call path.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct IdHasher(u64);
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by ids.
+pub(crate) type IdMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 /// What a started remote function produces: its result, ready to encode.
 pub(crate) type Running = BoxFuture<Box<dyn Outbound>>;
+
+/// A remote function just started: finished already (plain functions) or running.
+pub(crate) enum Started {
+    Done(Box<dyn Outbound>),
+    Running(Running),
+}
 
 /// One registered function.
 #[derive(Clone, Copy)]
 pub struct Registration {
     /// [`RemoteFn::NAME`].
     pub name: &'static str,
-    pub(crate) start: fn(&[u8], &dyn ChunkSource) -> Result<Running, ArchiveError>,
+    pub(crate) start: fn(&[u8], &dyn ChunkSource) -> Result<Started, ArchiveError>,
 }
 
 impl Registration {
@@ -53,10 +85,15 @@ impl Registration {
     }
 }
 
-fn start<F: RemoteFn>(index: &[u8], chunks: &dyn ChunkSource) -> Result<Running, ArchiveError> {
+fn start<F: RemoteFn>(index: &[u8], chunks: &dyn ChunkSource) -> Result<Started, ArchiveError> {
     let args: F::Args = archive::decode(index, chunks)?;
-    let fut = F::run(args);
-    Ok(Box::pin(async move { Box::new(fut.await) as Box<dyn Outbound> }))
+    Ok(match F::run_sync(args) {
+        Ok(out) => Started::Done(Box::new(out)),
+        Err(args) => {
+            let fut = F::run(args);
+            Started::Running(Box::pin(async move { Box::new(fut.await) as Box<dyn Outbound> }))
+        }
+    })
 }
 
 /// Every function declared with [`crate::remote!`] in the program, collected at link time.
@@ -77,8 +114,8 @@ pub const fn fn_id(name: &str) -> u64 {
 }
 
 /// The table of this program's remote functions by id; two names with one id are an error.
-pub(crate) fn table() -> Result<HashMap<u64, Registration>, String> {
-    let mut t: HashMap<u64, Registration> = HashMap::new();
+pub(crate) fn table() -> Result<IdMap<Registration>, String> {
+    let mut t: IdMap<Registration> = IdMap::default();
     for reg in REMOTE_FNS.iter().map(|f| f()) {
         if let Some(old) = t.insert(fn_id(reg.name), reg) {
             if old.name != reg.name {
@@ -105,17 +142,21 @@ pub(crate) fn table() -> Result<HashMap<u64, Registration>, String> {
 #[macro_export]
 macro_rules! remote {
     ($(#[$m:meta])* $vis:vis async fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
-        $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?) { ::std::boxed::Box::pin(async move $body) });
+        $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?)
+            { ::std::boxed::Box::pin(async move $body) }
+            { ::std::result::Result::Err(($($arg,)*)) });
     };
     ($(#[$m:meta])* $vis:vis fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
-        $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?) {
-            let f = move || -> $crate::remote!(@ret $($ret)?) { $body };
-            ::std::boxed::Box::pin(async move { f() })
-        });
+        $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?)
+            {
+                let f = move || -> $crate::remote!(@ret $($ret)?) { $body };
+                ::std::boxed::Box::pin(async move { f() })
+            }
+            { ::std::result::Result::Ok((move || -> $crate::remote!(@ret $($ret)?) { $body })()) });
     };
     (@ret) => { () };
     (@ret $ret:ty) => { $ret };
-    (@item [$($m:tt)*] $vis:vis $name:ident ($($arg:ident : $ty:ty),*) ($($ret:ty)?) $run:block) => {
+    (@item [$($m:tt)*] $vis:vis $name:ident ($($arg:ident : $ty:ty),*) ($($ret:ty)?) $run:block $sync:block) => {
         $($m)*
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
@@ -128,6 +169,11 @@ macro_rules! remote {
             fn run(args: Self::Args) -> $crate::BoxFuture<Self::Output> {
                 let ($($arg,)*) = args;
                 $run
+            }
+            #[allow(unused_parens)]
+            fn run_sync(args: Self::Args) -> ::std::result::Result<Self::Output, Self::Args> {
+                let ($($arg,)*) = args;
+                $sync
             }
         }
         const _: () = {

@@ -6,6 +6,7 @@
 use super::limits::Limits;
 use super::report::{median, size_name, Row};
 use super::Ctx;
+use std::sync::atomic::Ordering;
 use std::sync::Barrier;
 use weft::fabric::os;
 use weft::rpc::CallFuture;
@@ -181,6 +182,9 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
         return Ok(rows);
     }
     ctx.progress.note("rpc empty call");
+    // Each repetition times the call and, right after, the bare AM round trip under it.
+    let am_rt = std::cell::RefCell::new(vec![]);
+    let h = &ctx.handlers;
     let m = lim.interleaved(ctx, 7, || {
         if w.rank() != 0 {
             return Ok(None);
@@ -190,10 +194,20 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
         for _ in 0..iters {
             w.call(1, empty, ()).wait()?;
         }
-        Ok(Some((os::now_ns() - t) as f64 / iters as f64))
+        let call = (os::now_ns() - t) as f64 / iters as f64;
+        let t = os::now_ns();
+        for _ in 0..iters {
+            let want = h.pongs.load(Ordering::Relaxed) + 1;
+            w.am_request_short(1, h.ping, &[])?;
+            w.wait_until(|| h.pongs.load(Ordering::Acquire) >= want)?;
+        }
+        am_rt.borrow_mut().push((os::now_ns() - t) as f64 / iters as f64);
+        Ok(Some(call))
     })?;
     if let (Some(rt), Some(line)) = (m.weft, m.line_rt) {
         rows.push(Row::new("rpc", "empty call round trip", 0, rt, "ns").vs("cache-line round trip", line));
+        let am = median(am_rt.take());
+        rows.push(Row::new("rpc", "empty call round trip", 0, rt, "ns").vs("AM round trip", am));
     }
 
     for &b in SIZES {
