@@ -265,12 +265,10 @@ impl Rpc {
             return;
         }
         args.copy_from_slice(am.args());
-        if args[0] == RESULT_OK || args[0] == RESULT_ERR {
-            if args[3] == EAGER {
-                // A complete result: hand it to its caller now (no pull, no user code).
-                self.deliver(args[2], args[0] == RESULT_OK, am.payload().to_vec(), vec![]);
-                return;
-            }
+        if (args[0] == RESULT_OK || args[0] == RESULT_ERR) && args[3] == EAGER {
+            // A complete result: hand it to its caller now (no pull, no user code).
+            self.deliver(args[2], args[0] == RESULT_OK, am.payload().to_vec(), vec![]);
+            return;
         }
         let mut q = lock(&self.incoming);
         q.push_back(Incoming { src: am.src(), args, payload: am.payload().to_vec() });
