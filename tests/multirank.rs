@@ -479,6 +479,53 @@ fn rpc_calls() -> Res {
     ck(POSTED.load(Ordering::SeqCst) == 100, || format!("{} posts arrived", POSTED.load(Ordering::SeqCst)))
 }
 
+/// Forged RPC messages, sent as raw AMs: each is rejected with a clear error and counted, and
+/// the target keeps serving.
+fn rpc_bad_input() -> Res {
+    use weft::rpc::{archive, proto, RemoteFn, Rpc};
+    use weft::RpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let peer = (me + 1) % n;
+    let rpc = Rpc::of(&w).map_err(e2s)?;
+    let h = rpc.message_handler();
+    let add_id = weft::rpc::fn_id(rpc_add::NAME);
+    let wrong_args = archive::encode(&("not two numbers",), 4096, &archive::NoPool).map_err(|e| e.0)?.index;
+    // A rendezvous descriptor: no chunks but one declaring 2^60 bytes (the index inline).
+    let mut oversized = 1u64.to_le_bytes().to_vec();
+    oversized.push(1);
+    oversized.extend_from_slice(&0u64.to_le_bytes());
+    oversized.push(0);
+    for word in [1u64 << 60, 0x1000, 0] {
+        oversized.extend_from_slice(&word.to_le_bytes());
+    }
+    let (call, eager, rdv) = (proto::CALL, proto::EAGER, proto::RENDEZVOUS);
+    let sends: [(&[u64], &[u8]); 6] = [
+        (&[call, 0xdead_beef, 900_001, eager, 0], &[]), // unknown function
+        (&[proto::POST, 0xdead_beef, 0, eager, 0], &[]), // unknown function, posted
+        (&[call, add_id, 900_002, eager, 0], &wrong_args), // type mismatch
+        (&[call, add_id, 900_003, rdv, 5], &oversized), // oversized declared length
+        (&[call, add_id, 900_004, rdv, 6], &[1, 2, 3]), // truncated descriptor
+        (&[call, add_id, 900_005], &[]),                // wrong argument count
+    ];
+    for (args, payload) in sends {
+        w.am_request_medium(peer, h, args, payload).map_err(e2s)?;
+    }
+    // Messages between two ranks arrive in order: this call is served after all of the above.
+    let r = w.call(peer, rpc_add, (2, 3)).wait().map_err(e2s)?;
+    ck(r == 5, || format!("add after forged messages gave {r}"))?;
+    w.barrier().map_err(e2s)?;
+    let s = &rpc.stats;
+    let unknown = s.unknown_function.load(Ordering::SeqCst);
+    ck(unknown == 2, || format!("{unknown} unknown-function messages counted, want 2"))?;
+    // Here: mismatch, oversized, truncated, wrong count (4); the errors answering this rank's
+    // four forged calls, whose ids it never issued (4).
+    w.wait_until(|| s.malformed.load(Ordering::SeqCst) >= 8).map_err(e2s)?;
+    let malformed = s.malformed.load(Ordering::SeqCst);
+    ck(malformed == 8, || format!("{malformed} malformed messages counted, want 8"))?;
+    w.barrier().map_err(e2s)
+}
+
 // ---------------------------------------------------------------- driver
 
 struct Case {
@@ -506,6 +553,7 @@ const CASES: &[Case] = &[
     Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
+    Case { name: "rpc_bad_input", run: rpc_bad_input, ranks: &[2, 4], env: &[] },
 ];
 
 fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {

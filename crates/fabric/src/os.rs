@@ -276,6 +276,15 @@ pub fn interrupted() -> Option<i32> {
     }
 }
 
+/// Memory the kernel says can be allocated without swapping (`MemAvailable`), in bytes; `None`
+/// where /proc/meminfo cannot be read.
+pub fn mem_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Makes glibc's malloc keep freed memory for reuse instead of returning it to the kernel
 /// (large blocks come from the heap, not fresh mappings; the heap is not trimmed) — what RDMA
 /// MPI setups ask for with `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1`. On this machine a

@@ -27,12 +27,18 @@ use weft_fabric::pod::AlignedBuf;
 use weft_fabric::pool::BlockPool;
 use weft_runtime::{AmHandler, AmMsg, Comm, Error, GlobalPtr, Result, RmaPool};
 
-const CALL: u64 = 0;
-const POST: u64 = 1;
-const RESULT_OK: u64 = 2;
-const RESULT_ERR: u64 = 3;
-const EAGER: u64 = 0;
-const RENDEZVOUS: u64 = 1;
+/// Message kind (argument 0): a call that wants a result.
+pub const CALL: u64 = 0;
+/// Message kind: a call without a result.
+pub const POST: u64 = 1;
+/// Message kind: a result.
+pub const RESULT_OK: u64 = 2;
+/// Message kind: an error instead of a result (the payload is its text).
+pub const RESULT_ERR: u64 = 3;
+/// Mode (argument 3): the payload is the whole archive index.
+pub const EAGER: u64 = 0;
+/// Mode: the payload is a rendezvous descriptor (see [`rendezvous_message`]).
+pub const RENDEZVOUS: u64 = 1;
 
 thread_local! {
     /// An index buffer to encode eager messages into, reused (the message copies it).
@@ -174,21 +180,14 @@ impl Rpc {
     /// Collective start-up: the function tables must match on every rank; allocates the pool.
     pub(crate) fn start(&self, comm: &Comm) -> Result<()> {
         let fns = registry::table().map_err(Error::Mismatch)?;
-        let mut names: Vec<&str> = fns.values().map(|r| r.name).collect();
-        names.sort_unstable();
-        let mine = names.join("\n");
+        let mine = registry::signatures(&fns);
         for (r, theirs) in comm.exchange(mine.as_bytes())?.iter().enumerate() {
-            if theirs != mine.as_bytes() {
-                let theirs = String::from_utf8_lossy(theirs);
-                let t: Vec<&str> = theirs.split('\n').filter(|s| !s.is_empty()).collect();
-                let only_mine: Vec<&&str> = names.iter().filter(|n| !t.contains(n)).collect();
-                let only_theirs: Vec<&&str> = t.iter().filter(|n| !names.contains(n)).collect();
-                return Err(Error::Mismatch(format!(
-                    "remote functions differ between rank {} and rank {r}: only on {}: {only_mine:?}; only on {r}: {only_theirs:?}",
-                    comm.rank(),
+            registry::compare_signatures(&mine, theirs).map_err(|diff| {
+                Error::Mismatch(format!(
+                    "remote functions differ between rank {} and rank {r}: {diff}",
                     comm.rank()
-                )));
-            }
+                ))
+            })?;
         }
         let _ = self.fns.set(fns);
         let mib = match std::env::var("WEFT_RPC_POOL_MIB") {
@@ -204,6 +203,12 @@ impl Rpc {
 
     pub(crate) fn pool(&self) -> Result<&Arc<BlockPool>> {
         self.pool.get().map(|p| p.blocks()).ok_or(Error::Misuse("the RPC pool is not allocated yet"))
+    }
+
+    /// The AM handler RPC messages arrive on (arguments `[kind, function id, call id, mode,
+    /// ack id]`, see the module docs): for tools and tests that speak the wire protocol.
+    pub fn message_handler(&self) -> AmHandler {
+        self.msg
     }
 
     /// Bytes from which a byte string travels as a chunk (default 4 KiB).
@@ -460,6 +465,24 @@ impl Rpc {
         self.send(comm, dst, [RESULT_ERR, 0, call], Box::new(why), usize::MAX).map(|_| ())
     }
 
+    /// Refuses a message whose chunks together could not be held here (the pool's free room
+    /// plus the memory the kernel has available), before anything is allocated.
+    fn check_room(&self, chunks: &[ChunkRef]) -> std::result::Result<(), ArchiveError> {
+        let total = chunks.iter().try_fold(0u64, |t, c| t.checked_add(c.len()));
+        let pool_free = self.pool.get().map_or(0, |p| {
+            let (cap, used) = p.usage();
+            (cap - used) as u64
+        });
+        let room = weft_fabric::os::mem_available().map_or(u64::MAX, |m| m.saturating_add(pool_free));
+        match total {
+            Some(t) if t <= room => Ok(()),
+            _ => Err(ArchiveError(format!(
+                "chunks declare {} bytes, more than the {room} this rank can hold",
+                total.map_or("over 2^64".into(), |t| t.to_string())
+            ))),
+        }
+    }
+
     /// Pulls every chunk a rendezvous descriptor names into this rank's memory.
     fn pull(
         &self,
@@ -468,6 +491,7 @@ impl Rpc {
         desc: &[u8],
     ) -> std::result::Result<(Vec<u8>, Vec<Option<Received>>), ArchiveError> {
         let (inline_index, chunks) = parse_desc(desc)?;
+        self.check_room(&chunks)?;
         let mut got: Vec<Option<Received>> = Vec::with_capacity(chunks.len());
         for c in &chunks {
             let len = usize::try_from(c.len()).map_err(|_| ArchiveError("chunk length".into()))?;
@@ -501,12 +525,13 @@ impl Rpc {
 }
 
 fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
-    // The length was checked against nothing the sender controls; cap what one chunk may ask.
-    const MAX_CHUNK: usize = 1 << 40;
-    if len > MAX_CHUNK {
-        return Err(ArchiveError(format!("chunk of {len} bytes exceeds {MAX_CHUNK}")));
+    // Checked again per chunk: memory may have gone since the message was checked.
+    match weft_fabric::os::mem_available() {
+        Some(free) if len as u64 > free => Err(ArchiveError(format!(
+            "a chunk of {len} bytes does not fit in the pool or in the {free} bytes of memory available"
+        ))),
+        _ => Ok(AlignedBuf::zeroed(len)),
     }
-    Ok(AlignedBuf::zeroed(len))
 }
 
 /// Finds chunks in the pool and, where the fabric cannot read peer memory, stages the others

@@ -75,13 +75,22 @@ pub(crate) enum Started {
 pub struct Registration {
     /// [`RemoteFn::NAME`].
     pub name: &'static str,
+    /// The argument tuple's type, as the compiler names it.
+    pub args: &'static str,
+    /// The result's type.
+    pub output: &'static str,
     pub(crate) start: fn(&[u8], &dyn ChunkSource) -> Result<Started, ArchiveError>,
 }
 
 impl Registration {
     /// The registration of `F` (what [`crate::remote!`] puts in [`REMOTE_FNS`]).
     pub fn of<F: RemoteFn>() -> Registration {
-        Registration { name: F::NAME, start: start::<F> }
+        Registration {
+            name: F::NAME,
+            args: std::any::type_name::<F::Args>(),
+            output: std::any::type_name::<F::Output>(),
+            start: start::<F>,
+        }
     }
 }
 
@@ -124,6 +133,28 @@ pub(crate) fn table() -> Result<IdMap<Registration>, String> {
         }
     }
     Ok(t)
+}
+
+/// This program's functions with their types, one per line, sorted: what start-up compares
+/// across ranks (same name, same types, or the job does not start).
+pub(crate) fn signatures(t: &IdMap<Registration>) -> String {
+    let mut lines: Vec<String> =
+        t.values().map(|r| format!("{}{} -> {}", r.name, r.args, r.output)).collect();
+    lines.sort_unstable();
+    lines.join("\n")
+}
+
+/// Compares two [`signatures`] tables; the error says what only one side has.
+pub(crate) fn compare_signatures(mine: &str, theirs: &[u8]) -> Result<(), String> {
+    if mine.as_bytes() == theirs {
+        return Ok(());
+    }
+    let theirs = String::from_utf8_lossy(theirs);
+    let t: Vec<&str> = theirs.split('\n').filter(|s| !s.is_empty()).collect();
+    let m: Vec<&str> = mine.split('\n').filter(|s| !s.is_empty()).collect();
+    let only_mine: Vec<&&str> = m.iter().filter(|n| !t.contains(n)).collect();
+    let only_theirs: Vec<&&str> = t.iter().filter(|n| !m.contains(n)).collect();
+    Err(format!("only here: {only_mine:?}; only there: {only_theirs:?}"))
 }
 
 /// Declares functions other ranks can call, registered on every rank at link time with ids
@@ -182,4 +213,26 @@ macro_rules! remote {
             static REGISTER: fn() -> $crate::Registration = $crate::Registration::of::<$name>;
         };
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_catch_a_type_change() {
+        let mine = "app::f(u64,) -> u64\napp::g() -> ()";
+        assert!(compare_signatures(mine, mine.as_bytes()).is_ok());
+        let theirs = "app::f(alloc::string::String,) -> u64\napp::g() -> ()";
+        let e = compare_signatures(mine, theirs.as_bytes()).unwrap_err();
+        assert!(e.contains("app::f(u64,) -> u64") && e.contains("app::f(alloc::string::String,)"), "{e}");
+        assert!(!e.contains("app::g"), "{e}");
+    }
+
+    #[test]
+    fn this_programs_table_has_types() {
+        let t = table().expect("no id collisions");
+        let s = signatures(&t);
+        assert_eq!(s.lines().count(), t.len());
+    }
 }
