@@ -23,6 +23,7 @@
 
 pub mod archive;
 mod buffer;
+pub mod fuzz;
 pub mod proto;
 mod registry;
 
