@@ -499,16 +499,21 @@ fn rpc_bad_input() -> Res {
     for word in [1u64 << 60, 0x1000, 0] {
         oversized.extend_from_slice(&word.to_le_bytes());
     }
+    let head = |kind, mode, fn_id, call_id, ack_id| {
+        let (w, n) = proto::Header { kind, mode, fn_id, call_id, ack_id }.encode();
+        w[..n].to_vec()
+    };
     let (call, eager, rdv) = (proto::CALL, proto::EAGER, proto::RENDEZVOUS);
-    let sends: [(&[u64], &[u8]); 6] = [
-        (&[call, 0xdead_beef, 900_001, eager, 0], &[]), // unknown function
-        (&[proto::POST, 0xdead_beef, 0, eager, 0], &[]), // unknown function, posted
-        (&[call, add_id, 900_002, eager, 0], &wrong_args), // type mismatch
-        (&[call, add_id, 900_003, rdv, 5], &oversized), // oversized declared length
-        (&[call, add_id, 900_004, rdv, 6], &[1, 2, 3]), // truncated descriptor
-        (&[call, add_id, 900_005], &[]),                // wrong argument count
+    let sends: [(Vec<u64>, &[u8]); 7] = [
+        (head(call, eager, 0xdead_beef, 900_001, 0), &[]), // unknown function
+        (head(proto::POST, eager, 0xdead_beef, 0, 0), &[]), // unknown function, posted
+        (head(call, eager, add_id, 900_002, 0), &wrong_args), // type mismatch
+        (head(call, rdv, add_id, 900_003, 5), &oversized), // oversized declared length
+        (head(call, rdv, add_id, 900_004, 6), &[1, 2, 3]), // truncated descriptor
+        (vec![call, add_id, 900_005, 0, 0, 0], &[]),       // too many words for a header
+        (vec![9, add_id, 900_006], &[]),                   // unknown kind
     ];
-    for (args, payload) in sends {
+    for (args, payload) in &sends {
         w.am_request_medium(peer, h, args, payload).map_err(e2s)?;
     }
     // Messages between two ranks arrive in order: this call is served after all of the above.
@@ -518,11 +523,11 @@ fn rpc_bad_input() -> Res {
     let s = &rpc.stats;
     let unknown = s.unknown_function.load(Ordering::SeqCst);
     ck(unknown == 2, || format!("{unknown} unknown-function messages counted, want 2"))?;
-    // Here: mismatch, oversized, truncated, wrong count (4); the errors answering this rank's
-    // four forged calls, whose ids it never issued (4).
-    w.wait_until(|| s.malformed.load(Ordering::SeqCst) >= 8).map_err(e2s)?;
+    // Here: mismatch, oversized, truncated, two bad headers (5); the errors answering this
+    // rank's four forged calls, whose ids it never issued (4).
+    w.wait_until(|| s.malformed.load(Ordering::SeqCst) >= 9).map_err(e2s)?;
     let malformed = s.malformed.load(Ordering::SeqCst);
-    ck(malformed == 8, || format!("{malformed} malformed messages counted, want 8"))?;
+    ck(malformed == 9, || format!("{malformed} malformed messages counted, want 9"))?;
     w.barrier().map_err(e2s)
 }
 

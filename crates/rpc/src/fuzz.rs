@@ -50,6 +50,9 @@ fn chunks() -> TwoChunks {
 /// with and without chunks. Every outcome must be a value or an error: a panic, a hang or an
 /// allocation beyond what `data` can justify is a bug.
 pub fn decode_untrusted(data: &[u8]) {
+    let words: Vec<u64> =
+        data.chunks(8).map(|c| c.iter().rev().fold(0u64, |w, &b| w << 8 | b as u64)).collect();
+    let _ = crate::proto::Header::decode(&words[..words.len().min(6)]);
     let _ = parse_desc(data);
     let _ = decode::<Record>(data, &NoChunks);
     let _ = decode::<Record>(data, &chunks());

@@ -1,7 +1,8 @@
 //! The RPC protocol.
 //!
-//! Every RPC message (a call, a post, a result) is one medium AM request `weft.rpc.msg` with
-//! arguments `[kind, function id or 0, call id, mode, ack id]`:
+//! Every RPC message (a call, a post, a result) is one medium AM request `weft.rpc.msg` whose
+//! arguments are a [`Header`]: as few words as the message needs (an eager call is three: the
+//! ring header, arguments and a small index share one 64-byte line):
 //! - **eager** (mode 0): the payload is the archive's index; the archive has no chunks.
 //! - **rendezvous** (mode 1): the payload describes the chunks (and carries the index when it
 //!   fits). The receiver pulls each chunk — RMA get from the sender's pool, or the fabric's peer
@@ -65,10 +66,74 @@ pub struct RpcStats {
     pub panics: AtomicU64,
 }
 
+/// The AM arguments of an RPC message.
+///
+/// On the wire: word 0 is `kind | mode << 8`; then the function id (calls and posts), the call
+/// id (calls and results), and the ack id (rendezvous only) — 2 to 4 words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// [`CALL`], [`POST`], [`RESULT_OK`] or [`RESULT_ERR`].
+    pub kind: u64,
+    /// [`EAGER`] or [`RENDEZVOUS`].
+    pub mode: u64,
+    /// The function's id (calls and posts; 0 otherwise).
+    pub fn_id: u64,
+    /// The call this message belongs to (calls and results; 0 for posts).
+    pub call_id: u64,
+    /// What the receiver acknowledges after pulling (rendezvous; 0 otherwise).
+    pub ack_id: u64,
+}
+
+impl Header {
+    /// The AM arguments: `words[..n]`.
+    pub fn encode(&self) -> ([u64; 4], usize) {
+        let mut w = [self.kind | self.mode << 8, 0, 0, 0];
+        let mut n = 1;
+        let mut push = |v: u64| {
+            w[n] = v;
+            n += 1;
+        };
+        match self.kind {
+            CALL => {
+                push(self.fn_id);
+                push(self.call_id);
+            }
+            POST => push(self.fn_id),
+            _ => push(self.call_id),
+        }
+        if self.mode == RENDEZVOUS {
+            push(self.ack_id);
+        }
+        (w, n)
+    }
+
+    /// Reads AM arguments back; `None` if they are not a well-formed header.
+    pub fn decode(args: &[u64]) -> Option<Header> {
+        let (&w0, rest) = args.split_first()?;
+        let (kind, mode) = (w0 & 0xff, w0 >> 8);
+        if kind > RESULT_ERR || mode > RENDEZVOUS {
+            return None;
+        }
+        let want = match kind {
+            CALL => 2,
+            _ => 1,
+        } + mode as usize;
+        if rest.len() != want {
+            return None;
+        }
+        let (fn_id, call_id, tail) = match kind {
+            CALL => (rest[0], rest[1], &rest[2..]),
+            POST => (rest[0], 0, &rest[1..]),
+            _ => (0, rest[0], &rest[1..]),
+        };
+        Some(Header { kind, mode, fn_id, call_id, ack_id: tail.first().copied().unwrap_or(0) })
+    }
+}
+
 /// A message as queued by the handler.
 struct Incoming {
     src: u32,
-    args: [u64; 5],
+    head: Header,
     payload: Vec<u8>,
 }
 
@@ -228,7 +293,7 @@ impl Rpc {
         &self,
         comm: &Comm,
         dst: u32,
-        head: [u64; 3],
+        head: Header,
         value: Box<dyn Outbound>,
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
@@ -239,8 +304,8 @@ impl Rpc {
         let archive = value.encode(threshold, &locate, scratch).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
-            let r =
-                comm.am_request_medium(dst, self.msg, &[head[0], head[1], head[2], EAGER, 0], &archive.index);
+            let (w, n) = Header { mode: EAGER, ack_id: 0, ..head }.encode();
+            let r = comm.am_request_medium(dst, self.msg, &w[..n], &archive.index);
             if archive.index.capacity() <= SCRATCH_KEEP {
                 SCRATCH.with(|s| s.set(archive.index));
             }
@@ -252,9 +317,8 @@ impl Rpc {
         let desc = proto_desc(&archive, max, &locate);
         lock(&self.kept)
             .insert(ack, Kept { _value: value, _index: archive.index, _staged: staged, sent: sent.clone() });
-        if let Err(e) =
-            comm.am_request_medium(dst, self.msg, &[head[0], head[1], head[2], RENDEZVOUS, ack], &desc)
-        {
+        let (w, n) = Header { mode: RENDEZVOUS, ack_id: ack, ..head }.encode();
+        if let Err(e) = comm.am_request_medium(dst, self.msg, &w[..n], &desc) {
             lock(&self.kept).remove(&ack);
             return Err(e);
         }
@@ -264,19 +328,17 @@ impl Rpc {
     // ----- handlers (inside AM progress: queue only) ----------------------------------------
 
     pub(crate) fn on_msg(&self, am: &AmMsg<'_>) {
-        let mut args = [0u64; 5];
-        if am.args().len() != 5 {
+        let Some(head) = Header::decode(am.args()) else {
             self.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return;
-        }
-        args.copy_from_slice(am.args());
-        if (args[0] == RESULT_OK || args[0] == RESULT_ERR) && args[3] == EAGER {
+        };
+        if (head.kind == RESULT_OK || head.kind == RESULT_ERR) && head.mode == EAGER {
             // A complete result: hand it to its caller now (no pull, no user code).
-            self.deliver(args[2], args[0] == RESULT_OK, am.payload().to_vec(), vec![]);
+            self.deliver(head.call_id, head.kind == RESULT_OK, am.payload().to_vec(), vec![]);
             return;
         }
         let mut q = lock(&self.incoming);
-        q.push_back(Incoming { src: am.src(), args, payload: am.payload().to_vec() });
+        q.push_back(Incoming { src: am.src(), head, payload: am.payload().to_vec() });
         // Counted under the lock, so the counter never runs behind the queue.
         self.queued.fetch_add(1, Ordering::Release);
     }
@@ -310,7 +372,7 @@ impl Rpc {
     }
 
     fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
-        let [kind, fid, call, mode, ack] = m.args;
+        let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = m.head;
         let pulled = match mode {
             EAGER => Ok((m.payload, vec![])),
             RENDEZVOUS => self.pull(comm, m.src, &m.payload),
@@ -349,7 +411,7 @@ impl Rpc {
                 match started {
                     Ok(Ok(Started::Done(out))) => {
                         if let Some(c) = call {
-                            self.send(comm, m.src, [RESULT_OK, 0, c], out, self.threshold())?;
+                            self.send(comm, m.src, result(RESULT_OK, c), out, self.threshold())?;
                         }
                     }
                     Ok(Ok(Started::Running(fut))) => {
@@ -437,7 +499,7 @@ impl Rpc {
                 Ok(())
             }
             Ok(Poll::Ready(out)) => match task.call {
-                Some(c) => self.send(comm, task.src, [RESULT_OK, 0, c], out, self.threshold()).map(|_| ()),
+                Some(c) => self.send(comm, task.src, result(RESULT_OK, c), out, self.threshold()).map(|_| ()),
                 None => Ok(()),
             },
             Err(p) => self.panicked(comm, task.src, task.call, "a remote function", p),
@@ -462,7 +524,7 @@ impl Rpc {
     }
 
     fn reply_err(&self, comm: &Comm, dst: u32, call: u64, why: String) -> Result<()> {
-        self.send(comm, dst, [RESULT_ERR, 0, call], Box::new(why), usize::MAX).map(|_| ())
+        self.send(comm, dst, result(RESULT_ERR, call), Box::new(why), usize::MAX).map(|_| ())
     }
 
     /// Refuses a message whose chunks together could not be held here (the pool's free room
@@ -522,6 +584,14 @@ impl Rpc {
         };
         Ok((index, got))
     }
+}
+
+fn result(kind: u64, call_id: u64) -> Header {
+    Header { kind, mode: EAGER, fn_id: 0, call_id, ack_id: 0 }
+}
+
+fn call_head(kind: u64, name: &str, call_id: u64) -> Header {
+    Header { kind, mode: EAGER, fn_id: registry::fn_id(name), call_id, ack_id: 0 }
 }
 
 fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
@@ -818,7 +888,7 @@ impl RpcExt for Comm {
         let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
         lock(&rpc.calls).insert(id, CallSlot::default());
         let th = threshold.unwrap_or_else(|| rpc.threshold());
-        match rpc.send(self, rank, [CALL, registry::fn_id(F::NAME), id], Box::new(args), th) {
+        match rpc.send(self, rank, call_head(CALL, F::NAME, id), Box::new(args), th) {
             Ok(sent) => (
                 Sent { comm: self, state: sent },
                 CallFuture { comm: self, rpc: Some(rpc), id, early: None, _r: PhantomData },
@@ -833,7 +903,31 @@ impl RpcExt for Comm {
     fn post<F: RemoteFn>(&self, rank: u32, _f: F, args: F::Args) -> Result<Sent<'_>> {
         let rpc = crate::Rpc::of(self)?;
         let th = rpc.threshold();
-        let sent = rpc.send(self, rank, [POST, registry::fn_id(F::NAME), 0], Box::new(args), th)?;
+        let sent = rpc.send(self, rank, call_head(POST, F::NAME, 0), Box::new(args), th)?;
         Ok(Sent { comm: self, state: sent })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_round_trip_in_few_words() {
+        for kind in [CALL, POST, RESULT_OK, RESULT_ERR] {
+            for mode in [EAGER, RENDEZVOUS] {
+                let call_id = if kind == POST { 0 } else { 77 };
+                let fn_id = if kind <= POST { 0xabc } else { 0 };
+                let ack_id = if mode == RENDEZVOUS { 5 } else { 0 };
+                let h = Header { kind, mode, fn_id, call_id, ack_id };
+                let (w, n) = h.encode();
+                assert_eq!(Header::decode(&w[..n]), Some(h));
+                assert!(n <= 4 && (kind != CALL || mode != EAGER || n == 3));
+                assert_eq!(Header::decode(&w[..n - 1]), None, "{h:?} short");
+            }
+        }
+        assert_eq!(Header::decode(&[]), None);
+        assert_eq!(Header::decode(&[4, 1]), None, "unknown kind");
+        assert_eq!(Header::decode(&[2 << 8, 1]), None, "unknown mode");
     }
 }
