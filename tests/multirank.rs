@@ -531,6 +531,142 @@ fn rpc_bad_input() -> Res {
     w.barrier().map_err(e2s)
 }
 
+/// Deterministic pseudo-random u64s (splitmix64) for collective tests.
+fn random_u64s(seed: u64, len: usize) -> Vec<u64> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0xdead_beef;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^ (z >> 31)
+        })
+        .collect()
+}
+
+/// Every collective of `team` against a sequential reference, for each element count in `lens`.
+fn check_collectives(team: &weft::Team, lens: &[usize]) -> Res {
+    use weft::ReduceOp;
+    let (n, me) = (team.size() as usize, team.rank() as usize);
+    let who = |what: &str, len: usize| format!("team of {n}, rank {me}: {what} of {len} elements");
+    for &len in lens {
+        let data: Vec<Vec<u64>> =
+            (0..n).map(|r| random_u64s(team.members()[r] as u64 * 7919 + len as u64, len)).collect();
+        let mine = &data[me];
+        for root in [0, n - 1] {
+            let mut b = if me == root { data[root].clone() } else { vec![0; len] };
+            team.broadcast(root as u32, &mut b).map_err(e2s)?;
+            ck(b == data[root], || who(&format!("broadcast from {root}"), len))?;
+        }
+        let sum: Vec<u64> = (0..len).map(|i| data.iter().fold(0u64, |a, d| a.wrapping_add(d[i]))).collect();
+        ck(team.allreduce(mine, ReduceOp::Sum).map_err(e2s)? == sum, || who("allreduce sum", len))?;
+        let max: Vec<u64> = (0..len).map(|i| data.iter().map(|d| d[i]).max().unwrap_or(0)).collect();
+        let got = team.reduce(n as u32 - 1, mine, ReduceOp::Max).map_err(e2s)?;
+        ck(got == (me == n - 1).then(|| max.clone()), || who("reduce max", len))?;
+        let xor = team.allreduce_with(mine, |a: &mut u64, b: &u64| *a ^= *b).map_err(e2s)?;
+        ck(xor == (0..len).map(|i| data.iter().fold(0, |a, d| a ^ d[i])).collect::<Vec<_>>(), || {
+            who("allreduce with a closure", len)
+        })?;
+        // Floating point: every member gets the same bits, run after run, close to the sum.
+        let f: Vec<f64> = mine.iter().map(|&x| (x >> 11) as f64 / (1u64 << 53) as f64 - 0.5).collect();
+        let a = team.allreduce(&f, ReduceOp::Sum).map_err(e2s)?;
+        let b = team.allreduce(&f, ReduceOp::Sum).map_err(e2s)?;
+        ck(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), || who("reproducible f64 sum", len))?;
+        let bits: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
+        let everyone = team.allgather(&bits).map_err(e2s)?;
+        ck(everyone.chunks(len.max(1)).take(if len == 0 { 0 } else { n }).all(|c| c == &bits[..]), || {
+            who("identical f64 sums on all members", len)
+        })?;
+        let cat: Vec<u64> = data.concat();
+        ck(team.gather(0, mine).map_err(e2s)? == (me == 0).then(|| cat.clone()), || who("gather", len))?;
+        ck(everyone.len() == n * len, || who("allgather length", len))?;
+        ck(team.allgather(mine).map_err(e2s)? == cat, || who("allgather", len))?;
+        // Uneven counts: member r contributes r + len % 5 elements of its data.
+        let counts: Vec<usize> = (0..n).map(|r| (r + len % 5).min(len)).collect();
+        let v: Vec<u64> = (0..n).flat_map(|r| data[r][..counts[r]].to_vec()).collect();
+        ck(team.allgatherv(&mine[..counts[me]], &counts).map_err(e2s)? == v, || who("allgatherv", len))?;
+        let g = team.gatherv(n as u32 - 1, &mine[..counts[me]], &counts).map_err(e2s)?;
+        ck(g == (me == n - 1).then(|| v.clone()), || who("gatherv", len))?;
+        // Blocks of len / n: scatter from the last rank, alltoall, alltoallv.
+        let block = len / n;
+        let root_data = &data[n - 1][..block * n];
+        let sc = team.scatter(n as u32 - 1, (me == n - 1).then_some(root_data), block).map_err(e2s)?;
+        ck(sc == root_data[me * block..(me + 1) * block], || who("scatter", len))?;
+        let a2a = team.alltoall(&mine[..block * n]).map_err(e2s)?;
+        let want: Vec<u64> = (0..n).flat_map(|r| data[r][me * block..(me + 1) * block].to_vec()).collect();
+        ck(a2a == want, || who("alltoall", len))?;
+        // alltoallv: member r sends (r + j) % 3 * block / 2 elements to member j.
+        let cnt = |r: usize, j: usize| (r + j) % 3 * block / 2;
+        let send: Vec<u64> = (0..n).flat_map(|j| vec![me as u64 * 1000 + j as u64; cnt(me, j)]).collect();
+        let sc: Vec<usize> = (0..n).map(|j| cnt(me, j)).collect();
+        let rc: Vec<usize> = (0..n).map(|r| cnt(r, me)).collect();
+        let want: Vec<u64> = (0..n).flat_map(|r| vec![r as u64 * 1000 + me as u64; cnt(r, me)]).collect();
+        ck(team.alltoallv(&send, &sc, &rc).map_err(e2s)? == want, || who("alltoallv", len))?;
+        let ex = team.exscan(mine, ReduceOp::Sum).map_err(e2s)?;
+        let want = (me > 0).then(|| {
+            (0..len).map(|i| data[..me].iter().fold(0u64, |a, d| a.wrapping_add(d[i]))).collect::<Vec<_>>()
+        });
+        ck(ex == want, || who("exscan", len))?;
+        team.barrier().map_err(e2s)?;
+    }
+    Ok(())
+}
+
+/// Teams of every size from 1 to the world's (world, colour split, strided subset, nested),
+/// every collective against a sequential reference, and a parameter mismatch reported.
+fn teams_and_collectives() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let world = w.world_team().map_err(e2s)?;
+    ck(world.size() == n && world.rank() == me, || "world team".into())?;
+    // Element counts from none to 4 MiB (8-byte elements), crossing the 256 KiB chunk size.
+    check_collectives(&world, &[0, 1, 5, 1000, 40_000, 1 << 19])?;
+    // Rank 0 alone, the others together (sizes 1 and n - 1), ordered by descending world rank.
+    let split = world.split(Some((me != 0) as u32), n - me).map_err(e2s)?.ok_or("no team")?;
+    let want: Vec<u32> = if me == 0 { vec![0] } else { (1..n).rev().collect() };
+    ck(split.members() == want, || format!("split members {:?}, want {want:?}", split.members()))?;
+    ck(split.team_rank(me) == Some(split.rank()), || "team rank translation".into())?;
+    check_collectives(&split, &[0, 3, 70_000])?;
+    // Every second rank, then a nested split of that team.
+    let sub = world.subset(0, 2, n.div_ceil(2)).map_err(e2s)?;
+    ck(sub.is_some() == (me % 2 == 0), || "subset membership".into())?;
+    if let Some(sub) = &sub {
+        check_collectives(sub, &[2, 33_000])?;
+        let nested = sub.split(Some(0), 0).map_err(e2s)?.ok_or("nested")?;
+        ck(nested.members() == sub.members(), || "nested split".into())?;
+        check_collectives(&nested, &[9])?;
+        // A team segment is held by the members only.
+        let seg = sub.alloc_segment::<u64>(16).map_err(e2s)?;
+        let next = sub.members()[(sub.rank() as usize + 1) % sub.size() as usize];
+        w.put(seg.at(next, 1), &[me as u64 + 100]).map_err(e2s)?;
+        sub.barrier().map_err(e2s)?;
+        let prev = sub.members()[(sub.rank() as usize + sub.size() as usize - 1) % sub.size() as usize];
+        ck(seg.local().read(1) == prev as u64 + 100, || "team segment put".into())?;
+        if n > 1 {
+            let outsider = 1; // odd: not a member
+            ck(matches!(w.put(seg.at(outsider, 0), &[1]), Err(Error::NotMember { .. })), || {
+                "put to a non-member of a team segment".into()
+            })?;
+        }
+    }
+    w.barrier().map_err(e2s)?;
+    // World segments still line up after team segments moved some ranks' ids ahead.
+    let seg = w.alloc_segment::<u64>(4).map_err(e2s)?;
+    w.put(seg.at((me + 1) % n, 0), &[me as u64]).map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    ck(seg.local().read(0) == ((me + n - 1) % n) as u64, || "world segment after team segments".into())?;
+    // A member that disagrees on a broadcast's length reports it (rank 1 is a leaf of the
+    // tree from 0, so nobody waits on it).
+    if n > 1 {
+        let t = w.world_team().map_err(e2s)?;
+        let mut buf = vec![0u64; if me == 1 { 11 } else { 10 }];
+        let r = t.broadcast(0, &mut buf);
+        ck(if me != 1 { r.is_ok() } else { matches!(r, Err(Error::Mismatch(_))) }, || format!("{r:?}"))?;
+    }
+    w.barrier().map_err(e2s)
+}
+
 // ---------------------------------------------------------------- driver
 
 struct Case {
@@ -559,6 +695,13 @@ const CASES: &[Case] = &[
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_bad_input", run: rpc_bad_input, ranks: &[2, 4], env: &[] },
+    Case { name: "teams_and_collectives", run: teams_and_collectives, ranks: &[2, 4], env: &[] },
+    Case {
+        name: "teams_and_collectives_am_path",
+        run: teams_and_collectives,
+        ranks: &[3],
+        env: &[("WEFT_RMA", "am")],
+    },
 ];
 
 fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {

@@ -155,7 +155,7 @@ impl Comm {
         dst: GlobalPtr<u8>,
     ) -> Result<()> {
         let (seg, offset) = self.resolve(dst, payload.len())?;
-        let region = seg.remote(dst.rank());
+        let region = seg.remote(dst.rank())?;
         if !self.native_rma {
             return Err(Error::Misuse("long AMs need a fabric with RMA; use a medium AM"));
         }

@@ -1,45 +1,71 @@
 //! Collectives the runtime needs for itself: a dissemination barrier and an all-gather of
 //! small byte strings (used to exchange registration descriptors), both over AMs so that
-//! they work on any fabric.
+//! they work on any fabric. Both exist for the world and for any group of ranks (a team),
+//! keyed by the group's id (0 is the world).
 
 use crate::am::internal;
 use crate::progress::Deps;
 use crate::{AmMsg, Comm, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use weft_fabric::{AmClass, AmPayload};
 
 const MAX_ROUNDS: usize = 32;
 
+/// Byte strings received for one exchange, by sending world rank.
+type Contributions = HashMap<u32, Vec<u8>>;
+
 pub(crate) struct CollectiveState {
     /// Serialises this rank's collective calls (they must happen in the same order everywhere).
     order: Mutex<Counters>,
-    /// Barrier messages received per dissemination round.
+    /// Barrier messages received per dissemination round, for the world.
     arrived: [AtomicU64; MAX_ROUNDS],
-    /// All-gather contributions received, by sequence number.
-    gathered: Mutex<HashMap<u64, Vec<Option<Vec<u8>>>>>,
-    size: u32,
+    /// The same for other groups, by group id.
+    group_arrived: Mutex<HashMap<u64, Arc<[AtomicU64; MAX_ROUNDS]>>>,
+    /// All-gather contributions received, by (group id, sequence number), by world rank.
+    gathered: Mutex<HashMap<(u64, u64), Contributions>>,
 }
 
 #[derive(Default)]
 struct Counters {
     barriers: u64,
     exchanges: u64,
+    teams: u64,
 }
 
 impl CollectiveState {
-    pub fn new(size: u32) -> Self {
+    pub fn new() -> Self {
         CollectiveState {
             order: Mutex::new(Counters::default()),
             arrived: std::array::from_fn(|_| AtomicU64::new(0)),
+            group_arrived: Mutex::new(HashMap::new()),
             gathered: Mutex::new(HashMap::new()),
-            size,
         }
+    }
+
+    fn group_counters(&self, group: u64) -> Arc<[AtomicU64; MAX_ROUNDS]> {
+        let mut g = self.group_arrived.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(group).or_insert_with(|| Arc::new(std::array::from_fn(|_| AtomicU64::new(0)))).clone()
     }
 }
 
+/// A group of ranks that runs collectives together: its id (the same on every member, 0 for
+/// the world), its members by world rank (in group-rank order) and this rank's place in it.
+pub(crate) struct Group<'a> {
+    pub id: u64,
+    pub members: &'a [u32],
+    pub me: usize,
+}
+
 impl Comm {
+    /// Numbers the world's team creations (collective, so the same on every rank).
+    pub(crate) fn next_world_team(&self) -> u64 {
+        let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
+        order.teams += 1;
+        order.teams
+    }
+
     /// Blocks until every rank has called `barrier` (dissemination algorithm: ⌈log2 N⌉ rounds
     /// of one short AM each). Fails if a rank dies or leaves meanwhile.
     pub fn barrier(&self) -> Result<()> {
@@ -63,10 +89,30 @@ impl Comm {
         Ok(())
     }
 
+    /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
+    /// caller keeps it, the same on every member).
+    pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
+        let n = g.members.len();
+        let counters = self.coll.group_counters(g.id);
+        let (mut dist, mut round) = (1usize, 0usize);
+        while dist < n {
+            let to = g.members[(g.me + dist) % n];
+            self.send_am(to, internal::BARRIER, AmClass::Request, &[round as u64, g.id], AmPayload::Short)?;
+            let arrived = &counters[round];
+            self.wait(Deps::All, || arrived.load(Ordering::Acquire) >= epoch)?;
+            round += 1;
+            dist <<= 1;
+        }
+        Ok(())
+    }
+
     pub(crate) fn on_barrier(&self, m: &AmMsg<'_>) {
-        match m.args().first().map(|&r| r as usize) {
-            Some(r) if r < MAX_ROUNDS => {
+        match (m.args().first().map(|&r| r as usize), m.args().get(1)) {
+            (Some(r), None) if r < MAX_ROUNDS => {
                 self.coll.arrived[r].fetch_add(1, Ordering::AcqRel);
+            }
+            (Some(r), Some(&group)) if r < MAX_ROUNDS => {
+                self.coll.group_counters(group)[r].fetch_add(1, Ordering::AcqRel);
             }
             _ => self.record_error(Error::Remote(format!("malformed barrier message from rank {}", m.src()))),
         }
@@ -78,19 +124,29 @@ impl Comm {
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         order.exchanges += 1;
         let seq = order.exchanges;
-        for r in (0..self.size()).filter(|&r| r != self.rank()) {
-            self.send_am(r, internal::EXCHANGE, AmClass::Request, &[seq], AmPayload::Medium(mine))?;
+        let members: Vec<u32> = (0..self.size()).collect();
+        self.group_exchange(&Group { id: 0, members: &members, me: self.rank() as usize }, seq, mine)
+    }
+
+    /// All-gather of one small byte string per member of `g` (entry `i`: member `i`'s);
+    /// `seq` numbers this group's exchanges (the same on every member).
+    pub(crate) fn group_exchange(&self, g: &Group<'_>, seq: u64, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let me = self.rank();
+        for &r in g.members.iter().filter(|&&r| r != me) {
+            self.send_am(r, internal::EXCHANGE, AmClass::Request, &[seq, g.id], AmPayload::Medium(mine))?;
         }
-        let others = self.size() as usize - 1;
+        let others = g.members.len() - 1;
+        let key = (g.id, seq);
         self.wait(Deps::All, || {
-            let g = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
-            g.get(&seq).map_or(0, |v| v.iter().flatten().count()) == others
+            let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
+            got.get(&key).map_or(0, |v| v.len()) == others
         })?;
-        let mut all =
-            self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner()).remove(&seq).unwrap_or_default();
-        all.resize(self.size() as usize, None);
-        all[self.rank() as usize] = Some(mine.to_vec());
-        Ok(all.into_iter().map(Option::unwrap_or_default).collect())
+        let mut got =
+            self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner()).remove(&key).unwrap_or_default();
+        Ok(g.members
+            .iter()
+            .map(|r| if *r == me { mine.to_vec() } else { got.remove(r).unwrap_or_default() })
+            .collect())
     }
 
     pub(crate) fn on_exchange(&self, m: &AmMsg<'_>) {
@@ -98,8 +154,8 @@ impl Comm {
             return self
                 .record_error(Error::Remote(format!("malformed exchange message from rank {}", m.src())));
         };
+        let group = m.args().get(1).copied().unwrap_or(0);
         let mut g = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
-        let slots = g.entry(seq).or_insert_with(|| vec![None; self.coll.size as usize]);
-        slots[m.src() as usize] = Some(m.payload().to_vec());
+        g.entry((group, seq)).or_default().insert(m.src(), m.payload().to_vec());
     }
 }

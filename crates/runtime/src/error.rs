@@ -41,6 +41,13 @@ pub enum Error {
     },
     /// A segment id that does not exist.
     NoSuchSegment(u32),
+    /// A team segment addressed on a rank that does not hold it.
+    NotMember {
+        /// The rank named.
+        rank: u32,
+        /// The segment.
+        segment: u32,
+    },
     /// A peer died or left while this rank depended on it.
     PeerFailed {
         /// The peer.
@@ -89,6 +96,9 @@ impl fmt::Display for Error {
             }
             Error::NoSuchRank { rank, size } => write!(f, "rank {rank} does not exist (job of {size} ranks)"),
             Error::NoSuchSegment(id) => write!(f, "segment {id} does not exist"),
+            Error::NotMember { rank, segment } => {
+                write!(f, "segment {segment} is a team segment that rank {rank} does not hold")
+            }
             Error::PeerFailed { rank, reason } => write!(f, "rank {rank} {reason}"),
             Error::Mismatch(s) => write!(f, "ranks disagree: {s}"),
             Error::UnknownHandler { id, src } => write!(f, "unknown AM handler {id} (from rank {src})"),

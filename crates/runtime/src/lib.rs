@@ -41,6 +41,7 @@ mod ops;
 mod progress;
 mod rma;
 mod segment;
+mod team;
 mod world;
 
 pub use am::{AmHandler, AmMsg};
@@ -51,6 +52,8 @@ pub use ops::{AtomicHandle, RmaHandle};
 pub use progress::block_on;
 pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};
+pub use team::coll::Number;
+pub use team::{ReduceOp, Team};
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
 pub use weft_fabric::{AtomicOp, Caps, PeerState, Resource};

@@ -30,7 +30,7 @@ impl Comm {
         if !self.native_rma {
             return self.am_put(dst.rank(), seg.id, off, bytes).map(Started::Pending);
         }
-        match self.fabric.put(seg.remote(dst.rank()), off, bytes, 0)? {
+        match self.fabric.put(seg.remote(dst.rank())?, off, bytes, 0)? {
             Issued::Done(_) => Ok(Started::Done(0)),
             // Untracked native operations are completed by the fabric's quiet.
             Issued::Pending => {
@@ -45,7 +45,7 @@ impl Comm {
         if !self.native_atomics {
             return self.am_atomic(p.rank(), seg.id, off, op).map(Started::Pending);
         }
-        let region = seg.remote(p.rank());
+        let region = seg.remote(p.rank())?;
         if self.caps.load_store {
             // Shared memory: the atomic instruction completes before the call returns.
             return match self.fabric.atomic(region, off, op, 0)? {
@@ -102,7 +102,7 @@ impl Comm {
             let op = self.am_get(src.rank(), seg.id, off, out.len())?;
             return Ok(RmaHandle::pending(self, op, Some(out)));
         }
-        self.fabric.get(seg.remote(src.rank()), off, out)?;
+        self.fabric.get(seg.remote(src.rank())?, off, out)?;
         Ok(RmaHandle::done(self))
     }
 

@@ -6,6 +6,9 @@ use std::sync::{Arc, OnceLock};
 use weft_fabric::pod::LocalView;
 use weft_fabric::{LocalRegion, RemoteRegion};
 
+/// An all-gather of one byte string per member, in member order.
+pub(crate) type ExchangeFn<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>> + 'a;
+
 /// Most segments a world can allocate.
 pub const MAX_SEGMENTS: usize = 4096;
 
@@ -13,16 +16,21 @@ pub(crate) struct SegInfo {
     pub id: u32,
     pub bytes: usize,
     pub local: LocalRegion,
-    pub remote: Vec<RemoteRegion>,
+    /// By world rank; `None` where the rank does not hold the segment (team segments).
+    pub remote: Vec<Option<RemoteRegion>>,
 }
 
 impl SegInfo {
-    pub fn remote(&self, rank: u32) -> &RemoteRegion {
-        &self.remote[rank as usize]
+    pub fn remote(&self, rank: u32) -> Result<&RemoteRegion> {
+        self.remote
+            .get(rank as usize)
+            .and_then(Option::as_ref)
+            .ok_or(Error::NotMember { rank, segment: self.id })
     }
 }
 
-/// Lock-free table of segments by id (ids are allocation sequence numbers, equal on all ranks).
+/// Lock-free table of segments by id. The members of an allocation agree on its id (the
+/// largest next id any of them proposes), so ids are equal on every rank that holds a segment.
 pub(crate) struct SegmentTable {
     slots: Box<[OnceLock<Arc<SegInfo>>]>,
     count: std::sync::Mutex<u32>,
@@ -165,46 +173,69 @@ impl Comm {
     /// call it, in the same order relative to other collectives, with the same `len` (a
     /// mismatch is an error on every rank).
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
+        let members: Vec<u32> = (0..self.size()).collect();
+        self.alloc_segment_among(len, &members, &|mine| self.exchange(mine), &|| self.barrier())
+    }
+
+    /// Allocates a segment held by `members` only (world ranks; `exchange` and `barrier` run
+    /// among them, descriptors in member order). Collective over the members.
+    pub(crate) fn alloc_segment_among<T: Pod>(
+        &self,
+        len: usize,
+        members: &[u32],
+        exchange: &ExchangeFn<'_>,
+        barrier: &dyn Fn() -> Result<()>,
+    ) -> Result<Segment<T>> {
         let elem = std::mem::size_of::<T>();
         let bytes = len.checked_mul(elem).filter(|&b| b <= isize::MAX as usize).ok_or(Error::TooLarge {
             what: "segment size (elements)",
             len,
             max: isize::MAX as usize / elem.max(1),
         })?;
-        let id = {
-            let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
-            if *c as usize >= MAX_SEGMENTS {
-                return Err(Error::TooLarge {
-                    what: "number of segments",
-                    len: *c as usize + 1,
-                    max: MAX_SEGMENTS,
-                });
-            }
-            *c += 1;
-            *c - 1
-        };
+        let proposed = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
         // Registration may fail on one rank only (memory): everyone learns it in the exchange.
         let registered = self.fabric.register(bytes);
-        let mut mine = Vec::with_capacity(32);
+        let mut mine = Vec::with_capacity(40);
+        mine.extend_from_slice(&(proposed as u64).to_le_bytes());
         mine.extend_from_slice(&(bytes as u64).to_le_bytes());
         mine.extend_from_slice(&(elem as u64).to_le_bytes());
         match &registered {
             Ok(r) => mine.extend_from_slice(&r.desc),
             Err(e) => mine.extend_from_slice(format!("ERR{e}").as_bytes()),
         }
-        let all = self.exchange(&mine)?;
+        let all = exchange(&mine)?;
+        // The id: the largest any member proposed (members that allocated elsewhere meanwhile
+        // have moved on further than the others).
+        let id = all
+            .iter()
+            .filter_map(|d| d.get(..8))
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .max()
+            .unwrap_or(0);
+        let id = u32::try_from(id).ok().filter(|&i| (i as usize) < MAX_SEGMENTS).ok_or(Error::TooLarge {
+            what: "number of segments",
+            len: id as usize + 1,
+            max: MAX_SEGMENTS,
+        })?;
+        {
+            let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
+            *c = (*c).max(id + 1);
+        }
+        let descs: Vec<&[u8]> = all.iter().map(|d| d.get(8..).unwrap_or_default()).collect();
         let region = registered?;
-        let result = self.attach_all(id, bytes, elem, &all, &region);
+        let result = self.attach_all(id, bytes, elem, members, &descs, &region);
         // Publish locally *before* the barrier: a peer that leaves the barrier first may at once
         // send AM-based accesses to this segment, which this rank handles while still inside it.
-        let info = result.map(|remote| {
+        let info = result.and_then(|remote| {
             let info = Arc::new(SegInfo { id, bytes, local: region.clone(), remote });
-            let _ = self.segments.slots[id as usize].set(info.clone());
-            info
+            self.segments.slots[id as usize].set(info.clone()).map_err(|_| {
+                Error::Misuse("segment allocations of one rank must not run concurrently on several threads")
+            })?;
+            Ok(info)
         });
-        // Every rank has attached (or everyone failed the same checks): the barrier makes sure
-        // nobody still needs the region's public name, then it is dropped.
-        let sealed = self.barrier().and_then(|_| self.fabric.seal(&region).map_err(Error::from));
+        // Every member has attached (or everyone failed the same checks): the barrier makes
+        // sure nobody still needs the region's public name, then it is dropped.
+        let sealed = barrier().and_then(|_| self.fabric.seal(&region).map_err(Error::from));
         let info = info?;
         sealed?;
         Ok(Segment { info, len, _t: PhantomData })
@@ -215,10 +246,11 @@ impl Comm {
         id: u32,
         bytes: usize,
         elem: usize,
-        all: &[Vec<u8>],
+        members: &[u32],
+        all: &[&[u8]],
         region: &LocalRegion,
-    ) -> Result<Vec<RemoteRegion>> {
-        for (r, d) in all.iter().enumerate() {
+    ) -> Result<Vec<Option<RemoteRegion>>> {
+        for (&r, d) in members.iter().zip(all) {
             if d.len() < 16 {
                 return Err(Error::Mismatch(format!(
                     "rank {r} sent a malformed descriptor for segment {id}"
@@ -226,7 +258,7 @@ impl Comm {
             }
             if d[16..].starts_with(b"ERR") {
                 return Err(Error::PeerFailed {
-                    rank: r as u32,
+                    rank: r,
                     reason: format!("could not allocate segment {id}: {}", String::from_utf8_lossy(&d[19..])),
                 });
             }
@@ -239,10 +271,10 @@ impl Comm {
                 )));
             }
         }
-        let mut remote = Vec::with_capacity(all.len());
-        for (r, d) in all.iter().enumerate() {
-            let desc = if r as u32 == self.rank() { &region.desc[..] } else { &d[16..] };
-            remote.push(self.fabric.attach(r as u32, desc)?);
+        let mut remote: Vec<Option<RemoteRegion>> = (0..self.size()).map(|_| None).collect();
+        for (&r, d) in members.iter().zip(all) {
+            let desc = if r == self.rank() { &region.desc[..] } else { &d[16..] };
+            remote[r as usize] = Some(self.fabric.attach(r, desc)?);
         }
         Ok(remote)
     }
@@ -253,6 +285,7 @@ impl Comm {
             return Err(Error::NoSuchRank { rank: p.rank, size: self.size() });
         }
         let seg = self.segments.get(p.seg).ok_or(Error::NoSuchSegment(p.seg))?;
+        seg.remote(p.rank)?;
         let align = std::mem::align_of::<T>();
         if !p.byte_offset.is_multiple_of(align) {
             return Err(Error::Misaligned { offset: p.byte_offset, align });

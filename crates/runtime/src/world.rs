@@ -142,7 +142,7 @@ impl World {
             caps,
             native_rma: caps.rma && !am_rma,
             native_atomics: caps.atomics && !am_rma,
-            coll: CollectiveState::new(fabric.size()),
+            coll: CollectiveState::new(),
             fabric,
             handlers,
             segments: SegmentTable::new(),
