@@ -535,6 +535,9 @@ impl Rpc {
             let (cap, used) = p.usage();
             (cap - used) as u64
         });
+        if total.is_some_and(|t| t <= pool_free) {
+            return Ok(()); // the usual case: no need to ask the kernel (a file read)
+        }
         let room = weft_fabric::os::mem_available().map_or(u64::MAX, |m| m.saturating_add(pool_free));
         match total {
             Some(t) if t <= room => Ok(()),
