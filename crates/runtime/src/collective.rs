@@ -79,10 +79,11 @@ impl Comm {
         let mut dist = 1u32;
         let mut round = 0;
         while dist < n {
-            let to = (me + dist) % n;
+            let (to, from) = ((me + dist) % n, (me + n - dist) % n);
             self.send_am(to, internal::BARRIER, AmClass::Request, &[round as u64], AmPayload::Short)?;
             let arrived = &self.coll.arrived[round];
-            self.wait(Deps::All, || arrived.load(Ordering::Acquire) >= epoch)?;
+            // This round needs `from` only: others may have finished and left already.
+            self.wait(Deps::Rank(from), || arrived.load(Ordering::Acquire) >= epoch)?;
             round += 1;
             dist <<= 1;
         }
@@ -96,10 +97,10 @@ impl Comm {
         let counters = self.coll.group_counters(g.id);
         let (mut dist, mut round) = (1usize, 0usize);
         while dist < n {
-            let to = g.members[(g.me + dist) % n];
+            let (to, from) = (g.members[(g.me + dist) % n], g.members[(g.me + n - dist) % n]);
             self.send_am(to, internal::BARRIER, AmClass::Request, &[round as u64, g.id], AmPayload::Short)?;
             let arrived = &counters[round];
-            self.wait(Deps::All, || arrived.load(Ordering::Acquire) >= epoch)?;
+            self.wait(Deps::Rank(from), || arrived.load(Ordering::Acquire) >= epoch)?;
             round += 1;
             dist <<= 1;
         }
@@ -137,7 +138,12 @@ impl Comm {
         }
         let others = g.members.len() - 1;
         let key = (g.id, seq);
-        self.wait(Deps::All, || {
+        // Members whose string has not arrived are the ones this wait depends on.
+        let missing = |r: u32| {
+            let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
+            g.members.contains(&r) && !got.get(&key).is_some_and(|c| c.contains_key(&r))
+        };
+        self.wait(Deps::Needed(&missing), || {
             let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
             got.get(&key).map_or(0, |v| v.len()) == others
         })?;

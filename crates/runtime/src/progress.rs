@@ -10,12 +10,13 @@ use weft_fabric::{PeerState, PollSet};
 
 /// Which peers a wait depends on: if one of them dies (or leaves, where it matters) the wait
 /// fails with [`Error::PeerFailed`] instead of hanging.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Deps {
+#[derive(Clone, Copy)]
+pub(crate) enum Deps<'a> {
     /// One rank, which must stay in the job.
     Rank(u32),
-    /// Every rank must stay in the job (collectives).
-    All,
+    /// The ranks for which the predicate says "still needed" must stay in the job; any rank
+    /// dying is fatal. (Collectives: a member that did its part and finalized is no failure.)
+    Needed(&'a dyn Fn(u32) -> bool),
     /// Only a rank dying is fatal (waits on user conditions).
     AnyDead,
 }
@@ -105,11 +106,16 @@ impl Comm {
         self.wait(Deps::AnyDead, cond)
     }
 
-    pub(crate) fn wait(&self, deps: Deps, cond: impl FnMut() -> bool) -> Result<()> {
+    pub(crate) fn wait(&self, deps: Deps<'_>, cond: impl FnMut() -> bool) -> Result<()> {
         self.wait_with(deps, crate::am::poll_set(), cond)
     }
 
-    pub(crate) fn wait_with(&self, deps: Deps, set: PollSet, mut cond: impl FnMut() -> bool) -> Result<()> {
+    pub(crate) fn wait_with(
+        &self,
+        deps: Deps<'_>,
+        set: PollSet,
+        mut cond: impl FnMut() -> bool,
+    ) -> Result<()> {
         let mut backoff = Backoff::new(self);
         loop {
             if cond() {
@@ -144,7 +150,7 @@ impl Comm {
     }
 
     /// The first peer the wait depends on that is gone, with the error to report.
-    fn check_peers(&self, deps: Deps) -> Option<(u32, Error)> {
+    fn check_peers(&self, deps: Deps<'_>) -> Option<(u32, Error)> {
         let judge = |r: u32, finalized_matters: bool| match self.fabric.peer_state(r) {
             PeerState::Running => None,
             PeerState::Finalized if !finalized_matters => None,
@@ -164,7 +170,7 @@ impl Comm {
         match deps {
             Deps::Rank(r) if r == me => None,
             Deps::Rank(r) => judge(r, true),
-            Deps::All => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, true)),
+            Deps::Needed(needed) => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, needed(r))),
             Deps::AnyDead => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, false)),
         }
     }

@@ -74,6 +74,11 @@ impl Channels {
         let mut in_state: Vec<Progress> = ins.iter().map(|_| Progress { done: 0 }).collect();
         let local = flags.local();
         let mut failed: Option<Error> = None;
+        // Members a message is still owed to or from: the ones this transfer depends on.
+        let pending: Vec<std::cell::Cell<bool>> = (0..n).map(|_| std::cell::Cell::new(false)).collect();
+        outs.iter().for_each(|o| pending[o.to].set(true));
+        ins.iter().for_each(|i| pending[i.from].set(true));
+        let needed = |w: u32| team.team_rank(w).is_some_and(|t| pending[t as usize].get());
         let mut step = || -> Result<bool> {
             let mut all = true;
             for (o, st) in outs.iter().zip(out_state.iter_mut()) {
@@ -96,6 +101,7 @@ impl Channels {
                     st.done += 1;
                 }
                 all &= st.done == total;
+                pending[o.to].set(st.done < total);
             }
             for (i, st) in ins.iter_mut().zip(in_state.iter_mut()) {
                 let total = chunks(i.out.len());
@@ -120,10 +126,11 @@ impl Channels {
                     st.done += 1;
                 }
                 all &= st.done == total;
+                pending[i.from].set(pending[i.from].get() || st.done < total);
             }
             Ok(all)
         };
-        comm.wait(Deps::All, || match step() {
+        comm.wait(Deps::Needed(&needed), || match step() {
             Ok(done) => done,
             Err(e) => {
                 failed = Some(e);
