@@ -686,14 +686,8 @@ impl<'de> de::VariantAccess<'de> for &mut Decoder<'de, '_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::Shape;
     use std::collections::BTreeMap;
-
-    #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
-    enum Shape {
-        Dot,
-        Circle(f64),
-        Rect { w: u32, h: u32 },
-    }
 
     #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
     struct Record {

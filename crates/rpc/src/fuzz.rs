@@ -11,9 +11,9 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use weft_fabric::pod::AlignedBuf;
 
-#[derive(Deserialize)]
-#[allow(dead_code)] // decoded to be checked, never read
-enum Shape {
+/// An enum of every variant kind (also the archive's unit tests' sample).
+#[derive(serde::Serialize, Deserialize, Debug, PartialEq)]
+pub(crate) enum Shape {
     Dot,
     Circle(f64),
     Rect { w: u32, h: u32 },

@@ -373,11 +373,9 @@ impl Rpc {
 
     fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
         let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = m.head;
-        let pulled = match mode {
-            EAGER => Ok((m.payload, vec![])),
-            RENDEZVOUS => self.pull(comm, m.src, &m.payload),
-            _ => Err(ArchiveError(format!("mode {mode}"))),
-        };
+        // `Header::decode` admitted only the two modes.
+        let pulled =
+            if mode == RENDEZVOUS { self.pull(comm, m.src, &m.payload) } else { Ok((m.payload, vec![])) };
         if mode == RENDEZVOUS {
             // Whatever happened, the sender may release its buffers now.
             comm.am_request_short(m.src, self.ack, &[ack])?;

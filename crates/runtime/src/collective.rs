@@ -72,34 +72,41 @@ impl Comm {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("barrier inside an AM handler"));
         }
+        // Held for the whole barrier: one rank's collectives run one at a time, in order.
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         order.barriers += 1;
         let epoch = order.barriers;
-        let (me, n) = (self.rank(), self.size());
-        let mut dist = 1u32;
-        let mut round = 0;
-        while dist < n {
-            let (to, from) = ((me + dist) % n, (me + n - dist) % n);
-            self.send_am(to, internal::BARRIER, AmClass::Request, &[round as u64], AmPayload::Short)?;
-            let arrived = &self.coll.arrived[round];
-            // This round needs `from` only: others may have finished and left already.
-            self.wait(Deps::Rank(from), || arrived.load(Ordering::Acquire) >= epoch)?;
-            round += 1;
-            dist <<= 1;
-        }
-        Ok(())
+        let (me, n) = (self.rank() as usize, self.size() as usize);
+        self.disseminate(n, me, &|i| i as u32, None, &self.coll.arrived, epoch)
     }
 
     /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
     /// caller keeps it, the same on every member).
     pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
-        let n = g.members.len();
         let counters = self.coll.group_counters(g.id);
+        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), &counters, epoch)
+    }
+
+    /// The rounds of a dissemination barrier among `n` members (`member(i)`: world rank of
+    /// member `i`): round `r` sends to the member 2^r ahead and waits for the one 2^r behind.
+    /// Messages carry `[round]` for the world, `[round, group]` for other groups.
+    fn disseminate(
+        &self,
+        n: usize,
+        me: usize,
+        member: &dyn Fn(usize) -> u32,
+        group: Option<u64>,
+        counters: &[AtomicU64; MAX_ROUNDS],
+        epoch: u64,
+    ) -> Result<()> {
         let (mut dist, mut round) = (1usize, 0usize);
         while dist < n {
-            let (to, from) = (g.members[(g.me + dist) % n], g.members[(g.me + n - dist) % n]);
-            self.send_am(to, internal::BARRIER, AmClass::Request, &[round as u64, g.id], AmPayload::Short)?;
+            let (to, from) = (member((me + dist) % n), member((me + n - dist) % n));
+            let args = [round as u64, group.unwrap_or(0)];
+            let args = if group.is_some() { &args[..] } else { &args[..1] };
+            self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
             let arrived = &counters[round];
+            // This round needs `from` only: others may have finished and left already.
             self.wait(Deps::Rank(from), || arrived.load(Ordering::Acquire) >= epoch)?;
             round += 1;
             dist <<= 1;

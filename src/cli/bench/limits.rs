@@ -1,7 +1,7 @@
 //! The machine's limits, measured in the same run as weft: the round trip of one cache line
 //! between two processes (pinned to nothing; on 2 cores they get one each) and memcpy by size.
 
-use super::report::{median, size_name, Row};
+use super::report::{median, ns_per_op, size_name, Row};
 use super::Ctx;
 use std::sync::atomic::Ordering;
 use weft::fabric::os;
@@ -170,17 +170,12 @@ fn cache_line_rt(ctx: &Ctx, line: &SharedLine) -> Result<Option<f64>, weft::Erro
 pub fn memcpy_ns(bytes: u64) -> f64 {
     let src = vec![1u8; bytes as usize];
     let mut dst = vec![0u8; bytes as usize];
-    let reps = reps_for(bytes);
-    let mut samples = vec![];
-    for _ in 0..5 {
-        let t = os::now_ns();
-        for _ in 0..reps {
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&mut dst);
-        }
-        samples.push((os::now_ns() - t) as f64 / reps as f64);
-    }
-    median(samples)
+    let Ok(ns) = ns_per_op::<std::convert::Infallible>(5, reps_for(bytes), || {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&mut dst);
+        Ok(())
+    });
+    ns
 }
 
 pub fn measure(ctx: &Ctx) -> Result<Limits, weft::Error> {

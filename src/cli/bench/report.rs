@@ -115,3 +115,17 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
+
+/// ns per call of `f`: the median of `runs` runs of `reps` calls each (the first error ends
+/// the measurement). Infallible work uses `E = Infallible` and `let Ok(ns) = …`.
+pub fn ns_per_op<E>(runs: usize, reps: u64, mut f: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let mut samples = Vec::with_capacity(runs);
+    for _ in 0..runs {
+        let t = weft::fabric::os::now_ns();
+        for _ in 0..reps {
+            f()?;
+        }
+        samples.push((weft::fabric::os::now_ns() - t) as f64 / reps as f64);
+    }
+    Ok(median(samples))
+}

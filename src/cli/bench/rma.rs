@@ -3,22 +3,14 @@
 //! ping-pong).
 
 use super::limits::{reps_for, Limits, SIZES};
-use super::report::{median, size_name, Row};
+use super::report::{ns_per_op, size_name, Row};
 use super::Ctx;
 use std::sync::atomic::Ordering;
 use weft::fabric::os;
 
 /// ns per repetition of `f`, median of three runs of `reps`.
-fn per_op(reps: u64, mut f: impl FnMut() -> Result<(), weft::Error>) -> Result<f64, weft::Error> {
-    let mut samples = vec![];
-    for _ in 0..3 {
-        let t = os::now_ns();
-        for _ in 0..reps {
-            f()?;
-        }
-        samples.push((os::now_ns() - t) as f64 / reps as f64);
-    }
-    Ok(median(samples))
+fn per_op(reps: u64, f: impl FnMut() -> Result<(), weft::Error>) -> Result<f64, weft::Error> {
+    ns_per_op(3, reps, f)
 }
 
 pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {

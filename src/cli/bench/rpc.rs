@@ -32,53 +32,32 @@ trait Kind: Sized + Send {
     fn bytes(&self) -> &[u8];
 }
 
-impl Kind for Vec<u8> {
-    const NAME: &'static str = "Vec";
-    fn make(_: &World, b: &[u8]) -> Result<Self, weft::Error> {
-        Ok(b.to_vec())
-    }
-    fn echo(w: &World, to: u32, v: Self) -> Result<Self, weft::Error> {
-        w.call(to, echo_vec, (v,)).wait()
-    }
-    fn sink(w: &World, to: u32, v: Self) -> CallFuture<'_, u64> {
-        w.call(to, sink_vec, (v,))
-    }
-    fn bytes(&self) -> &[u8] {
-        self
-    }
+/// Implements [`Kind`] for an argument type and its echo and sink functions.
+macro_rules! kind {
+    ($t:ty, $name:literal, $echo:ident, $sink:ident, $make:expr) => {
+        impl Kind for $t {
+            const NAME: &'static str = $name;
+            fn make(w: &World, b: &[u8]) -> Result<Self, weft::Error> {
+                $make(w, b)
+            }
+            fn echo(w: &World, to: u32, v: Self) -> Result<Self, weft::Error> {
+                w.call(to, $echo, (v,)).wait()
+            }
+            fn sink(w: &World, to: u32, v: Self) -> CallFuture<'_, u64> {
+                w.call(to, $sink, (v,))
+            }
+            fn bytes(&self) -> &[u8] {
+                self
+            }
+        }
+    };
 }
 
-impl Kind for SerializeBuffer<u8> {
-    const NAME: &'static str = "SerializeBuffer";
-    fn make(_: &World, b: &[u8]) -> Result<Self, weft::Error> {
-        Ok(b.to_vec().into())
-    }
-    fn echo(w: &World, to: u32, v: Self) -> Result<Self, weft::Error> {
-        w.call(to, echo_buf, (v,)).wait()
-    }
-    fn sink(w: &World, to: u32, v: Self) -> CallFuture<'_, u64> {
-        w.call(to, sink_buf, (v,))
-    }
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
-
-impl Kind for RmaVec<u8> {
-    const NAME: &'static str = "RmaVec";
-    fn make(w: &World, b: &[u8]) -> Result<Self, weft::Error> {
-        RmaVec::from_slice(w, b)
-    }
-    fn echo(w: &World, to: u32, v: Self) -> Result<Self, weft::Error> {
-        w.call(to, echo_rma, (v,)).wait()
-    }
-    fn sink(w: &World, to: u32, v: Self) -> CallFuture<'_, u64> {
-        w.call(to, sink_rma, (v,))
-    }
-    fn bytes(&self) -> &[u8] {
-        self
-    }
-}
+kind!(Vec<u8>, "Vec", echo_vec, sink_vec, |_: &World, b: &[u8]| Ok(b.to_vec()));
+kind!(SerializeBuffer<u8>, "SerializeBuffer", echo_buf, sink_buf, |_: &World, b: &[u8]| Ok(b
+    .to_vec()
+    .into()));
+kind!(RmaVec<u8>, "RmaVec", echo_rma, sink_rma, |w: &World, b: &[u8]| RmaVec::from_slice(w, b));
 
 fn pattern(bytes: u64) -> Vec<u8> {
     (0..bytes).map(|i| (i * 7 + 3) as u8).collect()

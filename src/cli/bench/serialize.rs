@@ -7,10 +7,11 @@
 //! comparable with the other formats, which add their own copies on top of the transport; "with
 //! pull" adds one copy into a fresh buffer, as the target's pull does.
 
-use super::report::{median, size_name, Row};
+use super::report::{median, ns_per_op, size_name, Row};
 use super::Ctx;
 use serde::{Deserialize, Serialize};
 use std::cell::RefCell;
+use std::convert::Infallible;
 use std::hint::black_box;
 use weft::fabric::os;
 use weft::fabric::pod::{bytes_of, AlignedBuf};
@@ -54,20 +55,14 @@ fn ops_for(bytes: u64) -> usize {
     ((256u64 << 20) / bytes).clamp(8, 2000) as usize
 }
 
-/// Median ns per operation over 5 batches of `n`.
-fn per_op(n: usize, mut f: impl FnMut()) -> f64 {
+/// ns per call of `f`: one warm-up call, then the median of 5 batches of `n`.
+fn per_op(n: u64, mut f: impl FnMut()) -> f64 {
     f();
-    median(
-        (0..5)
-            .map(|_| {
-                let t = os::now_ns();
-                for _ in 0..n {
-                    f();
-                }
-                (os::now_ns() - t) as f64 / n as f64
-            })
-            .collect(),
-    )
+    let Ok(ns) = ns_per_op::<Infallible>(5, n, || {
+        f();
+        Ok(())
+    });
+    ns
 }
 
 /// Checks what came back (so no format is timed doing less than the others).
@@ -181,7 +176,7 @@ fn one_size(b: u64) -> Vec<Row> {
     for (name, f) in serde_formats() {
         let (len, back) = f(&rec);
         check(&back, &rec);
-        let ns = per_op(n, || {
+        let ns = per_op(n as u64, || {
             black_box(f(black_box(&rec)));
         });
         results.push((name, ns, len));
@@ -197,7 +192,7 @@ fn one_size(b: u64) -> Vec<Row> {
     for (name, f) in native_formats() {
         let (len, back) = f(&rk);
         assert!(back.data == rk.data && back.name == rk.name, "{name} round trip changed the record");
-        results.push((name, per_op(n, || drop(black_box(f(black_box(&rk))))), len));
+        results.push((name, per_op(n as u64, || drop(black_box(f(black_box(&rk))))), len));
     }
 
     // weft zero-copy.
@@ -205,7 +200,7 @@ fn one_size(b: u64) -> Vec<Row> {
     let a = archive::encode(&rec, proto::DEFAULT_THRESHOLD, &NoPool).expect("encode");
     let zc_len = proto::rendezvous_message(&a, 64 << 10).len();
     let zc_only = zero_copy_archive_only(&rec, n.min(((512u64 << 20) / b) as usize).max(4));
-    let zc_pull = per_op(n, || drop(black_box(weft_zero_copy(black_box(&rec)))));
+    let zc_pull = per_op(n as u64, || drop(black_box(weft_zero_copy(black_box(&rec)))));
 
     let bincode = results.iter().find(|r| r.0 == "bincode 2").map(|r| (r.1, r.2)).unwrap_or((0.0, 0));
     let mut rows = vec![

@@ -43,11 +43,6 @@ fn chunks(len: usize) -> u64 {
     len.div_ceil(SLOT).max(1) as u64
 }
 
-struct Progress {
-    /// Chunks of this message done.
-    done: u64,
-}
-
 impl Channels {
     pub fn empty() -> Self {
         Channels { scratch: None, counts: Mutex::new((vec![], vec![])) }
@@ -70,8 +65,9 @@ impl Channels {
         let (me, n) = (team.me, team.members.len());
         let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
         let (sent, recvd) = &mut *counts;
-        let mut out_state: Vec<Progress> = outs.iter().map(|_| Progress { done: 0 }).collect();
-        let mut in_state: Vec<Progress> = ins.iter().map(|_| Progress { done: 0 }).collect();
+        // Chunks of each message moved so far.
+        let mut out_done = vec![0u64; outs.len()];
+        let mut in_done = vec![0u64; ins.len()];
         let local = flags.local();
         let mut failed: Option<Error> = None;
         // Members a message is still owed to or from: the ones this transfer depends on.
@@ -81,16 +77,16 @@ impl Channels {
         let needed = |w: u32| team.team_rank(w).is_some_and(|t| pending[t as usize].get());
         let mut step = || -> Result<bool> {
             let mut all = true;
-            for (o, st) in outs.iter().zip(out_state.iter_mut()) {
+            for (o, done) in outs.iter().zip(out_done.iter_mut()) {
                 let total = chunks(o.data.len());
-                while st.done < total {
+                while *done < total {
                     let dst = team.members[o.to];
                     // The slot is free once the receiver drained everything sent before.
                     let drained = comm.atomic_load(flags.at(dst, (n + me) * LINE))?;
                     if drained < sent[o.to] {
                         break;
                     }
-                    let at = st.done as usize * SLOT;
+                    let at = *done as usize * SLOT;
                     let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
                     if !chunk.is_empty() {
                         comm.put(slots.at(dst, me * SLOT), chunk)?;
@@ -98,14 +94,14 @@ impl Channels {
                     comm.put(flags.at(dst, me * LINE + 1), &[o.data.len() as u64, tag])?;
                     sent[o.to] += 1;
                     comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
-                    st.done += 1;
+                    *done += 1;
                 }
-                all &= st.done == total;
-                pending[o.to].set(st.done < total);
+                all &= *done == total;
+                pending[o.to].set(*done < total);
             }
-            for (i, st) in ins.iter_mut().zip(in_state.iter_mut()) {
+            for (i, done) in ins.iter_mut().zip(in_done.iter_mut()) {
                 let total = chunks(i.out.len());
-                while st.done < total {
+                while *done < total {
                     let src = i.from;
                     if local.atomic(src * LINE).load(Ordering::Acquire) <= recvd[src] {
                         break;
@@ -118,15 +114,15 @@ impl Channels {
                             i.out.len()
                         )));
                     }
-                    let at = st.done as usize * SLOT;
+                    let at = *done as usize * SLOT;
                     let end = (at + SLOT).min(i.out.len());
                     slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
                     recvd[src] += 1;
                     local.atomic((n + src) * LINE).store(recvd[src], Ordering::Release);
-                    st.done += 1;
+                    *done += 1;
                 }
-                all &= st.done == total;
-                pending[i.from].set(pending[i.from].get() || st.done < total);
+                all &= *done == total;
+                pending[i.from].set(pending[i.from].get() || *done < total);
             }
             Ok(all)
         };

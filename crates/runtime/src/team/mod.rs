@@ -108,17 +108,17 @@ impl<'c> Team<'c> {
         Group { id: self.id, members: &self.members, me: self.me }
     }
 
-    fn lock_seq(&self) -> std::sync::MutexGuard<'_, Seq> {
-        self.seq.lock().unwrap_or_else(|p| p.into_inner())
+    /// Advances one of the team's sequence counters and returns its new value.
+    fn next(&self, counter: fn(&mut Seq) -> &mut u64) -> u64 {
+        let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
+        let c = counter(&mut s);
+        *c += 1;
+        *c
     }
 
     /// All-gather of one small byte string per member (at most a medium AM payload).
     pub(crate) fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let seq = {
-            let mut s = self.lock_seq();
-            s.exchanges += 1;
-            s.exchanges
-        };
+        let seq = self.next(|s| &mut s.exchanges);
         self.comm.group_exchange(&self.group(), seq, mine)
     }
 
@@ -127,11 +127,7 @@ impl<'c> Team<'c> {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("barrier inside an AM handler"));
         }
-        let epoch = {
-            let mut s = self.lock_seq();
-            s.barriers += 1;
-            s.barriers
-        };
+        let epoch = self.next(|s| &mut s.barriers);
         self.comm.group_barrier(&self.group(), epoch)
     }
 
@@ -155,11 +151,7 @@ impl<'c> Team<'c> {
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
                 .ok_or_else(|| Error::Mismatch("malformed split message".into()))
         };
-        let split_no = {
-            let mut s = self.lock_seq();
-            s.splits += 1;
-            s.splits
-        };
+        let split_no = self.next(|s| &mut s.splits);
         let Some(color) = color else { return Ok(None) };
         let mut chosen: Vec<(u64, usize)> = vec![];
         for (r, d) in all.iter().enumerate() {
@@ -179,11 +171,7 @@ impl<'c> Team<'c> {
         if count == 0 || stride == 0 || last >= n {
             return Err(Error::Misuse("subset: empty, zero stride, or past the team's last rank"));
         }
-        let split_no = {
-            let mut s = self.lock_seq();
-            s.splits += 1;
-            s.splits
-        };
+        let split_no = self.next(|s| &mut s.splits);
         // Every member checks the others passed the same range.
         let spec = [first as u64, stride as u64, count as u64];
         let mine: Vec<u8> = spec.iter().flat_map(|w| w.to_le_bytes()).collect();
