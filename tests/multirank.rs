@@ -608,9 +608,38 @@ fn check_collectives(team: &weft::Team, lens: &[usize]) -> Res {
             (0..len).map(|i| data[..me].iter().fold(0u64, |a, d| a.wrapping_add(d[i]))).collect::<Vec<_>>()
         });
         ck(ex == want, || who("exscan", len))?;
+        check_nonblocking(team, &data, &sum, &cat)?;
         team.barrier().map_err(e2s)?;
     }
     Ok(())
+}
+
+/// Non-blocking collectives: several in flight at once, waited on in reverse order, tested,
+/// awaited, and one dropped unwaited; each against the sequential reference.
+fn check_nonblocking(team: &weft::Team, data: &[Vec<u64>], sum: &[u64], cat: &[u64]) -> Res {
+    use weft::ReduceOp;
+    let (n, me, len) = (team.size() as usize, team.rank() as usize, data[0].len());
+    let who = |what: &str| format!("team of {n}, rank {me}: non-blocking {what} of {len} elements");
+    let mine = data[me].clone();
+    let bar = team.barrier_nb().map_err(e2s)?;
+    let red = team.allreduce_nb(mine.clone(), ReduceOp::Sum).map_err(e2s)?;
+    let root = (n - 1) as u32;
+    let bc = team.broadcast_nb(root, if me == n - 1 { mine.clone() } else { vec![0; len] }).map_err(e2s)?;
+    let mut ag = team.allgatherv_nb(mine.clone(), vec![len; n]).map_err(e2s)?;
+    let dropped = team.exscan_nb(mine.clone(), ReduceOp::Max).map_err(e2s)?;
+    drop(dropped);
+    let block = len / n;
+    let a2a = team.alltoall_nb(mine[..block * n].to_vec()).map_err(e2s)?;
+    let want: Vec<u64> = (0..n).flat_map(|r| data[r][me * block..(me + 1) * block].to_vec()).collect();
+    ck(a2a.wait().map_err(e2s)? == want, || who("alltoall"))?;
+    while !ag.test().map_err(e2s)? {}
+    ck(ag.wait().map_err(e2s)? == cat, || who("allgather"))?;
+    ck(weft::block_on(bc).map_err(e2s)? == data[n - 1], || who("broadcast"))?;
+    ck(red.wait().map_err(e2s)? == sum, || who("allreduce"))?;
+    bar.wait().map_err(e2s)?;
+    // A blocking collective after non-blocking ones runs after them, on every member.
+    let g = team.gather(0, &mine).map_err(e2s)?;
+    ck(g == (me == 0).then(|| cat.to_vec()), || who("gather after non-blocking ones"))
 }
 
 /// Teams of every size from 1 to the world's (world, colour split, strided subset, nested),
@@ -701,6 +730,19 @@ const CASES: &[Case] = &[
         run: teams_and_collectives,
         ranks: &[3],
         env: &[("WEFT_RMA", "am")],
+    },
+    // Every size through the bandwidth algorithms (ring, pairwise), then the latency ones.
+    Case {
+        name: "teams_and_collectives_large_algorithms",
+        run: teams_and_collectives,
+        ranks: &[3],
+        env: &[("WEFT_COLL_SMALL_BYTES", "0")],
+    },
+    Case {
+        name: "teams_and_collectives_small_algorithms",
+        run: teams_and_collectives,
+        ranks: &[4],
+        env: &[("WEFT_COLL_SMALL_BYTES", "100000000")],
     },
 ];
 

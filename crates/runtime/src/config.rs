@@ -9,6 +9,7 @@
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
+//! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 
 use crate::{Error, Result};
 use std::time::Duration;
@@ -43,6 +44,8 @@ pub struct Config {
     pub init_timeout: Duration,
     /// Interval of peer liveness checks during waits.
     pub peer_check: Duration,
+    /// Largest per-member message for which team collectives use latency algorithms.
+    pub coll_small_bytes: usize,
 }
 
 /// Values set on a [`crate::Builder`]; `None` means "environment, then default".
@@ -53,6 +56,7 @@ pub(crate) struct Overrides {
     pub spin_us: Option<u64>,
     pub rma: Option<RmaPath>,
     pub init_timeout_s: Option<u64>,
+    pub coll_small_bytes: Option<usize>,
 }
 
 fn var(name: &str) -> Option<String> {
@@ -147,6 +151,10 @@ impl Config {
             rma,
             init_timeout: Duration::from_secs(positive("WEFT_INIT_TIMEOUT_S", init_s)?),
             peer_check: Duration::from_millis(peer_ms),
+            coll_small_bytes: match o.coll_small_bytes {
+                Some(v) => v,
+                None => parse("WEFT_COLL_SMALL_BYTES", "a number of bytes")?.unwrap_or(16384),
+            },
         })
     }
 }

@@ -53,7 +53,7 @@ pub use progress::block_on;
 pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};
 pub use team::coll::Number;
-pub use team::{ReduceOp, Team};
+pub use team::{CollHandle, ReduceOp, Team};
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
 pub use weft_fabric::{AtomicOp, Caps, PeerState, Resource};

@@ -149,6 +149,13 @@ impl Comm {
         }
     }
 
+    /// The error to report if a peer that `deps` needs is gone and everything it sent has been
+    /// handled (for waits that are not loops of [`Comm::wait`], such as futures).
+    pub(crate) fn failed_peer(&self, deps: Deps<'_>) -> Option<Error> {
+        let (rank, e) = self.check_peers(deps)?;
+        self.fabric.peer_drained(rank).then_some(e)
+    }
+
     /// The first peer the wait depends on that is gone, with the error to report.
     fn check_peers(&self, deps: Deps<'_>) -> Option<(u32, Error)> {
         let judge = |r: u32, finalized_matters: bool| match self.fabric.peer_state(r) {

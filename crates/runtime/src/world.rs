@@ -66,6 +66,12 @@ impl Builder {
         self.overrides.init_timeout_s = Some(s);
         self
     }
+    /// Largest per-member message, in bytes, for which team collectives use their latency
+    /// algorithms (overrides `WEFT_COLL_SMALL_BYTES`).
+    pub fn coll_small_bytes(&mut self, bytes: usize) -> &mut Self {
+        self.overrides.coll_small_bytes = Some(bytes);
+        self
+    }
     /// Joins the job: connects to every rank and checks that all registered the same handlers.
     pub fn init(&mut self) -> Result<World> {
         let cfg = Config::resolve(&self.overrides)?;

@@ -8,11 +8,12 @@
 //! `in[src] = [filled, message bytes, tag]` for `src` in `0..n`, then `drained[src]` — and
 //! data, one slot of [`SLOT`] bytes per source.
 
-use super::Team;
-use crate::progress::Deps;
+use super::Core;
 use crate::{Error, Result, Segment};
+use std::future::poll_fn;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
+use std::task::Poll;
 
 /// Bytes of one chunk (one slot per source in every member's scratch).
 pub const SLOT: usize = 256 << 10;
@@ -20,9 +21,17 @@ pub const SLOT: usize = 256 << 10;
 const LINE: usize = 8;
 
 pub(crate) struct Channels {
-    scratch: Option<(Segment<u64>, Segment<u8>)>,
+    flags: Segment<u64>,
+    slots: Segment<u8>,
+    state: Mutex<State>,
+}
+
+struct State {
     /// Chunks sent to each member and received from each member, since the team was made.
-    counts: Mutex<(Vec<u64>, Vec<u64>)>,
+    sent: Vec<u64>,
+    recvd: Vec<u64>,
+    /// Members the running transfer still owes a message to or waits on.
+    pending: Vec<bool>,
 }
 
 /// A message to one member.
@@ -44,95 +53,113 @@ fn chunks(len: usize) -> u64 {
 }
 
 impl Channels {
-    pub fn empty() -> Self {
-        Channels { scratch: None, counts: Mutex::new((vec![], vec![])) }
+    /// Words of the flag segment for `n` members.
+    pub fn flag_words(n: usize) -> usize {
+        2 * n * LINE
+    }
+    /// Bytes of the slot segment for `n` members.
+    pub fn slot_bytes(n: usize) -> usize {
+        n * SLOT
     }
 
-    /// Allocates the team's scratch (collective over the team).
-    pub fn new(team: &Team<'_>) -> Result<Self> {
-        let n = team.members.len();
-        let flags = team.alloc_segment::<u64>(2 * n * LINE)?;
-        let slots = team.alloc_segment::<u8>(n * SLOT)?;
-        Ok(Channels { scratch: Some((flags, slots)), counts: Mutex::new((vec![0; n], vec![0; n])) })
+    /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
+    /// [`Channels::slot_bytes`]).
+    pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize) -> Self {
+        let state = State { sent: vec![0; n], recvd: vec![0; n], pending: vec![false; n] };
+        Channels { flags, slots, state: Mutex::new(state) }
+    }
+
+    /// True if the running transfer still owes team rank `t` a message or waits on it.
+    pub fn needs(&self, t: usize) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).pending.get(t).copied().unwrap_or(false)
     }
 
     /// Moves all `outs` and `ins` (none to or from this rank itself) concurrently, chunk by
-    /// chunk, making progress until all are done. `tag` names the collective: a receiver that
-    /// finds another tag or length than it expects reports the mismatch instead of reading it.
-    pub fn transfer(&self, team: &Team<'_>, tag: u64, outs: &[Out<'_>], ins: &mut [In<'_>]) -> Result<()> {
-        let (flags, slots) = self.scratch.as_ref().ok_or(Error::Misuse("team scratch not allocated"))?;
-        let comm = team.comm;
-        let (me, n) = (team.me, team.members.len());
-        let mut counts = self.counts.lock().unwrap_or_else(|p| p.into_inner());
-        let (sent, recvd) = &mut *counts;
-        // Chunks of each message moved so far.
+    /// chunk; ready when all are done. Each poll moves what it can without waiting (the
+    /// caller makes progress between polls). `tag` names the collective: a receiver that finds
+    /// another tag or length than it expects reports the mismatch instead of reading it.
+    pub async fn transfer(
+        &self,
+        team: &Core<'_>,
+        tag: u64,
+        outs: &[Out<'_>],
+        ins: &mut [In<'_>],
+    ) -> Result<()> {
         let mut out_done = vec![0u64; outs.len()];
         let mut in_done = vec![0u64; ins.len()];
+        poll_fn(|_| match self.step(team, tag, outs, ins, &mut out_done, &mut in_done) {
+            Ok(false) => Poll::Pending,
+            Ok(true) => Poll::Ready(Ok(())),
+            Err(e) => Poll::Ready(Err(e)),
+        })
+        .await
+    }
+
+    /// One pass over a transfer: sends the chunks whose slots are free, takes the chunks that
+    /// arrived. True when everything is done.
+    fn step(
+        &self,
+        team: &Core<'_>,
+        tag: u64,
+        outs: &[Out<'_>],
+        ins: &mut [In<'_>],
+        out_done: &mut [u64],
+        in_done: &mut [u64],
+    ) -> Result<bool> {
+        let (flags, slots, comm) = (&self.flags, &self.slots, team.comm);
+        let (me, n) = (team.me, team.members.len());
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let State { sent, recvd, pending } = &mut *st;
+        pending.iter_mut().for_each(|p| *p = false);
         let local = flags.local();
-        let mut failed: Option<Error> = None;
-        // Members a message is still owed to or from: the ones this transfer depends on.
-        let pending: Vec<std::cell::Cell<bool>> = (0..n).map(|_| std::cell::Cell::new(false)).collect();
-        outs.iter().for_each(|o| pending[o.to].set(true));
-        ins.iter().for_each(|i| pending[i.from].set(true));
-        let needed = |w: u32| team.team_rank(w).is_some_and(|t| pending[t as usize].get());
-        let mut step = || -> Result<bool> {
-            let mut all = true;
-            for (o, done) in outs.iter().zip(out_done.iter_mut()) {
-                let total = chunks(o.data.len());
-                while *done < total {
-                    let dst = team.members[o.to];
-                    // The slot is free once the receiver drained everything sent before.
-                    let drained = comm.atomic_load(flags.at(dst, (n + me) * LINE))?;
-                    if drained < sent[o.to] {
-                        break;
-                    }
-                    let at = *done as usize * SLOT;
-                    let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
-                    if !chunk.is_empty() {
-                        comm.put(slots.at(dst, me * SLOT), chunk)?;
-                    }
-                    comm.put(flags.at(dst, me * LINE + 1), &[o.data.len() as u64, tag])?;
-                    sent[o.to] += 1;
-                    comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
-                    *done += 1;
+        let mut all = true;
+        for (o, done) in outs.iter().zip(out_done.iter_mut()) {
+            let total = chunks(o.data.len());
+            while *done < total {
+                let dst = team.members[o.to];
+                // The slot is free once the receiver drained everything sent before.
+                let drained = comm.atomic_load(flags.at(dst, (n + me) * LINE))?;
+                if drained < sent[o.to] {
+                    break;
                 }
-                all &= *done == total;
-                pending[o.to].set(*done < total);
-            }
-            for (i, done) in ins.iter_mut().zip(in_done.iter_mut()) {
-                let total = chunks(i.out.len());
-                while *done < total {
-                    let src = i.from;
-                    if local.atomic(src * LINE).load(Ordering::Acquire) <= recvd[src] {
-                        break;
-                    }
-                    let (len, their_tag) = (local.read(src * LINE + 1), local.read(src * LINE + 2));
-                    if their_tag != tag || len != i.out.len() as u64 {
-                        return Err(Error::Mismatch(format!(
-                            "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {} bytes for {tag:#x}",
-                            team.members[src],
-                            i.out.len()
-                        )));
-                    }
-                    let at = *done as usize * SLOT;
-                    let end = (at + SLOT).min(i.out.len());
-                    slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
-                    recvd[src] += 1;
-                    local.atomic((n + src) * LINE).store(recvd[src], Ordering::Release);
-                    *done += 1;
+                let at = *done as usize * SLOT;
+                let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
+                if !chunk.is_empty() {
+                    comm.put(slots.at(dst, me * SLOT), chunk)?;
                 }
-                all &= *done == total;
-                pending[i.from].set(pending[i.from].get() || *done < total);
+                comm.put(flags.at(dst, me * LINE + 1), &[o.data.len() as u64, tag])?;
+                sent[o.to] += 1;
+                comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
+                *done += 1;
             }
-            Ok(all)
-        };
-        comm.wait(Deps::Needed(&needed), || match step() {
-            Ok(done) => done,
-            Err(e) => {
-                failed = Some(e);
-                true
+            all &= *done == total;
+            pending[o.to] |= *done < total;
+        }
+        for (i, done) in ins.iter_mut().zip(in_done.iter_mut()) {
+            let total = chunks(i.out.len());
+            let src = i.from;
+            while *done < total {
+                if local.atomic(src * LINE).load(Ordering::Acquire) <= recvd[src] {
+                    break;
+                }
+                let (len, their_tag) = (local.read(src * LINE + 1), local.read(src * LINE + 2));
+                if their_tag != tag || len != i.out.len() as u64 {
+                    return Err(Error::Mismatch(format!(
+                        "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {} bytes for {tag:#x}",
+                        team.members[src],
+                        i.out.len()
+                    )));
+                }
+                let at = *done as usize * SLOT;
+                let end = (at + SLOT).min(i.out.len());
+                slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                recvd[src] += 1;
+                local.atomic((n + src) * LINE).store(recvd[src], Ordering::Release);
+                *done += 1;
             }
-        })?;
-        failed.map_or(Ok(()), Err)
+            all &= *done == total;
+            pending[src] |= *done < total;
+        }
+        Ok(all)
     }
 }

@@ -1,12 +1,22 @@
-//! Collectives over a [`Team`], moved with one-sided operations through the team's channels:
-//! binomial trees for broadcast and reduce (allreduce = reduce + broadcast, so every member gets
-//! the same bits), a ring for allgather, pairwise exchange for alltoall, a chain for the
-//! exclusive scan. Every algorithm works for any team size; reductions combine in an order
-//! fixed by the team's size and the root, so floating-point results are reproducible run to
-//! run. Lengths are checked on arrival: members that disagree get [`Error::Mismatch`].
+//! Collectives over a [`Team`], moved with one-sided operations through the team's channels.
+//!
+//! | collective | up to `coll_small_bytes` per member | above |
+//! |---|---|---|
+//! | barrier | dissemination | — |
+//! | broadcast, reduce | binomial tree | binomial tree |
+//! | allreduce | recursive doubling (pairs folded for non-powers of two) | ring: reduce-scatter + allgather |
+//! | allgather(v) | one round, all to all | ring |
+//! | alltoall(v) | one round, all to all | pairwise exchange |
+//! | gather(v), scatter | one round to / from the root | same |
+//! | exscan | chain | chain |
+//!
+//! Every algorithm works for any team size. Reductions combine in an order fixed by the team's
+//! size, the root and the length, so floating-point results are the same run after run and
+//! (for allreduce) on every member. Lengths and collective kinds are checked on arrival:
+//! members that disagree get [`Error::Mismatch`].
 
 use super::channel::{In, Out};
-use super::Team;
+use super::{Core, Team};
 use crate::{Error, Pod, Result};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
@@ -42,7 +52,7 @@ impl Number for f64 {
     }
 }
 
-fn builtin<T: Number>(op: ReduceOp) -> impl Fn(&mut T, &T) {
+pub(super) fn builtin<T: Number>(op: ReduceOp) -> impl Fn(&mut T, &T) {
     move |a: &mut T, b: &T| {
         *a = match op {
             ReduceOp::Sum => T::add(*a, *b),
@@ -55,6 +65,7 @@ fn builtin<T: Number>(op: ReduceOp) -> impl Fn(&mut T, &T) {
 
 /// Collective tags (what a member announces with each message).
 mod tag {
+    pub const BARRIER: u64 = 0xb0;
     pub const BROADCAST: u64 = 0xb1;
     pub const REDUCE: u64 = 0xb2;
     pub const GATHER: u64 = 0xb3;
@@ -62,6 +73,7 @@ mod tag {
     pub const SCATTER: u64 = 0xb5;
     pub const ALLTOALL: u64 = 0xb6;
     pub const SCAN: u64 = 0xb7;
+    pub const ALLREDUCE: u64 = 0xb8;
 }
 
 /// Offsets of blocks of the given element counts.
@@ -73,6 +85,18 @@ fn offsets(counts: &[usize]) -> Vec<usize> {
             let o = at;
             at += c;
             o
+        })
+        .collect()
+}
+
+/// `buf` cut into consecutive blocks of the given element counts.
+fn carve<'a, T>(mut buf: &'a mut [T], counts: &[usize]) -> Vec<&'a mut [T]> {
+    counts
+        .iter()
+        .map(|&c| {
+            let (block, rest) = std::mem::take(&mut buf).split_at_mut(c);
+            buf = rest;
+            block
         })
         .collect()
 }
@@ -98,41 +122,78 @@ fn read_write<T>(
     }
 }
 
-impl Team<'_> {
-    fn check_counts(&self, counts: &[usize], mine: usize, what: &'static str) -> Result<()> {
-        if counts.len() != self.members.len() {
-            return Err(Error::Misuse(what));
-        }
-        if counts[self.me] != mine {
-            return Err(Error::Mismatch(format!(
-                "team rank {} passes {mine} elements but its count says {}",
-                self.me, counts[self.me]
-            )));
+/// Element-wise `acc = f(acc, x)`.
+fn combine<T>(acc: &mut [T], x: &[T], f: &impl Fn(&mut T, &T)) {
+    acc.iter_mut().zip(x).for_each(|(a, b)| f(a, b));
+}
+
+/// Element counts of `n` near-equal blocks of `len` elements.
+fn even_blocks(len: usize, n: usize) -> Vec<usize> {
+    (0..n).map(|i| len / n + usize::from(i < len % n)).collect()
+}
+
+fn check_counts(counts: &[usize], n: usize, me: usize, mine: usize, what: &'static str) -> Result<()> {
+    if counts.len() != n {
+        return Err(Error::Misuse(what));
+    }
+    if counts[me] != mine {
+        return Err(Error::Mismatch(format!(
+            "team rank {me} passes {mine} elements but its count says {}",
+            counts[me]
+        )));
+    }
+    Ok(())
+}
+
+/// The algorithms, as futures over borrowed data: [`Team`]'s blocking collectives run them at
+/// once, its non-blocking ones queue them (see [`super::CollHandle`]).
+impl Core<'_> {
+    fn check_root(&self, root: u32) -> Result<usize> {
+        (root < self.size() as u32)
+            .then_some(root as usize)
+            .ok_or(Error::NoSuchRank { rank: root, size: self.size() as u32 })
+    }
+
+    /// True if messages of `elems` `T`s take the latency algorithms.
+    fn small<T>(&self, elems: usize) -> bool {
+        elems.saturating_mul(std::mem::size_of::<T>()) <= self.comm.cfg.coll_small_bytes
+    }
+
+    async fn send_recv(&self, tag: u64, outs: &[Out<'_>], ins: &mut [In<'_>]) -> Result<()> {
+        self.channels.transfer(self, tag, outs, ins).await
+    }
+
+    /// Exchanges `out` with `peer` (both directions at once).
+    async fn swap<T: Pod>(&self, tag: u64, peer: usize, out: &[T], inp: &mut [T]) -> Result<()> {
+        let mut ins = [In { from: peer, out: bytes_of_mut(inp) }];
+        self.send_recv(tag, &[Out { to: peer, data: bytes_of(out) }], &mut ins).await
+    }
+
+    /// Dissemination: in round `r` every member signals the one 2^r ahead and waits for the
+    /// one 2^r behind; ⌈log2 n⌉ rounds of empty messages.
+    pub(super) async fn barrier(&self) -> Result<()> {
+        let (me, n) = (self.me, self.size());
+        let mut dist = 1;
+        while dist < n {
+            let outs = [Out { to: (me + dist) % n, data: &[] }];
+            let mut ins = [In { from: (me + n - dist) % n, out: &mut [] }];
+            self.send_recv(tag::BARRIER, &outs, &mut ins).await?;
+            dist <<= 1;
         }
         Ok(())
     }
 
-    fn check_root(&self, root: u32) -> Result<usize> {
-        (root < self.size())
-            .then_some(root as usize)
-            .ok_or(Error::NoSuchRank { rank: root, size: self.size() })
-    }
-
-    fn send_recv(&self, tag: u64, outs: &[Out<'_>], ins: &mut [In<'_>]) -> Result<()> {
-        self.channels.transfer(self, tag, outs, ins)
-    }
-
-    /// Copies team rank `root`'s `buf` into every member's `buf` (binomial tree).
-    pub fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
+    /// Binomial tree from `root`.
+    pub(super) async fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
         let root = self.check_root(root)?;
-        let n = self.members.len();
+        let n = self.size();
         let vr = (self.me + n - root) % n;
         let real = |v: usize| (v + root) % n;
         let mut mask = 1;
         while mask < n {
             if vr & mask != 0 {
                 let mut ins = [In { from: real(vr - mask), out: bytes_of_mut(buf) }];
-                self.send_recv(tag::BROADCAST, &[], &mut ins)?;
+                self.send_recv(tag::BROADCAST, &[], &mut ins).await?;
                 break;
             }
             mask <<= 1;
@@ -143,25 +204,18 @@ impl Team<'_> {
             .collect();
         let data = bytes_of(buf);
         let outs: Vec<Out<'_>> = children.into_iter().map(|to| Out { to, data }).collect();
-        self.send_recv(tag::BROADCAST, &outs, &mut [])
+        self.send_recv(tag::BROADCAST, &outs, &mut []).await
     }
 
-    /// Combines every member's `data` element-wise with `op`; team rank `root` gets the
-    /// result, the others `None`.
-    pub fn reduce<T: Number>(&self, root: u32, data: &[T], op: ReduceOp) -> Result<Option<Vec<T>>> {
-        self.reduce_with(root, data, builtin::<T>(op))
-    }
-
-    /// As [`Team::reduce`], with a user combination `f(acc, x)` (associative; applied in a
-    /// fixed order).
-    pub fn reduce_with<T: Pod>(
+    /// Binomial tree towards `root`.
+    pub(super) async fn reduce<T: Pod>(
         &self,
         root: u32,
         data: &[T],
-        f: impl Fn(&mut T, &T),
+        f: &impl Fn(&mut T, &T),
     ) -> Result<Option<Vec<T>>> {
         let root = self.check_root(root)?;
-        let n = self.members.len();
+        let n = self.size();
         let vr = (self.me + n - root) % n;
         let real = |v: usize| (v + root) % n;
         let mut acc = data.to_vec();
@@ -170,105 +224,180 @@ impl Team<'_> {
         while mask < n {
             if vr & mask != 0 {
                 let outs = [Out { to: real(vr - mask), data: bytes_of(&acc) }];
-                self.send_recv(tag::REDUCE, &outs, &mut [])?;
+                self.send_recv(tag::REDUCE, &outs, &mut []).await?;
                 return Ok(None);
             }
             if vr + mask < n {
                 let mut ins = [In { from: real(vr + mask), out: bytes_of_mut(&mut theirs) }];
-                self.send_recv(tag::REDUCE, &[], &mut ins)?;
-                acc.iter_mut().zip(&theirs).for_each(|(a, b)| f(a, b));
+                self.send_recv(tag::REDUCE, &[], &mut ins).await?;
+                combine(&mut acc, &theirs, f);
             }
             mask <<= 1;
         }
         Ok(Some(acc))
     }
 
-    /// Every member gets the element-wise combination of every member's `data`.
-    ///
-    /// ```no_run
-    /// # let world = weft_runtime::World::init()?;
-    /// let team = world.world_team()?;
-    /// let max = team.allreduce(&[world.rank() as f64], weft_runtime::ReduceOp::Max)?;
-    /// assert_eq!(max[0], (world.size() - 1) as f64);
-    /// # Ok::<(), weft_runtime::Error>(())
-    /// ```
-    pub fn allreduce<T: Number>(&self, data: &[T], op: ReduceOp) -> Result<Vec<T>> {
-        self.allreduce_with(data, builtin::<T>(op))
-    }
-
-    /// As [`Team::allreduce`], with a user combination.
-    pub fn allreduce_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Vec<T>> {
-        let mut out = self.reduce_with(0, data, f)?.unwrap_or_else(|| vec![T::zeroed(); data.len()]);
-        self.broadcast(0, &mut out)?;
-        Ok(out)
-    }
-
-    /// Team rank `root` gets every member's `data` (all the same length), in team order.
-    pub fn gather<T: Pod>(&self, root: u32, data: &[T]) -> Result<Option<Vec<T>>> {
-        let counts = vec![data.len(); self.members.len()];
-        self.gatherv(root, data, &counts)
-    }
-
-    /// Team rank `root` gets member `i`'s `counts[i]` elements, concatenated in team order.
-    /// Every member passes the same `counts`.
-    pub fn gatherv<T: Pod>(&self, root: u32, data: &[T], counts: &[usize]) -> Result<Option<Vec<T>>> {
-        let root = self.check_root(root)?;
-        self.check_counts(counts, data.len(), "gatherv: one count per member")?;
-        if self.me != root {
-            return self
-                .send_recv(tag::GATHER, &[Out { to: root, data: bytes_of(data) }], &mut [])
-                .map(|_| None);
-        }
-        let at = offsets(counts);
-        let mut all = vec![T::zeroed(); counts.iter().sum()];
-        all[at[root]..at[root] + data.len()].copy_from_slice(data);
-        let mut ins: Vec<In<'_>> = vec![];
-        let mut rest = &mut all[..];
-        let mut base = 0;
-        for (r, (&o, &c)) in at.iter().zip(counts).enumerate() {
-            let (_, tail) = rest.split_at_mut(o - base);
-            let (block, tail) = tail.split_at_mut(c);
-            rest = tail;
-            base = o + c;
-            if r != root {
-                ins.push(In { from: r, out: bytes_of_mut(block) });
+    /// Recursive doubling up to `data`'s latency limit, a ring (reduce-scatter, then
+    /// allgather) above it.
+    pub(super) async fn allreduce<T: Pod>(&self, data: &[T], f: &impl Fn(&mut T, &T)) -> Result<Vec<T>> {
+        let mut acc = data.to_vec();
+        if self.size() > 1 {
+            if self.small::<T>(data.len()) {
+                self.recursive_doubling(&mut acc, f).await?;
+            } else {
+                self.ring_allreduce(&mut acc, f).await?;
             }
         }
-        self.send_recv(tag::GATHER, &[], &mut ins)?;
+        Ok(acc)
+    }
+
+    /// Recursive doubling on the largest power of two p ≤ n members; the first 2(n - p)
+    /// members fold in pairs first (the even one hands its data to the odd one and gets the
+    /// result back at the end). Operands are always combined lower rank first, so every
+    /// member computes the same bits.
+    async fn recursive_doubling<T: Pod>(&self, acc: &mut [T], f: &impl Fn(&mut T, &T)) -> Result<()> {
+        let (me, n) = (self.me, self.size());
+        let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
+        let rem = n - p;
+        let mut theirs = vec![T::zeroed(); acc.len()];
+        // Lower-rank operand first: acc = theirs ∘ acc.
+        let combine_lower = |acc: &mut [T], theirs: &mut [T]| {
+            combine(theirs, acc, f);
+            acc.copy_from_slice(theirs);
+        };
+        let folded = if me < 2 * rem {
+            if me % 2 == 0 {
+                self.send_recv(tag::ALLREDUCE, &[Out { to: me + 1, data: bytes_of(acc) }], &mut []).await?;
+                None
+            } else {
+                let mut ins = [In { from: me - 1, out: bytes_of_mut(&mut theirs) }];
+                self.send_recv(tag::ALLREDUCE, &[], &mut ins).await?;
+                combine_lower(acc, &mut theirs);
+                Some(me / 2)
+            }
+        } else {
+            Some(me - rem)
+        };
+        if let Some(v) = folded {
+            let real = |v: usize| if v < rem { 2 * v + 1 } else { v + rem };
+            let mut mask = 1;
+            while mask < p {
+                let pv = v ^ mask;
+                self.swap(tag::ALLREDUCE, real(pv), acc, &mut theirs).await?;
+                if pv < v {
+                    combine_lower(acc, &mut theirs);
+                } else {
+                    combine(acc, &theirs, f);
+                }
+                mask <<= 1;
+            }
+        }
+        if me < 2 * rem {
+            if me % 2 == 0 {
+                let mut ins = [In { from: me + 1, out: bytes_of_mut(acc) }];
+                self.send_recv(tag::ALLREDUCE, &[], &mut ins).await?;
+            } else {
+                self.send_recv(tag::ALLREDUCE, &[Out { to: me - 1, data: bytes_of(acc) }], &mut []).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Ring: n - 1 steps of reduce-scatter (each member ends with one block fully combined),
+    /// then n - 1 steps of allgather. Each block is combined once, in a fixed order, then
+    /// copied: every member gets the same bits.
+    async fn ring_allreduce<T: Pod>(&self, acc: &mut [T], f: &impl Fn(&mut T, &T)) -> Result<()> {
+        let (me, n) = (self.me, self.size());
+        let counts = even_blocks(acc.len(), n);
+        let at = offsets(&counts);
+        let block = |b: usize| at[b]..at[b] + counts[b];
+        let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+        let mut theirs = vec![T::zeroed(); counts[0]];
+        for step in 0..n - 1 {
+            let (send, recv) = ((me + n - step) % n, (me + 2 * n - step - 1) % n);
+            let tmp = &mut theirs[..counts[recv]];
+            let mut ins = [In { from: left, out: bytes_of_mut(tmp) }];
+            let outs = [Out { to: right, data: bytes_of(&acc[block(send)]) }];
+            self.send_recv(tag::ALLREDUCE, &outs, &mut ins).await?;
+            combine(&mut acc[block(recv)], tmp, f);
+        }
+        for step in 0..n - 1 {
+            let (send, recv) = ((me + 1 + n - step) % n, (me + n - step) % n);
+            let (out, inp) = read_write(acc, block(send), block(recv));
+            let mut ins = [In { from: left, out: bytes_of_mut(inp) }];
+            self.send_recv(tag::ALLREDUCE, &[Out { to: right, data: bytes_of(out) }], &mut ins).await?;
+        }
+        Ok(())
+    }
+
+    /// Every member sends its block straight to the root, all at once.
+    pub(super) async fn gatherv<T: Pod>(
+        &self,
+        root: u32,
+        data: &[T],
+        counts: &[usize],
+    ) -> Result<Option<Vec<T>>> {
+        let root = self.check_root(root)?;
+        check_counts(counts, self.size(), self.me, data.len(), "gatherv: one count per member")?;
+        if self.me != root {
+            let outs = [Out { to: root, data: bytes_of(data) }];
+            return self.send_recv(tag::GATHER, &outs, &mut []).await.map(|_| None);
+        }
+        let mut all = vec![T::zeroed(); counts.iter().sum()];
+        let mut blocks = carve(&mut all, counts);
+        blocks[root].copy_from_slice(data);
+        let mut ins: Vec<In<'_>> = blocks
+            .into_iter()
+            .enumerate()
+            .filter(|&(r, _)| r != root)
+            .map(|(from, b)| In { from, out: bytes_of_mut(b) })
+            .collect();
+        self.send_recv(tag::GATHER, &[], &mut ins).await?;
         Ok(Some(all))
     }
 
-    /// Every member gets every member's `data` (all the same length), in team order.
-    pub fn allgather<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
-        let counts = vec![data.len(); self.members.len()];
-        self.allgatherv(data, &counts)
-    }
-
-    /// Every member gets member `i`'s `counts[i]` elements, concatenated in team order (ring:
-    /// n - 1 steps, each member forwarding the block it got last).
-    pub fn allgatherv<T: Pod>(&self, data: &[T], counts: &[usize]) -> Result<Vec<T>> {
-        self.check_counts(counts, data.len(), "allgatherv: one count per member")?;
-        let n = self.members.len();
-        let at = offsets(counts);
+    /// One round (every member sends its block to every other) up to the latency limit, a
+    /// ring above it.
+    pub(super) async fn allgatherv<T: Pod>(&self, data: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        let (me, n) = (self.me, self.size());
+        check_counts(counts, n, me, data.len(), "allgatherv: one count per member")?;
         let mut all = vec![T::zeroed(); counts.iter().sum()];
-        all[at[self.me]..at[self.me] + data.len()].copy_from_slice(data);
-        let (right, left) = ((self.me + 1) % n, (self.me + n - 1) % n);
-        for step in 0..n.saturating_sub(1) {
-            let send = (self.me + n - step) % n;
-            let recv = (self.me + n - step - 1) % n;
+        if self.small::<T>(counts.iter().copied().max().unwrap_or(0)) {
+            let mut blocks = carve(&mut all, counts);
+            blocks[me].copy_from_slice(data);
+            let outs: Vec<Out<'_>> =
+                (0..n).filter(|&r| r != me).map(|to| Out { to, data: bytes_of(data) }).collect();
+            let mut ins: Vec<In<'_>> = blocks
+                .into_iter()
+                .enumerate()
+                .filter(|&(r, _)| r != me)
+                .map(|(from, b)| In { from, out: bytes_of_mut(b) })
+                .collect();
+            self.send_recv(tag::ALLGATHER, &outs, &mut ins).await?;
+            return Ok(all);
+        }
+        let at = offsets(counts);
+        all[at[me]..at[me] + data.len()].copy_from_slice(data);
+        let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+        for step in 0..n - 1 {
+            let (send, recv) = ((me + n - step) % n, (me + n - step - 1) % n);
             let (out, inp) =
                 read_write(&mut all, at[send]..at[send] + counts[send], at[recv]..at[recv] + counts[recv]);
             let mut ins = [In { from: left, out: bytes_of_mut(inp) }];
-            self.send_recv(tag::ALLGATHER, &[Out { to: right, data: bytes_of(out) }], &mut ins)?;
+            self.send_recv(tag::ALLGATHER, &[Out { to: right, data: bytes_of(out) }], &mut ins).await?;
         }
         Ok(all)
     }
 
-    /// Team rank `root` passes `Some(data)` with `count` elements for each member, in team
-    /// order; every member gets its `count`.
-    pub fn scatter<T: Pod>(&self, root: u32, data: Option<&[T]>, count: usize) -> Result<Vec<T>> {
+    /// The root sends every member its block, all at once.
+    pub(super) async fn scatter<T: Pod>(
+        &self,
+        root: u32,
+        data: Option<&[T]>,
+        count: usize,
+    ) -> Result<Vec<T>> {
         let root = self.check_root(root)?;
-        let n = self.members.len();
+        let n = self.size();
         let mut mine = vec![T::zeroed(); count];
         if self.me == root {
             let data = data.ok_or(Error::Misuse("scatter: the root passes the data"))?;
@@ -283,54 +412,184 @@ impl Team<'_> {
                 .filter(|&r| r != root)
                 .map(|r| Out { to: r, data: bytes_of(&data[r * count..(r + 1) * count]) })
                 .collect();
-            self.send_recv(tag::SCATTER, &outs, &mut [])?;
+            self.send_recv(tag::SCATTER, &outs, &mut []).await?;
         } else {
-            self.send_recv(tag::SCATTER, &[], &mut [In { from: root, out: bytes_of_mut(&mut mine) }])?;
+            let mut ins = [In { from: root, out: bytes_of_mut(&mut mine) }];
+            self.send_recv(tag::SCATTER, &[], &mut ins).await?;
         }
         Ok(mine)
     }
 
-    /// Member `i` sends block `j` of its `data` (`data.len() / n` elements each) to member `j`,
-    /// and gets block `i` of every member, in team order (pairwise exchange).
-    pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
-        let n = self.members.len();
-        if !data.len().is_multiple_of(n) {
-            return Err(Error::Misuse("alltoall: the data must be n equal blocks"));
-        }
-        let c = vec![data.len() / n; n];
-        self.alltoallv(data, &c, &c)
-    }
-
-    /// As [`Team::alltoall`] with blocks of `send_counts[j]` elements to member `j` and of
-    /// `recv_counts[j]` from member `j`.
-    pub fn alltoallv<T: Pod>(
+    /// One round (all blocks at once) up to the latency limit, pairwise exchange above it
+    /// (step `s`: send to `me + s`, receive from `me - s`).
+    pub(super) async fn alltoallv<T: Pod>(
         &self,
         data: &[T],
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>> {
-        let n = self.members.len();
+        let (me, n) = (self.me, self.size());
         if send_counts.len() != n || recv_counts.len() != n || send_counts.iter().sum::<usize>() != data.len()
         {
             return Err(Error::Misuse("alltoallv: one count per member, summing to the data's length"));
         }
-        let (so, ro) = (offsets(send_counts), offsets(recv_counts));
-        let mut all = vec![T::zeroed(); recv_counts.iter().sum()];
-        let me = self.me;
         if send_counts[me] != recv_counts[me] {
             return Err(Error::Mismatch(format!(
                 "alltoallv: team rank {me} sends itself {} elements but expects {}",
                 send_counts[me], recv_counts[me]
             )));
         }
-        all[ro[me]..ro[me] + recv_counts[me]].copy_from_slice(&data[so[me]..so[me] + send_counts[me]]);
+        let so = offsets(send_counts);
+        let mut all = vec![T::zeroed(); recv_counts.iter().sum()];
+        let mut blocks = carve(&mut all, recv_counts);
+        blocks[me].copy_from_slice(&data[so[me]..so[me] + send_counts[me]]);
+        let out = |to: usize| Out { to, data: bytes_of(&data[so[to]..so[to] + send_counts[to]]) };
+        let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
+        if self.small::<T>(biggest) {
+            let outs: Vec<Out<'_>> = (0..n).filter(|&r| r != me).map(out).collect();
+            let mut ins: Vec<In<'_>> = blocks
+                .into_iter()
+                .enumerate()
+                .filter(|&(r, _)| r != me)
+                .map(|(from, b)| In { from, out: bytes_of_mut(b) })
+                .collect();
+            self.send_recv(tag::ALLTOALL, &outs, &mut ins).await?;
+            return Ok(all);
+        }
+        let mut blocks: Vec<Option<&mut [T]>> = blocks.into_iter().map(Some).collect();
         for step in 1..n {
             let (to, from) = ((me + step) % n, (me + n - step) % n);
-            let out = Out { to, data: bytes_of(&data[so[to]..so[to] + send_counts[to]]) };
-            let mut ins = [In { from, out: bytes_of_mut(&mut all[ro[from]..ro[from] + recv_counts[from]]) }];
-            self.send_recv(tag::ALLTOALL, &[out], &mut ins)?;
+            let b = blocks[from].take().unwrap_or_default();
+            let mut ins = [In { from, out: bytes_of_mut(b) }];
+            self.send_recv(tag::ALLTOALL, &[out(to)], &mut ins).await?;
         }
         Ok(all)
+    }
+
+    /// A chain: member `i` waits for the prefix of `0..i`, combines its own data and passes it
+    /// on.
+    pub(super) async fn exscan<T: Pod>(&self, data: &[T], f: &impl Fn(&mut T, &T)) -> Result<Option<Vec<T>>> {
+        let (me, n) = (self.me, self.size());
+        let mut prefix = None;
+        if me > 0 {
+            let mut p = vec![T::zeroed(); data.len()];
+            self.send_recv(tag::SCAN, &[], &mut [In { from: me - 1, out: bytes_of_mut(&mut p) }]).await?;
+            prefix = Some(p);
+        }
+        if me + 1 < n {
+            let mut incl = prefix.clone().unwrap_or_else(|| data.to_vec());
+            if prefix.is_some() {
+                combine(&mut incl, data, f);
+            }
+            self.send_recv(tag::SCAN, &[Out { to: me + 1, data: bytes_of(&incl) }], &mut []).await?;
+        }
+        Ok(prefix)
+    }
+}
+
+impl Team<'_> {
+    /// Blocks until every member has called `barrier` (dissemination over the team's channels,
+    /// ⌈log2 n⌉ rounds).
+    pub fn barrier(&self) -> Result<()> {
+        self.core.run(self.core.barrier())
+    }
+
+    /// Copies team rank `root`'s `buf` into every member's `buf` (binomial tree).
+    pub fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
+        self.core.run(self.core.broadcast(root, buf))
+    }
+
+    /// Combines every member's `data` element-wise with `op`; team rank `root` gets the
+    /// result, the others `None`.
+    pub fn reduce<T: Number>(&self, root: u32, data: &[T], op: ReduceOp) -> Result<Option<Vec<T>>> {
+        self.reduce_with(root, data, builtin::<T>(op))
+    }
+
+    /// As [`Team::reduce`], with a user combination `f(acc, x)`, which must be associative and
+    /// commutative. It is applied in an order fixed by the team's size, the root and the
+    /// length, so floating-point results are the same run after run.
+    pub fn reduce_with<T: Pod>(
+        &self,
+        root: u32,
+        data: &[T],
+        f: impl Fn(&mut T, &T),
+    ) -> Result<Option<Vec<T>>> {
+        self.core.run(self.core.reduce(root, data, &f))
+    }
+
+    /// Every member gets the element-wise combination of every member's `data`: recursive
+    /// doubling up to [`crate::Config::coll_small_bytes`], a ring (reduce-scatter + allgather)
+    /// above. Every member gets the same bits, run after run.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let team = world.world_team()?;
+    /// let max = team.allreduce(&[world.rank() as f64], weft_runtime::ReduceOp::Max)?;
+    /// assert_eq!(max[0], (world.size() - 1) as f64);
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn allreduce<T: Number>(&self, data: &[T], op: ReduceOp) -> Result<Vec<T>> {
+        self.allreduce_with(data, builtin::<T>(op))
+    }
+
+    /// As [`Team::allreduce`], with a user combination (associative and commutative).
+    pub fn allreduce_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Vec<T>> {
+        self.core.run(self.core.allreduce(data, &f))
+    }
+
+    /// Team rank `root` gets every member's `data` (all the same length), in team order.
+    pub fn gather<T: Pod>(&self, root: u32, data: &[T]) -> Result<Option<Vec<T>>> {
+        self.gatherv(root, data, &vec![data.len(); self.core.size()])
+    }
+
+    /// Team rank `root` gets member `i`'s `counts[i]` elements, concatenated in team order.
+    /// Every member passes the same `counts`.
+    pub fn gatherv<T: Pod>(&self, root: u32, data: &[T], counts: &[usize]) -> Result<Option<Vec<T>>> {
+        self.core.run(self.core.gatherv(root, data, counts))
+    }
+
+    /// Every member gets every member's `data` (all the same length), in team order.
+    pub fn allgather<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
+        self.allgatherv(data, &vec![data.len(); self.core.size()])
+    }
+
+    /// Every member gets member `i`'s `counts[i]` elements, concatenated in team order (one
+    /// round up to the latency limit, a ring above).
+    pub fn allgatherv<T: Pod>(&self, data: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        self.core.run(self.core.allgatherv(data, counts))
+    }
+
+    /// Team rank `root` passes `Some(data)` with `count` elements for each member, in team
+    /// order; every member gets its `count`.
+    pub fn scatter<T: Pod>(&self, root: u32, data: Option<&[T]>, count: usize) -> Result<Vec<T>> {
+        self.core.run(self.core.scatter(root, data, count))
+    }
+
+    /// Member `i` sends block `j` of its `data` (`data.len() / n` elements each) to member `j`,
+    /// and gets block `i` of every member, in team order.
+    pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
+        let c = self.alltoall_counts(data.len())?;
+        self.alltoallv(data, &c, &c)
+    }
+
+    pub(super) fn alltoall_counts(&self, len: usize) -> Result<Vec<usize>> {
+        let n = self.core.size();
+        if !len.is_multiple_of(n) {
+            return Err(Error::Misuse("alltoall: the data must be n equal blocks"));
+        }
+        Ok(vec![len / n; n])
+    }
+
+    /// As [`Team::alltoall`] with blocks of `send_counts[j]` elements to member `j` and of
+    /// `recv_counts[j]` from member `j` (one round up to the latency limit, pairwise exchange
+    /// above).
+    pub fn alltoallv<T: Pod>(
+        &self,
+        data: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+    ) -> Result<Vec<T>> {
+        self.core.run(self.core.alltoallv(data, send_counts, recv_counts))
     }
 
     /// Exclusive prefix reduction: team rank `i > 0` gets the combination of ranks `0..i`'s
@@ -341,20 +600,6 @@ impl Team<'_> {
 
     /// As [`Team::exscan`], with a user combination (applied in rank order).
     pub fn exscan_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Option<Vec<T>>> {
-        let (me, n) = (self.me, self.members.len());
-        let mut prefix = None;
-        if me > 0 {
-            let mut p = vec![T::zeroed(); data.len()];
-            self.send_recv(tag::SCAN, &[], &mut [In { from: me - 1, out: bytes_of_mut(&mut p) }])?;
-            prefix = Some(p);
-        }
-        if me + 1 < n {
-            let mut incl = prefix.clone().unwrap_or_else(|| data.to_vec());
-            if prefix.is_some() {
-                incl.iter_mut().zip(data).for_each(|(a, b)| f(a, b));
-            }
-            self.send_recv(tag::SCAN, &[Out { to: me + 1, data: bytes_of(&incl) }], &mut [])?;
-        }
-        Ok(prefix)
+        self.core.run(self.core.exscan(data, &f))
     }
 }

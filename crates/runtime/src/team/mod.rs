@@ -9,15 +9,27 @@
 
 mod channel;
 pub mod coll;
+mod nb;
 
 use crate::collective::Group;
+use crate::progress::Deps;
 use crate::{Comm, Error, Pod, Result, Segment};
 use channel::Channels;
-use std::sync::Mutex;
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 pub use coll::ReduceOp;
+pub use nb::CollHandle;
 
 /// An ordered group of ranks. Team rank `i` is world rank `members()[i]`.
+///
+/// Collectives come blocking (`allreduce`) and non-blocking (`allreduce_nb`, returning a
+/// [`CollHandle`]). A team runs its collectives one at a time, in the order they were called
+/// (the same on every member), so non-blocking ones overlap computation, not each other: use
+/// several teams for collectives that should proceed side by side.
 ///
 /// ```no_run
 /// # let world = weft_runtime::World::init()?;
@@ -29,6 +41,11 @@ pub use coll::ReduceOp;
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```
 pub struct Team<'c> {
+    core: Arc<Core<'c>>,
+}
+
+/// What a team's collectives need; shared with its non-blocking collectives in flight.
+pub(crate) struct Core<'c> {
     comm: &'c Comm,
     id: u64,
     members: Vec<u32>,
@@ -36,7 +53,12 @@ pub struct Team<'c> {
     /// Numbers this team's internal exchanges, barriers and splits (the same on every member).
     seq: Mutex<Seq>,
     channels: Channels,
+    /// Non-blocking collectives not finished yet, oldest first (only the first one runs).
+    queue: Mutex<VecDeque<Queued<'c>>>,
 }
+
+/// A non-blocking collective waiting its turn; it stores its own result.
+type Queued<'c> = Pin<Box<dyn Future<Output = ()> + Send + 'c>>;
 
 #[derive(Default)]
 struct Seq {
@@ -47,7 +69,8 @@ struct Seq {
 
 impl std::fmt::Debug for Team<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Team({:#x}, rank {} of {:?})", self.id, self.me, self.members)
+        let c = &self.core;
+        write!(f, "Team({:#x}, rank {} of {:?})", c.id, c.me, c.members)
     }
 }
 
@@ -71,71 +94,123 @@ impl Comm {
     }
 }
 
-impl<'c> Team<'c> {
-    fn new(comm: &'c Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team<'c>> {
-        let mut t =
-            Team { comm, id, members, me, seq: Mutex::new(Seq::default()), channels: Channels::empty() };
-        t.channels = Channels::new(&t)?;
-        Ok(t)
-    }
+/// Advances one of a team's sequence counters and returns its new value.
+fn next(seq: &Mutex<Seq>, counter: fn(&mut Seq) -> &mut u64) -> u64 {
+    let mut s = seq.lock().unwrap_or_else(|p| p.into_inner());
+    let c = counter(&mut s);
+    *c += 1;
+    *c
+}
 
-    /// This rank's place in the team.
-    pub fn rank(&self) -> u32 {
-        self.me as u32
-    }
-    /// Members.
-    pub fn size(&self) -> u32 {
-        self.members.len() as u32
-    }
-    /// World ranks of the members, in team-rank order.
-    pub fn members(&self) -> &[u32] {
-        &self.members
-    }
-    /// The world rank of team rank `r`.
-    pub fn world_rank(&self, r: u32) -> Result<u32> {
-        self.members.get(r as usize).copied().ok_or(Error::NoSuchRank { rank: r, size: self.size() })
-    }
-    /// The team rank of world rank `w`, if it is a member.
-    pub fn team_rank(&self, w: u32) -> Option<u32> {
-        self.members.iter().position(|&m| m == w).map(|i| i as u32)
-    }
-    /// The world this team lives in.
-    pub fn comm(&self) -> &'c Comm {
-        self.comm
-    }
+/// Allocates a segment held by `g`'s members only (collective over them); its ids are agreed
+/// through an exchange and its completion by an AM barrier, numbered by `seq`.
+fn alloc_among<T: Pod>(comm: &Comm, g: &Group<'_>, seq: &Mutex<Seq>, len: usize) -> Result<Segment<T>> {
+    let exchange = |mine: &[u8]| comm.group_exchange(g, next(seq, |s| &mut s.exchanges), mine);
+    let barrier = || comm.group_barrier(g, next(seq, |s| &mut s.barriers));
+    comm.alloc_segment_among(len, g.members, &exchange, &barrier)
+}
 
+impl<'c> Core<'c> {
     fn group(&self) -> Group<'_> {
         Group { id: self.id, members: &self.members, me: self.me }
     }
 
-    /// Advances one of the team's sequence counters and returns its new value.
-    fn next(&self, counter: fn(&mut Seq) -> &mut u64) -> u64 {
-        let mut s = self.seq.lock().unwrap_or_else(|p| p.into_inner());
-        let c = counter(&mut s);
-        *c += 1;
-        *c
+    fn size(&self) -> usize {
+        self.members.len()
+    }
+
+    /// True if world rank `w` is a member this team's running collective still waits on.
+    fn needs(&self, w: u32) -> bool {
+        self.members.iter().position(|&m| m == w).is_some_and(|t| self.channels.needs(t))
+    }
+
+    /// Polls the queued non-blocking collectives, oldest first, as far as they go; true when
+    /// none is left.
+    fn drive(&self) -> bool {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cx = Context::from_waker(Waker::noop());
+        while let Some(front) = q.front_mut() {
+            if front.as_mut().poll(&mut cx).is_pending() {
+                return false;
+            }
+            q.pop_front();
+        }
+        true
+    }
+
+    /// Runs a collective to completion: first the non-blocking ones called before it, then
+    /// `fut`, making progress and watching the members it waits on.
+    fn run<R>(&self, fut: impl Future<Output = Result<R>>) -> Result<R> {
+        if crate::am::in_handler().is_some() {
+            return Err(Error::Misuse("team collective inside an AM handler"));
+        }
+        let deps = |w: u32| self.needs(w);
+        self.comm.wait(Deps::Needed(&deps), || self.drive())?;
+        let mut fut = pin!(fut);
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut out = None;
+        self.comm.wait(Deps::Needed(&deps), || match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(r) => {
+                out = Some(r);
+                true
+            }
+            Poll::Pending => false,
+        })?;
+        out.unwrap_or(Err(Error::Misuse("collective future vanished")))
+    }
+}
+
+impl<'c> Team<'c> {
+    fn new(comm: &'c Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team<'c>> {
+        let seq = Mutex::new(Seq::default());
+        let g = Group { id, members: &members, me };
+        let n = members.len();
+        let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
+        let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n))?;
+        let channels = Channels::new(flags, slots, n);
+        let core = Core { comm, id, members, me, seq, channels, queue: Mutex::new(VecDeque::new()) };
+        Ok(Team { core: Arc::new(core) })
+    }
+
+    /// This rank's place in the team.
+    pub fn rank(&self) -> u32 {
+        self.core.me as u32
+    }
+    /// Members.
+    pub fn size(&self) -> u32 {
+        self.core.members.len() as u32
+    }
+    /// World ranks of the members, in team-rank order.
+    pub fn members(&self) -> &[u32] {
+        &self.core.members
+    }
+    /// The world rank of team rank `r`.
+    pub fn world_rank(&self, r: u32) -> Result<u32> {
+        self.core.members.get(r as usize).copied().ok_or(Error::NoSuchRank { rank: r, size: self.size() })
+    }
+    /// The team rank of world rank `w`, if it is a member.
+    pub fn team_rank(&self, w: u32) -> Option<u32> {
+        self.core.members.iter().position(|&m| m == w).map(|i| i as u32)
+    }
+    /// The world this team lives in.
+    pub fn comm(&self) -> &'c Comm {
+        self.core.comm
     }
 
     /// All-gather of one small byte string per member (at most a medium AM payload).
-    pub(crate) fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-        let seq = self.next(|s| &mut s.exchanges);
-        self.comm.group_exchange(&self.group(), seq, mine)
-    }
-
-    /// Blocks until every member has called `barrier` (dissemination, ⌈log2 n⌉ rounds).
-    pub fn barrier(&self) -> Result<()> {
-        if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("barrier inside an AM handler"));
-        }
-        let epoch = self.next(|s| &mut s.barriers);
-        self.comm.group_barrier(&self.group(), epoch)
+    fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        let c = &self.core;
+        c.comm.group_exchange(&c.group(), next(&c.seq, |s| &mut s.exchanges), mine)
     }
 
     /// Allocates a segment of `len` elements on every member (and on no other rank): its
     /// [`crate::GlobalPtr`]s name world ranks, and addressing a non-member is an error.
     /// Collective over the team.
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
-        self.comm.alloc_segment_among(len, &self.members, &|mine| self.exchange(mine), &|| self.barrier())
+        let c = &self.core;
+        // Collectives called before it come first, as on every member.
+        c.run(async { Ok(()) })?;
+        alloc_among(c.comm, &c.group(), &c.seq, len)
     }
 
     /// Splits the team like `MPI_Comm_split`: members with the same `color` form a team,
@@ -151,7 +226,7 @@ impl<'c> Team<'c> {
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
                 .ok_or_else(|| Error::Mismatch("malformed split message".into()))
         };
-        let split_no = self.next(|s| &mut s.splits);
+        let split_no = next(&self.core.seq, |s| &mut s.splits);
         let Some(color) = color else { return Ok(None) };
         let mut chosen: Vec<(u64, usize)> = vec![];
         for (r, d) in all.iter().enumerate() {
@@ -171,7 +246,7 @@ impl<'c> Team<'c> {
         if count == 0 || stride == 0 || last >= n {
             return Err(Error::Misuse("subset: empty, zero stride, or past the team's last rank"));
         }
-        let split_no = self.next(|s| &mut s.splits);
+        let split_no = next(&self.core.seq, |s| &mut s.splits);
         // Every member checks the others passed the same range.
         let spec = [first as u64, stride as u64, count as u64];
         let mine: Vec<u8> = spec.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -184,8 +259,22 @@ impl<'c> Team<'c> {
 
     /// Makes the child team of these team ranks (collective over the child's members).
     fn child(&self, id_words: &[u64], ranks: Vec<usize>) -> Result<Option<Team<'c>>> {
-        let Some(me) = ranks.iter().position(|&r| r == self.me) else { return Ok(None) };
-        let members = ranks.iter().map(|&r| self.members[r]).collect();
-        Team::new(self.comm, child_id(self.id, id_words), members, me).map(Some)
+        let c = &self.core;
+        let Some(me) = ranks.iter().position(|&r| r == c.me) else { return Ok(None) };
+        let members = ranks.iter().map(|&r| c.members[r]).collect();
+        Team::new(c.comm, child_id(c.id, id_words), members, me).map(Some)
+    }
+}
+
+impl Drop for Team<'_> {
+    /// Finishes the non-blocking collectives still in flight (the other members take part in
+    /// them); their handles then hold their results.
+    fn drop(&mut self) {
+        let c = &self.core;
+        let deps = |w: u32| c.needs(w);
+        if c.comm.wait(Deps::Needed(&deps), || c.drive()).is_err() {
+            // A member failed: the queued collectives cannot finish; their handles report it.
+            c.queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
     }
 }

@@ -1,0 +1,205 @@
+//! Non-blocking collectives: each takes its data by value, queues the collective on the team
+//! and returns a [`CollHandle`] at once.
+//!
+//! A team runs its collectives one at a time in call order (the same on every member), so its
+//! queue needs no matching: the collective at the front moves its messages whenever anything
+//! drives the queue — testing, waiting on or awaiting any of the team's handles, or calling a
+//! blocking collective of the team (which first finishes the queued ones). Dropping a handle
+//! does not cancel its collective: the other members take part in it, so it still runs.
+
+use super::coll::{builtin, Number, ReduceOp};
+use super::{Core, Team};
+use crate::progress::Deps;
+use crate::{Error, Pod, Result};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+/// Where a queued collective leaves its result.
+type Slot<R> = Arc<Mutex<Option<Result<R>>>>;
+
+/// Handle of a non-blocking collective. Complete it with [`CollHandle::wait`], check it with
+/// [`CollHandle::test`], or `.await` it (it is a `Future`, usable under any executor).
+///
+/// ```no_run
+/// # let world = weft_runtime::World::init()?;
+/// let team = world.world_team()?;
+/// let h = team.allreduce_nb(vec![1.0f64; 1024], weft_runtime::ReduceOp::Sum)?;
+/// // ... compute; the collective moves whenever the team's handles are tested ...
+/// let sum = h.wait()?;
+/// assert_eq!(sum[0], world.size() as f64);
+/// # Ok::<(), weft_runtime::Error>(())
+/// ```
+#[must_use = "a collective handle yields the result only when waited on, tested or awaited"]
+pub struct CollHandle<'c, R> {
+    core: Arc<Core<'c>>,
+    slot: Slot<R>,
+    next_check: Option<Instant>,
+}
+
+impl<R> CollHandle<'_, R> {
+    /// True once the collective finished (or can no longer run: its team was dropped after a
+    /// failure, which leaves the slot without its writer).
+    fn ready(&self) -> bool {
+        self.lock().is_some() || Arc::strong_count(&self.slot) == 1
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Result<R>>> {
+        self.slot.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn take(&self) -> Result<R> {
+        self.lock()
+            .take()
+            .unwrap_or(Err(Error::Misuse("collective abandoned: its team was dropped after a failure")))
+    }
+
+    /// Blocks, making progress, until the collective is complete; returns its result.
+    pub fn wait(self) -> Result<R> {
+        let deps = |w: u32| self.core.needs(w);
+        self.core.comm.wait(Deps::Needed(&deps), || {
+            self.core.drive();
+            self.ready()
+        })?;
+        self.take()
+    }
+
+    /// Makes progress once; true when the collective is complete ([`CollHandle::wait`] then
+    /// returns its result at once).
+    pub fn test(&mut self) -> Result<bool> {
+        self.core.comm.poll()?;
+        self.core.drive();
+        Ok(self.ready())
+    }
+}
+
+impl<R> Future for CollHandle<'_, R> {
+    type Output = Result<R>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<R>> {
+        if let Err(e) = self.core.comm.poll() {
+            return Poll::Ready(Err(e));
+        }
+        self.core.drive();
+        if self.ready() {
+            return Poll::Ready(self.take());
+        }
+        // A member the collective waits on may have died: look now and then.
+        let now = Instant::now();
+        let period = self.core.comm.cfg.peer_check;
+        if *self.next_check.get_or_insert(now + period) <= now {
+            self.next_check = Some(now + period);
+            let deps = |w: u32| self.core.needs(w);
+            if let Some(e) = self.core.comm.failed_peer(Deps::Needed(&deps)) {
+                return Poll::Ready(Err(e));
+            }
+        }
+        // Progress is driven by polling: ask to be polled again.
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}
+
+impl<'c> Team<'c> {
+    /// Queues `body`'s collective and moves its first messages.
+    fn start<R, F>(&self, body: impl FnOnce(Arc<Core<'c>>) -> F) -> Result<CollHandle<'c, R>>
+    where
+        R: Send + 'c,
+        F: Future<Output = Result<R>> + Send + 'c,
+    {
+        if crate::am::in_handler().is_some() {
+            return Err(Error::Misuse("team collective inside an AM handler"));
+        }
+        let slot: Slot<R> = Arc::new(Mutex::new(None));
+        let fut = body(self.core.clone());
+        let writer = slot.clone();
+        let queued = Box::pin(async move {
+            let r = fut.await;
+            *writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        });
+        self.core.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(queued);
+        self.core.drive();
+        Ok(CollHandle { core: self.core.clone(), slot, next_check: None })
+    }
+
+    /// Non-blocking [`Team::barrier`].
+    pub fn barrier_nb(&self) -> Result<CollHandle<'c, ()>> {
+        self.start(|c| async move { c.barrier().await })
+    }
+
+    /// Non-blocking [`Team::broadcast`]: the handle yields `buf`, holding the root's data.
+    pub fn broadcast_nb<T: Pod>(&self, root: u32, mut buf: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
+        self.start(|c| async move { c.broadcast(root, &mut buf).await.map(|()| buf) })
+    }
+
+    /// Non-blocking [`Team::reduce`].
+    pub fn reduce_nb<T: Number>(
+        &self,
+        root: u32,
+        data: Vec<T>,
+        op: ReduceOp,
+    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        self.start(|c| async move { c.reduce(root, &data, &builtin::<T>(op)).await })
+    }
+
+    /// Non-blocking [`Team::allreduce`].
+    pub fn allreduce_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<'c, Vec<T>>> {
+        self.allreduce_with_nb(data, builtin::<T>(op))
+    }
+
+    /// Non-blocking [`Team::allreduce_with`].
+    pub fn allreduce_with_nb<T: Pod>(
+        &self,
+        data: Vec<T>,
+        f: impl Fn(&mut T, &T) + Send + Sync + 'c,
+    ) -> Result<CollHandle<'c, Vec<T>>> {
+        self.start(|c| async move { c.allreduce(&data, &f).await })
+    }
+
+    /// Non-blocking [`Team::gatherv`] (and gather, with equal counts).
+    pub fn gatherv_nb<T: Pod>(
+        &self,
+        root: u32,
+        data: Vec<T>,
+        counts: Vec<usize>,
+    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        self.start(|c| async move { c.gatherv(root, &data, &counts).await })
+    }
+
+    /// Non-blocking [`Team::allgatherv`] (and allgather, with equal counts).
+    pub fn allgatherv_nb<T: Pod>(&self, data: Vec<T>, counts: Vec<usize>) -> Result<CollHandle<'c, Vec<T>>> {
+        self.start(|c| async move { c.allgatherv(&data, &counts).await })
+    }
+
+    /// Non-blocking [`Team::scatter`].
+    pub fn scatter_nb<T: Pod>(
+        &self,
+        root: u32,
+        data: Option<Vec<T>>,
+        count: usize,
+    ) -> Result<CollHandle<'c, Vec<T>>> {
+        self.start(|c| async move { c.scatter(root, data.as_deref(), count).await })
+    }
+
+    /// Non-blocking [`Team::alltoall`].
+    pub fn alltoall_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
+        let counts = self.alltoall_counts(data.len())?;
+        self.alltoallv_nb(data, counts.clone(), counts)
+    }
+
+    /// Non-blocking [`Team::alltoallv`].
+    pub fn alltoallv_nb<T: Pod>(
+        &self,
+        data: Vec<T>,
+        send_counts: Vec<usize>,
+        recv_counts: Vec<usize>,
+    ) -> Result<CollHandle<'c, Vec<T>>> {
+        self.start(|c| async move { c.alltoallv(&data, &send_counts, &recv_counts).await })
+    }
+
+    /// Non-blocking [`Team::exscan`].
+    pub fn exscan_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        self.start(|c| async move { c.exscan(&data, &builtin::<T>(op)).await })
+    }
+}
