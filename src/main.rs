@@ -65,6 +65,12 @@ enum RankCmd {
         segment_kib: usize,
     },
     Bench(cli::bench::BenchArgs),
+    /// One MPI process of the `coll` suite's Open MPI comparison; rank 0 writes OUT.
+    #[cfg(feature = "mpi")]
+    #[command(name = "__mpi-coll")]
+    MpiColl {
+        out: std::path::PathBuf,
+    },
 }
 
 fn exit(code: i32) -> ExitCode {
@@ -97,7 +103,7 @@ fn main() -> ExitCode {
         Cmd::Info { n, segment_kib } => {
             let args =
                 vec!["__rank".into(), "info".into(), "--segment-kib".into(), segment_kib.to_string().into()];
-            match cli::self_launch(n, args) {
+            match cli::self_launch(n, args, vec![]) {
                 Ok(code) => exit(code),
                 Err(e) => fail(e),
             }
@@ -110,6 +116,8 @@ fn main() -> ExitCode {
             let r = match what {
                 RankCmd::Info { segment_kib } => cli::info::rank_main(segment_kib),
                 RankCmd::Bench(b) => cli::bench::rank_main(&b),
+                #[cfg(feature = "mpi")]
+                RankCmd::MpiColl { out } => cli::bench::coll_mpi::worker(&out).map_err(weft::Error::Config),
             };
             match r {
                 Ok(()) => ExitCode::SUCCESS,

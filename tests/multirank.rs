@@ -731,12 +731,13 @@ const CASES: &[Case] = &[
         ranks: &[3],
         env: &[("WEFT_RMA", "am")],
     },
-    // Every size through the bandwidth algorithms (ring, pairwise), then the latency ones.
+    // Every size through the bandwidth algorithms (ring, pairwise) with every message through
+    // the slots (chunked), then through the latency algorithms.
     Case {
         name: "teams_and_collectives_large_algorithms",
         run: teams_and_collectives,
         ranks: &[3],
-        env: &[("WEFT_COLL_SMALL_BYTES", "0")],
+        env: &[("WEFT_COLL_SMALL_BYTES", "0"), ("WEFT_COLL_DIRECT_BYTES", "100000000")],
     },
     Case {
         name: "teams_and_collectives_small_algorithms",

@@ -10,6 +10,7 @@
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
+//! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two) | 32768 |
 
 use crate::{Error, Result};
 use std::time::Duration;
@@ -46,6 +47,8 @@ pub struct Config {
     pub peer_check: Duration,
     /// Largest per-member message for which team collectives use latency algorithms.
     pub coll_small_bytes: usize,
+    /// Smallest team-collective message read straight from the sender's buffer.
+    pub coll_direct_bytes: usize,
 }
 
 /// Values set on a [`crate::Builder`]; `None` means "environment, then default".
@@ -155,6 +158,7 @@ impl Config {
                 Some(v) => v,
                 None => parse("WEFT_COLL_SMALL_BYTES", "a number of bytes")?.unwrap_or(16384),
             },
+            coll_direct_bytes: parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?.unwrap_or(32 << 10),
         })
     }
 }

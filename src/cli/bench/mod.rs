@@ -1,6 +1,9 @@
 //! `weft bench`: weft's figures beside this machine's limits, measured in the same run.
 
 mod am;
+mod coll;
+#[cfg(feature = "mpi")]
+pub mod coll_mpi;
 mod limits;
 mod report;
 mod rma;
@@ -26,6 +29,9 @@ pub enum Suite {
     /// Empty call round trip; ping-pong and bidirectional bandwidth of Vec, SerializeBuffer
     /// and RmaVec arguments, 1 and 2 threads per rank.
     Rpc,
+    /// Barrier, broadcast, allreduce and alltoall latency by size, beside Open MPI's (built
+    /// with `--features mpi`) or the machine's floor.
+    Coll,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -49,7 +55,23 @@ pub fn launch(args: &BenchArgs) -> Result<i32, String> {
     if args.json {
         a.push("--json".into());
     }
-    super::self_launch(args.n, a)
+    let mut env = vec![];
+    if args.suites.is_empty() || args.suites.contains(&Suite::Coll) {
+        env.extend(peer_collectives(args.n));
+    }
+    super::self_launch(args.n, a, env)
+}
+
+/// Open MPI's collective figures for the `coll` suite, measured now, before the weft ranks
+/// start (so the two never share the cores).
+#[cfg(feature = "mpi")]
+fn peer_collectives(n: u32) -> Option<(String, String)> {
+    coll_mpi::measure_peer(n).inspect_err(|e| eprintln!("weft bench coll: no Open MPI figures: {e}")).ok()
+}
+
+#[cfg(not(feature = "mpi"))]
+fn peer_collectives(_n: u32) -> Option<(String, String)> {
+    None
 }
 
 /// AM handlers of the `am` suite and what they count.
@@ -101,6 +123,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Am => rows.extend(am::run(&ctx, &lim)?),
             Suite::Serialize => rows.extend(serialize::run(&ctx)?),
             Suite::Rpc => rows.extend(rpc::run(&ctx, &lim)?),
+            Suite::Coll => rows.extend(coll::run(&ctx, &lim)?),
         }
     }
     ctx.progress.done();

@@ -4,9 +4,14 @@
 //! number into its own `drained` flag, which the sender reads (remote atomic load) before it
 //! reuses the slot. Every collective is a sequence of [`Channels::transfer`]s.
 //!
+//! Messages of `coll_direct_bytes` ([`crate::Config`]) and more skip the slot where the fabric can read a peer's
+//! memory ([`crate::Caps::peer_read`]): the sender announces its buffer's address in the flag
+//! line, the receiver reads the whole message from there in one copy and then stores
+//! `drained`, which is also what tells the sender its buffer is free again.
+//!
 //! Scratch layout on each member, `n` members: flags (`u64`, one 64-byte line each) —
-//! `in[src] = [filled, message bytes, tag]` for `src` in `0..n`, then `drained[src]` — and
-//! data, one slot of [`SLOT`] bytes per source.
+//! `in[src] = [filled, message bytes, tag, address or 0]` for `src` in `0..n`, then
+//! `drained[src]` — and data, one slot of [`SLOT`] bytes per source.
 
 use super::Core;
 use crate::{Error, Result, Segment};
@@ -113,13 +118,31 @@ impl Channels {
         pending.iter_mut().for_each(|p| *p = false);
         let local = flags.local();
         let mut all = true;
+        let direct_min = if comm.caps().peer_read { comm.cfg.coll_direct_bytes } else { usize::MAX };
         for (o, done) in outs.iter().zip(out_done.iter_mut()) {
+            let dst = team.members[o.to];
+            // The slot is free once the receiver drained everything sent before.
+            let drained = || comm.atomic_load(flags.at(dst, (n + me) * LINE));
+            let header =
+                |addr: u64| comm.put(flags.at(dst, me * LINE + 1), &[o.data.len() as u64, tag, addr]);
+            if o.data.len() >= direct_min {
+                // 0: not announced; 1: announced, the receiver is reading; 2: read.
+                if *done == 0 && drained()? >= sent[o.to] {
+                    header(o.data.as_ptr() as u64)?;
+                    sent[o.to] += 1;
+                    comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
+                    *done = 1;
+                }
+                if *done == 1 && drained()? >= sent[o.to] {
+                    *done = 2;
+                }
+                all &= *done == 2;
+                pending[o.to] |= *done < 2;
+                continue;
+            }
             let total = chunks(o.data.len());
             while *done < total {
-                let dst = team.members[o.to];
-                // The slot is free once the receiver drained everything sent before.
-                let drained = comm.atomic_load(flags.at(dst, (n + me) * LINE))?;
-                if drained < sent[o.to] {
+                if drained()? < sent[o.to] {
                     break;
                 }
                 let at = *done as usize * SLOT;
@@ -127,7 +150,7 @@ impl Channels {
                 if !chunk.is_empty() {
                     comm.put(slots.at(dst, me * SLOT), chunk)?;
                 }
-                comm.put(flags.at(dst, me * LINE + 1), &[o.data.len() as u64, tag])?;
+                header(0)?;
                 sent[o.to] += 1;
                 comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
                 *done += 1;
@@ -142,7 +165,8 @@ impl Channels {
                 if local.atomic(src * LINE).load(Ordering::Acquire) <= recvd[src] {
                     break;
                 }
-                let (len, their_tag) = (local.read(src * LINE + 1), local.read(src * LINE + 2));
+                let (len, their_tag, addr) =
+                    (local.read(src * LINE + 1), local.read(src * LINE + 2), local.read(src * LINE + 3));
                 if their_tag != tag || len != i.out.len() as u64 {
                     return Err(Error::Mismatch(format!(
                         "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {} bytes for {tag:#x}",
@@ -150,12 +174,19 @@ impl Channels {
                         i.out.len()
                     )));
                 }
-                let at = *done as usize * SLOT;
-                let end = (at + SLOT).min(i.out.len());
-                slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                if addr != 0 {
+                    // Announced for a direct read: the whole message, straight from the
+                    // sender's buffer.
+                    comm.read_peer(team.members[src], addr, i.out)?;
+                    *done = total;
+                } else {
+                    let at = *done as usize * SLOT;
+                    let end = (at + SLOT).min(i.out.len());
+                    slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                    *done += 1;
+                }
                 recvd[src] += 1;
                 local.atomic((n + src) * LINE).store(recvd[src], Ordering::Release);
-                *done += 1;
             }
             all &= *done == total;
             pending[src] |= *done < total;

@@ -1,0 +1,173 @@
+//! `coll` suite: latency of barrier, broadcast, allreduce and alltoall by message size, for
+//! weft's team collectives and — with the `mpi` feature — Open MPI's, timed by the same
+//! driver in the same `weft bench` run (Open MPI first, under `mpirun`, then weft).
+//!
+//! Method (as OSU's collective benchmarks): for each collective and size, a few calls to warm
+//! up and estimate the time, then the members agree on an iteration count (about 20 ms of
+//! work), then three timed runs; each run's figure is the mean over members of their time per
+//! call, and the row is the median run.
+
+use super::limits::Limits;
+use super::report::{median, Row};
+use super::Ctx;
+use serde::{Deserialize, Serialize};
+use weft::fabric::os;
+use weft::{ReduceOp, Team};
+
+/// Message sizes: bytes per member (broadcast, allreduce) or per pair (alltoall).
+pub const SIZES: &[u64] = &[8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
+
+/// Environment variable through which the launcher hands the ranks Open MPI's figures.
+pub const PEER_FILE_VAR: &str = "WEFT_BENCH_MPI_COLL";
+
+/// Time the timed part of one run aims at.
+const RUN_NS: f64 = 20e6;
+
+/// What the driver needs from a collectives library.
+pub trait CollBackend {
+    type Error: std::fmt::Display;
+    fn size(&self) -> usize;
+    fn barrier(&mut self) -> Result<(), Self::Error>;
+    /// From member 0.
+    fn broadcast(&mut self, buf: &mut [u8]) -> Result<(), Self::Error>;
+    /// Sum; the backend keeps the result.
+    fn allreduce(&mut self, data: &[f64]) -> Result<(), Self::Error>;
+    /// `data` holds one block per member; the backend keeps the result.
+    fn alltoall(&mut self, data: &[u8]) -> Result<(), Self::Error>;
+    /// Maximum and sum of one value over the members.
+    fn max(&mut self, v: f64) -> Result<f64, Self::Error>;
+    fn sum(&mut self, v: f64) -> Result<f64, Self::Error>;
+}
+
+/// One measured latency.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+pub struct Sample {
+    pub coll: String,
+    pub bytes: u64,
+    pub ns: f64,
+}
+
+/// Open MPI's figures as the launcher passes them to the ranks.
+#[derive(Serialize, Deserialize, Debug)]
+pub struct PeerResults {
+    pub library: String,
+    pub samples: Vec<Sample>,
+}
+
+/// Mean time per call of `op` over the members (median of three runs).
+fn time<B: CollBackend>(
+    b: &mut B,
+    mut op: impl FnMut(&mut B) -> Result<(), B::Error>,
+) -> Result<f64, B::Error> {
+    b.barrier()?;
+    let t = os::now_ns();
+    for _ in 0..5 {
+        op(b)?;
+    }
+    let est = b.max((os::now_ns() - t) as f64 / 5.0)?;
+    let iters = (RUN_NS / est.max(1.0)).clamp(5.0, 20_000.0) as u64;
+    let mut runs = vec![];
+    for _ in 0..3 {
+        b.barrier()?;
+        let t = os::now_ns();
+        for _ in 0..iters {
+            op(b)?;
+        }
+        let mine = (os::now_ns() - t) as f64 / iters as f64;
+        runs.push(b.sum(mine)? / b.size() as f64);
+    }
+    Ok(median(runs))
+}
+
+/// Every collective at every size.
+pub fn measure<B: CollBackend>(b: &mut B, mut note: impl FnMut(&str)) -> Result<Vec<Sample>, B::Error> {
+    let n = b.size();
+    let sample = |coll: &str, bytes: u64, ns: f64| Sample { coll: coll.into(), bytes, ns };
+    note("barrier");
+    let mut out = vec![sample("barrier", 0, time(b, |b| b.barrier())?)];
+    for &bytes in SIZES {
+        note(&format!("collectives of {bytes} B"));
+        let mut buf = vec![1u8; bytes as usize];
+        out.push(sample("broadcast", bytes, time(b, |b| b.broadcast(&mut buf))?));
+        let f = vec![1.0f64; (bytes as usize / 8).max(1)];
+        out.push(sample("allreduce", bytes, time(b, |b| b.allreduce(&f))?));
+        let blocks = vec![2u8; bytes as usize * n];
+        out.push(sample("alltoall", bytes, time(b, |b| b.alltoall(&blocks))?));
+    }
+    Ok(out)
+}
+
+/// weft's team collectives over the world team.
+struct WeftColl<'a> {
+    team: Team<'a>,
+}
+
+impl CollBackend for WeftColl<'_> {
+    type Error = weft::Error;
+    fn size(&self) -> usize {
+        self.team.size() as usize
+    }
+    fn barrier(&mut self) -> weft::Result<()> {
+        self.team.barrier()
+    }
+    fn broadcast(&mut self, buf: &mut [u8]) -> weft::Result<()> {
+        self.team.broadcast(0, buf)
+    }
+    fn allreduce(&mut self, data: &[f64]) -> weft::Result<()> {
+        self.team.allreduce(data, ReduceOp::Sum).map(drop)
+    }
+    fn alltoall(&mut self, data: &[u8]) -> weft::Result<()> {
+        self.team.alltoall(data).map(drop)
+    }
+    fn max(&mut self, v: f64) -> weft::Result<f64> {
+        Ok(self.team.allreduce(&[v], ReduceOp::Max)?[0])
+    }
+    fn sum(&mut self, v: f64) -> weft::Result<f64> {
+        Ok(self.team.allreduce(&[v], ReduceOp::Sum)?[0])
+    }
+}
+
+/// The floor a collective of `bytes` cannot beat on this machine: one one-way cache-line
+/// transfer per round (⌈log2 n⌉ rounds) plus copying the bytes each member receives.
+fn floor_ns(lim: &Limits, coll: &str, bytes: u64, n: usize) -> Option<f64> {
+    let rounds = n.next_power_of_two().trailing_zeros() as f64;
+    let received = match coll {
+        "alltoall" => bytes * (n as u64 - 1),
+        "barrier" => 0,
+        _ => bytes,
+    };
+    let copy = if received > 0 { lim.memcpy_ns(received) } else { 0.0 };
+    Some(rounds * lim.line_rt_ns? / 2.0 + copy)
+}
+
+pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
+    let w = &ctx.world;
+    let mut b = WeftColl { team: w.world_team()? };
+    let samples = measure(&mut b, |what| ctx.progress.note(&format!("coll: {what}")))?;
+    let peer: Option<PeerResults> = std::env::var(PEER_FILE_VAR)
+        .ok()
+        .and_then(|p| std::fs::read_to_string(p).ok())
+        .and_then(|s| serde_json::from_str(&s).ok());
+    let n = w.size() as usize;
+    let mut rows = vec![];
+    for s in samples {
+        let metric = format!("{} ({n} ranks)", s.coll);
+        let row = Row::new("coll", metric, s.bytes, s.ns / 1e3, "us");
+        let theirs = peer.as_ref().and_then(|p| {
+            p.samples.iter().find(|m| m.coll == s.coll && m.bytes == s.bytes).map(|m| (p, m.ns))
+        });
+        rows.push(match theirs {
+            Some((p, ns)) => row.vs(leak(&p.library), ns / 1e3),
+            None => match floor_ns(lim, &s.coll, s.bytes, n) {
+                Some(f) => row.vs("floor: rounds x line + copy", f / 1e3),
+                None => row,
+            },
+        });
+    }
+    Ok(rows)
+}
+
+/// A peer's name, as the `&'static str` rows carry (once per run).
+fn leak(s: &str) -> &'static str {
+    Box::leak(s.to_string().into_boxed_str())
+}
