@@ -10,7 +10,8 @@
 //! `drained`, which is also what tells the sender its buffer is free again.
 //!
 //! Scratch layout on each member, `n` members: flags (`u64`, one 64-byte line each) —
-//! `in[src] = [filled, message bytes, tag, address or 0]` for `src` in `0..n`, then
+//! `in[src] = [filled, message bytes, tag, address or 0, up to 32 bytes of data inline]` for
+//! `src` in `0..n`, then
 //! `drained[src]` — and data, one slot of [`SLOT`] bytes per source.
 
 use super::Core;
@@ -19,11 +20,14 @@ use std::future::poll_fn;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
 use std::task::Poll;
+use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
 /// Bytes of one chunk (one slot per source in every member's scratch).
 pub const SLOT: usize = 256 << 10;
 /// `u64` words per flag line.
 const LINE: usize = 8;
+/// Messages up to this many bytes travel inside the flag line (words 4..8).
+const INLINE: usize = 32;
 
 pub(crate) struct Channels {
     flags: Segment<u64>,
@@ -147,10 +151,15 @@ impl Channels {
                 }
                 let at = *done as usize * SLOT;
                 let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
-                if !chunk.is_empty() {
+                if o.data.len() <= INLINE {
+                    // Header and data in one line, one put.
+                    let mut line = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
+                    bytes_of_mut(&mut line[3..])[..chunk.len()].copy_from_slice(chunk);
+                    comm.put(flags.at(dst, me * LINE + 1), &line)?;
+                } else {
                     comm.put(slots.at(dst, me * SLOT), chunk)?;
+                    header(0)?;
                 }
-                header(0)?;
                 sent[o.to] += 1;
                 comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
                 *done += 1;
@@ -179,6 +188,11 @@ impl Channels {
                     // sender's buffer.
                     comm.read_peer(team.members[src], addr, i.out)?;
                     *done = total;
+                } else if i.out.len() <= INLINE {
+                    let mut words = [0u64; 4];
+                    local.copy_out(src * LINE + 4, &mut words);
+                    i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
+                    *done += 1;
                 } else {
                     let at = *done as usize * SLOT;
                     let end = (at + SLOT).min(i.out.len());
