@@ -698,6 +698,166 @@ fn teams_and_collectives() -> Res {
 
 // ---------------------------------------------------------------- driver
 
+/// Element offsets of a strided shape, one by one (the reference for non-contiguous
+/// transfers; independent of weft's run computation).
+fn strided_offsets(counts: &[usize], strides: &[usize]) -> Vec<usize> {
+    let mut offs = vec![0usize];
+    for d in 1..counts.len() {
+        offs = (0..counts[d]).flat_map(|k| offs.iter().map(move |o| o + k * strides[d - 1])).collect();
+    }
+    offs.into_iter().flat_map(|o| (0..counts[0]).map(move |i| o + i)).collect()
+}
+
+/// A random strided shape of `dims` dimensions with non-overlapping runs.
+fn random_shape(
+    r: &mut impl FnMut(usize) -> usize,
+    dims: usize,
+    counts: Option<&[usize]>,
+) -> (Vec<usize>, Vec<usize>) {
+    let counts: Vec<usize> = counts
+        .map(<[usize]>::to_vec)
+        .unwrap_or_else(|| (0..dims).map(|d| [1 + r(40), 1 + r(6), 1 + r(4)][d]).collect());
+    let mut strides = vec![];
+    let mut extent = counts[0];
+    for &c in &counts[1..] {
+        let s = extent + r(6);
+        strides.push(s);
+        extent = s * c;
+    }
+    (counts, strides)
+}
+
+/// Strided and indexed puts and gets of random shapes against an element-by-element
+/// reference, in the three completion styles; bad piece lists rejected with nothing written.
+fn vis_transfers() -> Res {
+    use weft::Pieces;
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    const LEN: usize = 4096;
+    let seg = w.alloc_segment::<u64>(LEN).map_err(e2s)?;
+    let init = |r: u32, i: usize| r as u64 * 1_000_000 + i as u64;
+    (0..LEN).for_each(|i| seg.local().write(i, init(me, i)));
+    w.barrier().map_err(e2s)?;
+    // Only this rank writes to `to`'s segment: `model` is what it must hold.
+    let to = (me + 1) % n;
+    let mut model: Vec<u64> = (0..LEN).map(|i| init(to, i)).collect();
+    let rnd = random_u64s(me as u64 + 17, 10_000);
+    let mut k = 0;
+    let mut r = |m: usize| {
+        k += 1;
+        rnd[k % rnd.len()] as usize % m.max(1)
+    };
+    let check_remote = |model: &[u64], what: &str| -> Res {
+        let mut all = vec![0u64; LEN];
+        w.get(seg.at(to, 0), &mut all).map_err(e2s)?;
+        let bad = (0..LEN).find(|&i| all[i] != model[i]);
+        ck(bad.is_none(), || format!("{what}: element {bad:?} differs"))
+    };
+    for trial in 0..40 {
+        let dims = 1 + trial % 3;
+        let (counts, dst_strides) = random_shape(&mut r, dims, None);
+        let (_, src_strides) = random_shape(&mut r, dims, Some(&counts));
+        let (db, sb) = (r(1000), r(100));
+        let dst_offs = strided_offsets(&counts, &dst_strides);
+        let src_offs = strided_offsets(&counts, &src_strides);
+        let src: Vec<u64> =
+            (0..sb + src_offs.last().map_or(0, |o| o + 1)).map(|i| (trial * 10_000 + i) as u64).collect();
+        let dp = Pieces::Strided { counts: &counts, strides: &dst_strides };
+        let sp = Pieces::Strided { counts: &counts, strides: &src_strides };
+        match trial % 3 {
+            0 => w.put_strided(seg.at(to, db), &dst_strides, &src[sb..], &src_strides, &counts),
+            1 => w.put_pieces_nb(seg.at(to, db), dp, &src[sb..], sp).and_then(|h| h.wait()),
+            _ => w.put_pieces_nbi(seg.at(to, db), dp, &src[sb..], sp).and_then(|()| w.sync_nbi()),
+        }
+        .map_err(e2s)?;
+        for (d, s) in dst_offs.iter().zip(&src_offs) {
+            model[db + d] = src[sb + s];
+        }
+        check_remote(&model, &format!("strided put {counts:?} {dst_strides:?} <- {src_strides:?}"))?;
+        // Get the same shape back into a strided local buffer.
+        let mut back = vec![u64::MAX; src.len()];
+        match trial % 3 {
+            0 => w.get_strided(seg.at(to, db), &dst_strides, &mut back[sb..], &src_strides, &counts),
+            1 => w.get_pieces_nb(seg.at(to, db), dp, &mut back[sb..], sp).and_then(|h| h.wait()),
+            _ => w.nbi(|s| s.get_pieces(seg.at(to, db), dp, &mut back[sb..], sp)),
+        }
+        .map_err(e2s)?;
+        let want: Vec<u64> = (0..src.len())
+            .map(|i| if i >= sb && src_offs.binary_search(&(i - sb)).is_ok() { src[i] } else { u64::MAX })
+            .collect();
+        ck(back == want, || format!("strided get {counts:?}"))?;
+        // Indexed: a shuffled list of disjoint pieces from one contiguous source.
+        let mut pieces = vec![];
+        let mut at = r(50);
+        while pieces.len() < 1 + r(30) && at < LEN - 64 {
+            let len = r(60);
+            pieces.push(at..at + len);
+            at += len + r(20);
+        }
+        for i in (1..pieces.len()).rev() {
+            pieces.swap(i, r(i + 1));
+        }
+        let total: usize = pieces.iter().map(|p| p.len()).sum();
+        let src: Vec<u64> = (0..total).map(|i| (trial * 7 + i * 3) as u64).collect();
+        w.put_pieces(seg.at(to, 0), Pieces::List(&pieces), &src, Pieces::Contiguous { start: 0, len: total })
+            .map_err(e2s)?;
+        let mut i = 0;
+        for p in &pieces {
+            for e in p.clone() {
+                model[e] = src[i];
+                i += 1;
+            }
+        }
+        check_remote(&model, &format!("indexed put of {} pieces", pieces.len()))?;
+        let mut back = vec![0u64; total];
+        w.get_pieces(
+            seg.at(to, 0),
+            Pieces::List(&pieces),
+            &mut back,
+            Pieces::Contiguous { start: 0, len: total },
+        )
+        .map_err(e2s)?;
+        ck(back == src, || "indexed get".into())?;
+    }
+    // Bad pieces: an error, and nothing written.
+    let src = vec![7u64; 100];
+    let cases: [(&str, weft::Result<()>); 4] = [
+        (
+            "totals differ",
+            w.put_pieces(
+                seg.at(to, 0),
+                Pieces::Contiguous { start: 0, len: 10 },
+                &src,
+                Pieces::Contiguous { start: 0, len: 11 },
+            ),
+        ),
+        (
+            "local piece outside",
+            w.put_pieces(
+                seg.at(to, 0),
+                Pieces::Contiguous { start: 0, len: 10 },
+                &src,
+                Pieces::Contiguous { start: 95, len: 10 },
+            ),
+        ),
+        (
+            "remote piece outside",
+            w.put_pieces(
+                seg.at(to, 0),
+                Pieces::List(&[0..5, LEN..LEN + 5]),
+                &src,
+                Pieces::Contiguous { start: 0, len: 10 },
+            ),
+        ),
+        ("strides missing", w.put_strided(seg.at(to, 0), &[], &src, &[], &[2, 2])),
+    ];
+    for (what, r) in cases {
+        ck(matches!(r, Err(Error::BadPieces(_) | Error::OutOfBounds { .. })), || format!("{what}: {r:?}"))?;
+    }
+    check_remote(&model, "after rejected transfers")?;
+    w.barrier().map_err(e2s)
+}
+
 struct Case {
     name: &'static str,
     run: fn() -> Res,
@@ -731,6 +891,14 @@ const CASES: &[Case] = &[
         ranks: &[3],
         env: &[("WEFT_RMA", "am")],
     },
+    Case { name: "vis_transfers", run: vis_transfers, ranks: &[2, 4], env: &[] },
+    Case {
+        name: "vis_transfers_packed",
+        run: vis_transfers,
+        ranks: &[2],
+        env: &[("WEFT_VIS_PACK_BYTES", "1000000"), ("WEFT_AM_RING_KIB", "16")],
+    },
+    Case { name: "vis_transfers_am_path", run: vis_transfers, ranks: &[3], env: &[("WEFT_RMA", "am")] },
     // Every size through the bandwidth algorithms (ring, pairwise) with every message through
     // the slots (chunked), then through the latency algorithms.
     Case {

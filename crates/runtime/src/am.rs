@@ -253,7 +253,9 @@ pub(crate) mod internal {
     pub const RMA_GET: u16 = 3;
     pub const RMA_ATOMIC: u16 = 4;
     pub const RMA_DONE: u16 = 5;
-    pub const COUNT: u16 = 6;
+    pub const VIS_PUT: u16 = 6;
+    pub const VIS_GET: u16 = 7;
+    pub const COUNT: u16 = 8;
 
     pub fn handlers() -> Vec<HandlerEntry> {
         let list: [(&str, HandlerFn); COUNT as usize] = [
@@ -263,6 +265,8 @@ pub(crate) mod internal {
             ("weft.rma.get", Arc::new(|m| m.comm().on_am_get(m))),
             ("weft.rma.atomic", Arc::new(|m| m.comm().on_am_atomic(m))),
             ("weft.rma.done", Arc::new(|m| m.comm().on_am_done(m))),
+            ("weft.vis.put", Arc::new(|m| m.comm().on_vis_put(m))),
+            ("weft.vis.get", Arc::new(|m| m.comm().on_vis_get(m))),
         ];
         list.into_iter().map(|(n, f)| HandlerEntry { name: n.to_string(), f }).collect()
     }

@@ -57,6 +57,9 @@ pub enum Error {
     },
     /// Ranks disagree on the arguments of a collective call.
     Mismatch(String),
+    /// A non-contiguous transfer's pieces do not fit their buffer, or the two sides' totals
+    /// differ.
+    BadPieces(String),
     /// An AM handler id that is not registered.
     UnknownHandler {
         /// The handler id.
@@ -101,6 +104,7 @@ impl fmt::Display for Error {
             }
             Error::PeerFailed { rank, reason } => write!(f, "rank {rank} {reason}"),
             Error::Mismatch(s) => write!(f, "ranks disagree: {s}"),
+            Error::BadPieces(s) => write!(f, "bad pieces: {s}"),
             Error::UnknownHandler { id, src } => write!(f, "unknown AM handler {id} (from rank {src})"),
             Error::TooLarge { what, len, max } => write!(f, "{what} of {len} exceeds the maximum of {max}"),
             Error::Misuse(s) => write!(f, "not allowed: {s}"),

@@ -53,7 +53,7 @@ impl Comm {
 
     /// This rank's part of segment `seg` as `T`s, and the index of byte offset `off`, checked
     /// for bounds (`len` bytes) and alignment; errors are texts sent back to the initiator.
-    fn local_view<T: Pod>(
+    pub(crate) fn local_view<T: Pod>(
         &self,
         seg: u64,
         off: u64,
@@ -74,7 +74,7 @@ impl Comm {
         Ok((LocalView::new(&s.local, s.bytes / size).ok_or("segment view")?, off / size))
     }
 
-    fn reply_done(
+    pub(crate) fn reply_done(
         &self,
         m: &AmMsg<'_>,
         token: u64,

@@ -42,6 +42,7 @@ mod progress;
 mod rma;
 mod segment;
 mod team;
+mod vis;
 mod world;
 
 pub use am::{AmHandler, AmMsg};
@@ -54,6 +55,7 @@ pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};
 pub use team::coll::Number;
 pub use team::{CollHandle, ReduceOp, Team};
+pub use vis::Pieces;
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
 pub use weft_fabric::{AtomicOp, Caps, PeerState, Resource};

@@ -161,14 +161,25 @@ pub struct RmaHandle<'a> {
     comm: &'a Comm,
     op: Option<Arc<OpState>>,
     out: Option<&'a mut [u8]>,
+    /// Byte ranges of `out` that the fetched data fills, in order (empty: all of `out`).
+    scatter: Vec<std::ops::Range<usize>>,
 }
 
 impl<'a> RmaHandle<'a> {
     pub(crate) fn done(comm: &'a Comm) -> Self {
-        RmaHandle { comm, op: None, out: None }
+        RmaHandle { comm, op: None, out: None, scatter: vec![] }
     }
     pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>, out: Option<&'a mut [u8]>) -> Self {
-        RmaHandle { comm, op: Some(op), out }
+        RmaHandle { comm, op: Some(op), out, scatter: vec![] }
+    }
+    /// A get whose data lands in the given ranges of `out`, in order.
+    pub(crate) fn pending_scatter(
+        comm: &'a Comm,
+        op: Arc<OpState>,
+        out: &'a mut [u8],
+        scatter: Vec<std::ops::Range<usize>>,
+    ) -> Self {
+        RmaHandle { comm, op: Some(op), out: Some(out), scatter }
     }
     fn finish(&mut self) -> Result<()> {
         let Some(op) = self.op.take() else {
@@ -176,7 +187,16 @@ impl<'a> RmaHandle<'a> {
         };
         op.outcome()?;
         if let Some(out) = self.out.take() {
-            out.copy_from_slice(&op.data.lock().unwrap_or_else(|p| p.into_inner()));
+            let data = op.data.lock().unwrap_or_else(|p| p.into_inner());
+            if self.scatter.is_empty() {
+                out.copy_from_slice(&data);
+            }
+            let mut at = 0;
+            for r in self.scatter.drain(..) {
+                let len = r.len();
+                out[r].copy_from_slice(&data[at..at + len]);
+                at += len;
+            }
         }
         Ok(())
     }

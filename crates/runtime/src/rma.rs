@@ -192,8 +192,8 @@ impl Comm {
 
 /// Scope of [`Comm::nbi`]: implicit operations whose destinations are borrowed for the scope.
 pub struct NbiScope<'s> {
-    comm: &'s Comm,
-    gets: RefCell<Vec<RmaHandle<'s>>>,
+    pub(crate) comm: &'s Comm,
+    pub(crate) gets: RefCell<Vec<RmaHandle<'s>>>,
 }
 
 impl<'s> NbiScope<'s> {

@@ -137,5 +137,40 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
         );
     }
     w.barrier()?;
+
+    ctx.progress.note("rma strided put/get");
+    if driver {
+        rows.extend(strided(w, data.at(1, 0))?);
+    }
+    w.barrier()?;
+    Ok(rows)
+}
+
+/// Strided put/get (every other run of a 2-d array) beside the same runs as one blocking
+/// put/get each: what one call for the whole shape saves.
+fn strided(w: &weft::World, target: weft::GlobalPtr<u8>) -> Result<Vec<Row>, weft::Error> {
+    let mut rows = vec![];
+    let src = vec![5u8; 1 << 16];
+    let mut dst = vec![0u8; 1 << 16];
+    for (run, count) in [(8usize, 1024usize), (64, 512), (512, 64), (4096, 8)] {
+        let (counts, strides) = ([run, count], [2 * run]);
+        let bytes = (run * count) as u64;
+        let reps = (4096 / count as u64).max(16);
+        let one = per_op(reps, || w.put_strided(target, &strides, &src, &[run], &counts))?;
+        let each = per_op(reps, || {
+            (0..count).try_for_each(|i| w.put(target + 2 * run * i, &src[i * run..(i + 1) * run]))
+        })?;
+        let shape = format!("{count} x {run} B");
+        rows.push(
+            Row::new("rma", format!("strided put {shape}"), bytes, one, "ns").vs("one put per run", each),
+        );
+        let one = per_op(reps, || w.get_strided(target, &strides, &mut dst, &[run], &counts))?;
+        let each = per_op(reps, || {
+            (0..count).try_for_each(|i| w.get(target + 2 * run * i, &mut dst[i * run..(i + 1) * run]))
+        })?;
+        rows.push(
+            Row::new("rma", format!("strided get {shape}"), bytes, one, "ns").vs("one get per run", each),
+        );
+    }
     Ok(rows)
 }
