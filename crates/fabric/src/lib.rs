@@ -91,8 +91,15 @@ pub trait Fabric: Send + Sync + 'static {
     /// True if an event is probably waiting (cheap check, no delivery).
     fn has_incoming(&self) -> bool;
 
-    /// Sleeps until an AM arrives for this rank or `timeout` passes.
+    /// Sleeps until an AM arrives for this rank, a peer calls [`Fabric::notify`] on it, or
+    /// `timeout` passes.
     fn wait_incoming(&self, timeout: std::time::Duration);
+
+    /// Wakes `rank` if one of its threads sleeps in [`Fabric::wait_incoming`]: for one-sided
+    /// writes (a flag set by a put) that the rank waits on. Cheap when nobody sleeps.
+    fn notify(&self, rank: Rank) {
+        let _ = rank;
+    }
 
     /// Reports whether peer `rank` is still part of the job.
     fn peer_state(&self, rank: Rank) -> PeerState;

@@ -5,7 +5,7 @@
 //! | `WEFT_RANK`, `WEFT_SIZE`, `WEFT_JOB` | set by the launcher (`weft run`): this rank, the number of ranks, the job id | a job of one rank |
 //! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
 //! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 0 |
-//! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20 |
+//! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when the job has more ranks than this node has cores |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
@@ -88,6 +88,11 @@ fn parse_bool(name: &str) -> Result<Option<bool>> {
     }
 }
 
+/// True if `ranks` ranks (all on this node: the shared-memory fabric) outnumber its cores.
+fn oversubscribed(ranks: u32) -> bool {
+    std::thread::available_parallelism().is_ok_and(|c| ranks as usize > c.get())
+}
+
 fn positive(name: &str, v: u64) -> Result<u64> {
     if v == 0 {
         return Err(Error::Config(format!("{name} must be positive")));
@@ -133,10 +138,14 @@ impl Config {
             (None, Some("am")) => RmaPath::ActiveMessages,
             (None, Some(v)) => return Err(Error::Config(format!("WEFT_RMA={v:?}: expected native or am"))),
         };
-        let spin_us = match o.spin_us {
-            Some(v) => v,
-            None => parse("WEFT_SPIN_US", "a number of microseconds")?.unwrap_or(20),
-        };
+        let spin_us =
+            match o.spin_us {
+                Some(v) => v,
+                // More ranks than cores: a spinning waiter holds the core its peer needs, so
+                // yield at once (as Open MPI does when oversubscribed).
+                None => parse("WEFT_SPIN_US", "a number of microseconds")?
+                    .unwrap_or(if oversubscribed(size) { 0 } else { 20 }),
+            };
         let init_s = match o.init_timeout_s {
             Some(v) => v,
             None => parse("WEFT_INIT_TIMEOUT_S", "a number of seconds")?.unwrap_or(60),

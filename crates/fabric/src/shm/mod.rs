@@ -454,6 +454,10 @@ impl Fabric for ShmFabric {
         self.receivers.iter().flatten().any(Inbound::ready)
     }
 
+    fn notify(&self, rank: Rank) {
+        self.ring_doorbell(rank);
+    }
+
     fn wait_incoming(&self, timeout: Duration) {
         let c = self.control(self.rank);
         let seen = c.doorbell.load(Ordering::Acquire);

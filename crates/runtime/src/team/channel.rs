@@ -135,6 +135,7 @@ impl Channels {
                     header(o.data.as_ptr() as u64)?;
                     sent[o.to] += 1;
                     comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
+                    comm.fabric.notify(dst);
                     *done = 1;
                 }
                 if *done == 1 && drained()? >= sent[o.to] {
@@ -162,6 +163,7 @@ impl Channels {
                 }
                 sent[o.to] += 1;
                 comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
+                comm.fabric.notify(dst);
                 *done += 1;
             }
             all &= *done == total;
@@ -201,6 +203,7 @@ impl Channels {
                 }
                 recvd[src] += 1;
                 local.atomic((n + src) * LINE).store(recvd[src], Ordering::Release);
+                comm.fabric.notify(team.members[src]);
             }
             all &= *done == total;
             pending[src] |= *done < total;
