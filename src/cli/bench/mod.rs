@@ -59,7 +59,10 @@ pub fn launch(args: &BenchArgs) -> Result<i32, String> {
     if args.suites.is_empty() || args.suites.contains(&Suite::Coll) {
         env.extend(peer_collectives(args.n));
     }
-    super::self_launch(args.n, a, env)
+    let files: Vec<String> = env.iter().map(|(_, path)| path.clone()).collect();
+    let r = super::self_launch(args.n, a, env);
+    files.iter().for_each(|f| drop(std::fs::remove_file(f)));
+    r
 }
 
 /// Open MPI's collective figures for the `coll` suite, measured now, before the weft ranks
