@@ -101,6 +101,16 @@ fn carve<'a, T>(mut buf: &'a mut [T], counts: &[usize]) -> Vec<&'a mut [T]> {
         .collect()
 }
 
+/// Receives for every member's block except `skip`'s (this member's own).
+fn receive_into<T: Pod>(blocks: Vec<&mut [T]>, skip: usize) -> Vec<In<'_>> {
+    blocks
+        .into_iter()
+        .enumerate()
+        .filter(|&(r, _)| r != skip)
+        .map(|(from, b)| In { from, out: bytes_of_mut(b) })
+        .collect()
+}
+
 /// A block to read and a disjoint block to write, of one buffer.
 fn read_write<T>(
     buf: &mut [T],
@@ -346,12 +356,7 @@ impl Core<'_> {
         let mut all = vec![T::zeroed(); counts.iter().sum()];
         let mut blocks = carve(&mut all, counts);
         blocks[root].copy_from_slice(data);
-        let mut ins: Vec<In<'_>> = blocks
-            .into_iter()
-            .enumerate()
-            .filter(|&(r, _)| r != root)
-            .map(|(from, b)| In { from, out: bytes_of_mut(b) })
-            .collect();
+        let mut ins = receive_into(blocks, root);
         self.send_recv(tag::GATHER, &[], &mut ins).await?;
         Ok(Some(all))
     }
@@ -367,12 +372,7 @@ impl Core<'_> {
             blocks[me].copy_from_slice(data);
             let outs: Vec<Out<'_>> =
                 (0..n).filter(|&r| r != me).map(|to| Out { to, data: bytes_of(data) }).collect();
-            let mut ins: Vec<In<'_>> = blocks
-                .into_iter()
-                .enumerate()
-                .filter(|&(r, _)| r != me)
-                .map(|(from, b)| In { from, out: bytes_of_mut(b) })
-                .collect();
+            let mut ins = receive_into(blocks, me);
             self.send_recv(tag::ALLGATHER, &outs, &mut ins).await?;
             return Ok(all);
         }
@@ -447,12 +447,7 @@ impl Core<'_> {
         let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
         if self.small::<T>(biggest) {
             let outs: Vec<Out<'_>> = (0..n).filter(|&r| r != me).map(out).collect();
-            let mut ins: Vec<In<'_>> = blocks
-                .into_iter()
-                .enumerate()
-                .filter(|&(r, _)| r != me)
-                .map(|(from, b)| In { from, out: bytes_of_mut(b) })
-                .collect();
+            let mut ins = receive_into(blocks, me);
             self.send_recv(tag::ALLTOALL, &outs, &mut ins).await?;
             return Ok(all);
         }
