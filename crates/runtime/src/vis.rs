@@ -15,9 +15,10 @@
 use crate::am::internal;
 use crate::ops::{nbi_push, OpState};
 use crate::rma::Started;
-use crate::segment::GlobalPtr;
+use crate::segment::{GlobalPtr, SegInfo};
 use crate::{AmMsg, Comm, Error, NbiScope, Pod, Result, RmaHandle};
 use std::ops::Range;
+use std::sync::Arc;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 use weft_fabric::{AmClass, AmPayload, Issued};
 
@@ -156,7 +157,7 @@ struct Copy {
 /// A transfer resolved and checked: target, segment, and the copies.
 struct Plan {
     rank: u32,
-    seg: u32,
+    seg: Arc<SegInfo>,
     copies: Vec<Copy>,
     total: usize,
 }
@@ -258,7 +259,7 @@ impl Comm {
             r = if n == rr.len() { ri.next() } else { Some(rr.start + n..rr.end) };
             l = if n == ll.len() { li.next() } else { Some(ll.start + n..ll.end) };
         }
-        Ok(Plan { rank: remote.rank(), seg: seg.id, copies, total: total * size })
+        Ok(Plan { rank: remote.rank(), seg: seg.clone(), copies, total: total * size })
     }
 
     /// True if the plan travels packed in AMs.
@@ -279,8 +280,7 @@ impl Comm {
         let plan = self.plan(dst, dp, src.len(), sp)?;
         let bytes = bytes_of(src);
         if !self.packed(&plan) {
-            let seg = self.segments.get(plan.seg).ok_or(Error::NoSuchSegment(plan.seg))?;
-            let region = seg.remote(plan.rank)?;
+            let region = plan.seg.remote(plan.rank)?;
             let mut pending = false;
             for c in &plan.copies {
                 pending |= matches!(
@@ -301,7 +301,7 @@ impl Comm {
             payload.clear();
             encode_list(msg, &mut payload);
             msg.iter().for_each(|c| payload.extend_from_slice(&bytes[c.local..c.local + c.len]));
-            let args = [plan.seg as u64, token];
+            let args = [plan.seg.id as u64, token];
             self.send_am(plan.rank, internal::VIS_PUT, AmClass::Request, &args, AmPayload::Medium(&payload))?;
         }
         if msgs.is_empty() {
@@ -413,8 +413,7 @@ impl Comm {
         let plan = self.plan(src, sp, dst.len(), dp)?;
         let out = bytes_of_mut(dst);
         if !self.packed(&plan) {
-            let seg = self.segments.get(plan.seg).ok_or(Error::NoSuchSegment(plan.seg))?;
-            let region = seg.remote(plan.rank)?;
+            let region = plan.seg.remote(plan.rank)?;
             for c in &plan.copies {
                 self.fabric.get(region, c.remote, &mut out[c.local..c.local + c.len])?;
             }
@@ -431,7 +430,7 @@ impl Comm {
         for msg in &msgs {
             payload.clear();
             encode_list(msg, &mut payload);
-            let args = [plan.seg as u64, token, at as u64];
+            let args = [plan.seg.id as u64, token, at as u64];
             self.send_am(plan.rank, internal::VIS_GET, AmClass::Request, &args, AmPayload::Medium(&payload))?;
             at += msg.iter().map(|c| c.len).sum::<usize>();
             scatter.extend(msg.iter().map(|c| c.local..c.local + c.len));

@@ -138,14 +138,20 @@ impl<'c> Core<'c> {
         true
     }
 
+    /// Finishes the queued non-blocking collectives.
+    fn drain(&self) -> Result<()> {
+        let deps = |w: u32| self.needs(w);
+        self.comm.wait(Deps::Needed(&deps), || self.drive())
+    }
+
     /// Runs a collective to completion: first the non-blocking ones called before it, then
     /// `fut`, making progress and watching the members it waits on.
     fn run<R>(&self, fut: impl Future<Output = Result<R>>) -> Result<R> {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("team collective inside an AM handler"));
         }
+        self.drain()?;
         let deps = |w: u32| self.needs(w);
-        self.comm.wait(Deps::Needed(&deps), || self.drive())?;
         let mut fut = pin!(fut);
         let mut cx = Context::from_waker(Waker::noop());
         let mut out = None;
@@ -209,7 +215,7 @@ impl<'c> Team<'c> {
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let c = &self.core;
         // Collectives called before it come first, as on every member.
-        c.run(async { Ok(()) })?;
+        c.drain()?;
         alloc_among(c.comm, &c.group(), &c.seq, len)
     }
 
@@ -271,8 +277,7 @@ impl Drop for Team<'_> {
     /// them); their handles then hold their results.
     fn drop(&mut self) {
         let c = &self.core;
-        let deps = |w: u32| c.needs(w);
-        if c.comm.wait(Deps::Needed(&deps), || c.drive()).is_err() {
+        if c.drain().is_err() {
             // A member failed: the queued collectives cannot finish; their handles report it.
             c.queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
