@@ -1,0 +1,230 @@
+//! The FT driver: initial conditions, forward transform, time steps, checksums, timing.
+
+use crate::class::Class;
+use crate::exchange::{Inbox, Mailbox, OneSided, Shape, Transport, TwoSided};
+use crate::local_fft::{Direction, C64};
+use crate::report::{Report, Verification};
+use crate::rng::Stream;
+use crate::transform::{Counters, Transform};
+use crate::{Error, Model, Variant};
+use rustfft::FftPlanner;
+use std::sync::{Arc, Mutex};
+use weft_fabric::os::{mem_available, now_ns};
+use weft_runtime::{ReduceOp, Segment, Team, World};
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Problem class.
+    pub class: Class,
+    /// How the transposes are spread over the computation.
+    pub variant: Variant,
+    /// How data reaches its owner.
+    pub model: Model,
+    /// Columns transformed together along the second dimension (and, for pencils, sent one
+    /// by one as they are done).
+    pub columns: usize,
+    /// Run one untimed forward and inverse transform first, touching every page (as NPB's
+    /// warm-up call does).
+    pub warm_up: bool,
+}
+
+impl Options {
+    /// Defaults for a class, variant and model.
+    pub fn new(class: Class, variant: Variant, model: Model) -> Options {
+        Options { class, variant, model, columns: 16, warm_up: true }
+    }
+}
+
+/// FT's per-world state: the two-sided handler (registered before `init`) and the receive
+/// buffers, kept for the next run of the same world (segments live as long as the world).
+pub struct Ft {
+    mailbox: Arc<Mailbox>,
+    buffers: Mutex<Option<Buffers>>,
+    epoch: Mutex<u64>,
+}
+
+/// A rank's receive buffers and its one-sided completion flags.
+type Buffers = (Arc<Inbox>, Arc<Segment<u64>>);
+
+/// α of the diffusion equation.
+const ALPHA: f64 = 1e-6;
+
+impl Ft {
+    /// Registers FT's message handler on `b`; call before `init`.
+    pub fn register(b: &mut weft_runtime::Builder) -> Ft {
+        Ft { mailbox: Mailbox::register(b), buffers: Mutex::new(None), epoch: Mutex::new(0) }
+    }
+
+    /// Runs the benchmark on every rank of `world` (collective) and returns the figures,
+    /// reduced over the ranks.
+    pub fn run(&self, world: &World, opts: &Options) -> Result<Report, Error> {
+        let [nx, ny, nz] = opts.class.dims();
+        let (p, me) = (world.size() as usize, world.rank() as usize);
+        if [nx, ny, nz].iter().any(|d| d % p != 0) {
+            return Err(Error::Setup(format!(
+                "class {} ({nx}×{ny}×{nz}) needs a number of ranks that divides every dimension; {p} does not",
+                opts.class
+            )));
+        }
+        let points = opts.class.points() / p;
+        self.check_memory(points, p, opts.variant)?;
+        let (inbox, flags) = self.buffers(world, points)?;
+        let mut xport: Box<dyn Transport> = match opts.model {
+            Model::OneSided => Box::new(OneSided::new(world.comm(), inbox, flags)),
+            Model::TwoSided => Box::new(TwoSided::new(world.comm(), self.mailbox.clone(), inbox)),
+        };
+        let team = world.world_team()?;
+        let mut planner = FftPlanner::new();
+        let fwd = Shape { a: nx, b: ny, c: nz, ranks: p, me };
+        let inv = Shape { a: nz, b: nx, c: ny, ranks: p, me };
+        let mut fwd = Transform::new(&mut planner, fwd, Direction::Forward, opts.columns);
+        let mut inv = Transform::new(&mut planner, inv, Direction::Inverse, opts.columns);
+        let mut buf = touched(points);
+        let mut u0 = touched(points);
+        let mut stage = vec![];
+        let mut epoch = self.epoch.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next_epoch = || {
+            *epoch += 1;
+            *epoch
+        };
+
+        if opts.warm_up {
+            let mut scratch = Counters::default();
+            initial_conditions(&mut buf, [nx, ny, nz], me, p);
+            fwd.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut scratch)?;
+            inv.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut scratch)?;
+        }
+        world.barrier()?;
+
+        let mut count = Counters::default();
+        let start = now_ns();
+        initial_conditions(&mut buf, [nx, ny, nz], me, p);
+        fwd.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut count)?;
+        std::mem::swap(&mut buf, &mut u0);
+        let mut checksums = Vec::with_capacity(opts.class.iterations());
+        for t in 1..=opts.class.iterations() {
+            evolve(&u0, &mut buf, [nx, ny, nz], t, me, p);
+            inv.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut count)?;
+            checksums.push(checksum(&team, &buf, [nx, ny, nz], me, p)?);
+        }
+        let elapsed = (now_ns() - start) as f64 * 1e-9;
+
+        let comm = count.comm_ns as f64 * 1e-9;
+        let maxima = team.allreduce(&[elapsed, comm, elapsed - comm], ReduceOp::Max)?;
+        let traffic = team.allreduce(&[count.messages, count.bytes], ReduceOp::Max)?;
+        let verification = Verification::check(opts.class, &checksums);
+        Ok(Report::new(
+            opts,
+            p,
+            [maxima[0], maxima[1], maxima[2]],
+            [traffic[0], traffic[1]],
+            checksums,
+            verification,
+        ))
+    }
+
+    /// The receive buffers for `points` per rank: the last run's if large enough.
+    fn buffers(&self, world: &World, points: usize) -> Result<Buffers, Error> {
+        let mut held = self.buffers.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((inbox, flags)) = held.as_ref() {
+            if inbox.points() >= points {
+                return Ok((inbox.clone(), flags.clone()));
+            }
+        }
+        let seg = world.alloc_segment::<u8>(2 * points * 16)?;
+        let flags = match held.take() {
+            Some((_, flags)) => flags,
+            None => Arc::new(world.alloc_segment::<u64>(world.size() as usize)?),
+        };
+        let inbox = Arc::new(Inbox::new(seg, points));
+        *held = Some((inbox.clone(), flags.clone()));
+        Ok((inbox, flags))
+    }
+
+    /// Fails before allocating anything if the ranks of this node would need more memory
+    /// than the kernel says is available.
+    fn check_memory(&self, points: usize, ranks: usize, variant: Variant) -> Result<(), Error> {
+        let arrays = if variant == Variant::Exchange { 5 } else { 4 };
+        let need = (points as u128) * 16 * arrays * ranks as u128;
+        match mem_available() {
+            Some(avail) if need > avail as u128 => Err(Error::Setup(format!(
+                "{} ranks need {:.1} GiB for their arrays; {:.1} GiB are available",
+                ranks,
+                need as f64 / (1u64 << 30) as f64,
+                avail as f64 / (1u64 << 30) as f64
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A zeroed vector whose pages are written now, not on first use in the timed region.
+fn touched(n: usize) -> Vec<C64> {
+    let mut v = Vec::with_capacity(n);
+    v.resize(n, C64::new(0.0, 0.0));
+    v
+}
+
+/// u0 on this rank's planes (`[k][j][i]`, planes `me·nz/p ..`): the element at linear index
+/// L = k·nx·ny + j·nx + i is (value 2L+1, value 2L+2) of the NAS stream.
+fn initial_conditions(buf: &mut [C64], [nx, ny, nz]: [usize; 3], me: usize, p: usize) {
+    let plane = nx * ny;
+    let k0 = me * nz / p;
+    for (kl, out) in buf.chunks_exact_mut(plane).enumerate() {
+        let mut s = Stream::at(2 * ((k0 + kl) * plane) as u64);
+        for v in out {
+            let re = s.next_f64();
+            *v = C64::new(re, s.next_f64());
+        }
+    }
+}
+
+/// exp(−4απ²·t·m̄²) for m = 0..n, with m̄ = ((m + n/2) mod n) − n/2.
+fn decay(n: usize, t: usize) -> Vec<f64> {
+    let ap = -4.0 * ALPHA * std::f64::consts::PI * std::f64::consts::PI;
+    (0..n)
+        .map(|m| {
+            let mb = ((m + n / 2) % n) as f64 - (n / 2) as f64;
+            (ap * t as f64 * mb * mb).exp()
+        })
+        .collect()
+}
+
+/// Time step `t` of the transformed data `u0` (`[j][i][k]`, rows `me·ny/p ..`) into `out`.
+fn evolve(u0: &[C64], out: &mut [C64], [nx, ny, nz]: [usize; 3], t: usize, me: usize, p: usize) {
+    let (ex, ey, ez) = (decay(nx, t), decay(ny, t), decay(nz, t));
+    let j0 = me * ny / p;
+    for (jl, (src, dst)) in u0.chunks_exact(nx * nz).zip(out.chunks_exact_mut(nx * nz)).enumerate() {
+        let fj = ey[j0 + jl];
+        for (i, (s, d)) in src.chunks_exact(nz).zip(dst.chunks_exact_mut(nz)).enumerate() {
+            let fij = fj * ex[i];
+            for ((s, d), fk) in s.iter().zip(d.iter_mut()).zip(&ez) {
+                *d = s * (fij * fk);
+            }
+        }
+    }
+}
+
+/// NPB's checksum of the inverse-transformed data `y` (`[i][k][j]`, rows `me·nx/p ..`):
+/// the sum over j = 1..1024 of y(j mod nx, 3j mod ny, 5j mod nz), over all ranks, / N.
+fn checksum(
+    team: &Team<'_>,
+    y: &[C64],
+    [nx, ny, nz]: [usize; 3],
+    me: usize,
+    p: usize,
+) -> Result<[f64; 2], Error> {
+    let il = nx / p;
+    let i0 = me * il;
+    let mut sum = C64::new(0.0, 0.0);
+    for j in 1..=1024usize {
+        let (i, jj, k) = (j % nx, (3 * j) % ny, (5 * j) % nz);
+        if (i0..i0 + il).contains(&i) {
+            sum += y[((i - i0) * nz + k) * ny + jj];
+        }
+    }
+    let total = team.allreduce(&[sum.re, sum.im], ReduceOp::Sum)?;
+    let n = (nx * ny * nz) as f64;
+    Ok([total[0] / n, total[1] / n])
+}
