@@ -3,7 +3,7 @@
 use crate::class::Class;
 use crate::exchange::{Inbox, Mailbox, OneSided, Shape, Transport, TwoSided};
 use crate::local_fft::{Direction, C64};
-use crate::report::{Report, Verification};
+use crate::report::{Report, Times, Verification};
 use crate::rng::Stream;
 use crate::transform::{Counters, Transform};
 use crate::{Error, Model, Variant};
@@ -110,18 +110,12 @@ impl Ft {
         }
         let elapsed = (now_ns() - start) as f64 * 1e-9;
 
-        let comm = count.comm_ns as f64 * 1e-9;
-        let maxima = team.allreduce(&[elapsed, comm, elapsed - comm], ReduceOp::Max)?;
+        let (init, done) = (count.initiation_ns as f64 * 1e-9, count.completion_ns as f64 * 1e-9);
+        let m = team.allreduce(&[elapsed, init + done, elapsed - init - done, init, done], ReduceOp::Max)?;
         let traffic = team.allreduce(&[count.messages, count.bytes], ReduceOp::Max)?;
         let verification = Verification::check(opts.class, &checksums);
-        Ok(Report::new(
-            opts,
-            p,
-            [maxima[0], maxima[1], maxima[2]],
-            [traffic[0], traffic[1]],
-            checksums,
-            verification,
-        ))
+        let times = Times { total: m[0], comm: m[1], compute: m[2], initiation: m[3], completion: m[4] };
+        Ok(Report::new(opts, p, times, [traffic[0], traffic[1]], checksums, verification))
     }
 
     /// The receive buffers for `points` per rank: the last run's if large enough.

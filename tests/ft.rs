@@ -1,0 +1,101 @@
+//! NAS FT verification through the launcher: classes S and W, every variant and model, with
+//! 1, 2 and 4 ranks. Each rank is this test executable with `WEFT_FT_CASE` naming the run.
+
+use std::process::{Command, Output};
+use weft_ft::{Class, Ft, Model, Options, Variant, Verification};
+
+/// One rank: run FT, check the checksums against NPB's and the message pattern against the
+/// variant's.
+fn rank(case: &str) -> Result<(), String> {
+    let words: Vec<&str> = case.split_whitespace().collect();
+    let [class, variant, model] = words[..] else { return Err(format!("bad case {case:?}")) };
+    let (class, variant, model): (Class, Variant, Model) = (class.parse()?, variant.parse()?, model.parse()?);
+    let mut b = weft::World::builder();
+    let ft = Ft::register(&mut b);
+    let world = b.init().map_err(|e| e.to_string())?;
+    let report = ft.run(&world, &Options::new(class, variant, model)).map_err(|e| e.to_string())?;
+    if report.verification != Verification::Successful {
+        return Err(format!("verification {:?}: checksums {:?}", report.verification, report.checksums));
+    }
+    // Messages to other ranks per transform and rank: 1 (exchange), one per plane (slabs),
+    // one per plane and column (pencils), to each of the P - 1 others.
+    let [nx, ny, nz] = class.dims();
+    let p = world.size() as usize;
+    let per_peer = |a: usize, c: usize| match variant {
+        Variant::Exchange => 1,
+        Variant::Slabs => c / p,
+        Variant::Pencils => c / p * a,
+    };
+    let transforms = class.iterations();
+    let want = ((per_peer(nx, nz) + transforms * per_peer(nz, ny)) * (p - 1)) as u64;
+    if report.messages_per_rank != want {
+        return Err(format!("{} messages per rank, expected {want}", report.messages_per_rank));
+    }
+    let bytes = (class.points() / p / p * (p - 1) * 16 * (transforms + 1)) as u64;
+    if report.bytes_per_rank != bytes {
+        return Err(format!("{} bytes per rank, expected {bytes}", report.bytes_per_rank));
+    }
+    world.barrier().map_err(|e| e.to_string())
+}
+
+fn launch(case: &str, n: u32) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "-n", &n.to_string(), "--timeout", "300", "--"])
+        .arg(std::env::current_exe().expect("test executable"))
+        .env("WEFT_FT_CASE", case)
+        .output()
+        .expect("start weft run")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "--- stdout\n{}--- stderr\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn verify(case: String, n: u32) -> Result<(), libtest_mimic::Failed> {
+    let out = launch(&case, n);
+    if !out.status.success() {
+        return Err(format!("FT {case} with {n} ranks failed ({})\n{}", out.status, text(&out)).into());
+    }
+    Ok(())
+}
+
+/// 3 ranks cannot split class S's 64 planes: every rank says so, and the job fails.
+fn ranks_must_divide() -> Result<(), libtest_mimic::Failed> {
+    let out = launch("S pencils one-sided", 3);
+    let said = text(&out);
+    if out.status.success() || !said.contains("divides every dimension") {
+        return Err(format!("class S on 3 ranks was not refused clearly\n{said}").into());
+    }
+    Ok(())
+}
+
+fn main() {
+    if let Ok(case) = std::env::var("WEFT_FT_CASE") {
+        match rank(&case) {
+            Ok(()) => std::process::exit(0),
+            Err(e) => {
+                println!("FAILED: {e}");
+                std::process::exit(1);
+            }
+        }
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = vec![];
+    for class in [Class::S, Class::W] {
+        for variant in Variant::ALL {
+            for model in Model::ALL {
+                for n in [1, 2, 4] {
+                    let case = format!("{class} {variant} {model}");
+                    let name = format!("ft_{class}_{variant}_{model}_{n}ranks").replace('-', "_");
+                    trials.push(libtest_mimic::Trial::test(name, move || verify(case, n)));
+                }
+            }
+        }
+    }
+    trials.push(libtest_mimic::Trial::test("ft_ranks_must_divide_the_grid", ranks_must_divide));
+    libtest_mimic::run(&args, trials).exit();
+}
