@@ -4,6 +4,7 @@ mod am;
 mod coll;
 #[cfg(feature = "mpi")]
 pub mod coll_mpi;
+mod ft;
 mod limits;
 mod report;
 mod rma;
@@ -32,11 +33,14 @@ pub enum Suite {
     /// Barrier, broadcast, allreduce and alltoall latency by size, beside Open MPI's (built
     /// with `--features mpi`) or the machine's floor.
     Coll,
+    /// NAS FT (class `--class`): exchange, slabs and pencils, one-sided and two-sided, each
+    /// beside the bulk exchange of the same model. Not in the default set (seconds to minutes).
+    Ft,
 }
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Suites to run (default: all).
+    /// Suites to run (default: all but ft).
     #[arg(value_enum)]
     pub suites: Vec<Suite>,
     /// Number of ranks.
@@ -45,6 +49,9 @@ pub struct BenchArgs {
     /// One JSON object per line instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// NAS FT problem class for the ft suite: S, W, A, B or C.
+    #[arg(long, default_value = "A")]
+    pub class: weft_ft::Class,
 }
 
 /// Starts the ranks of a benchmark run.
@@ -55,6 +62,7 @@ pub fn launch(args: &BenchArgs) -> Result<i32, String> {
     if args.json {
         a.push("--json".into());
     }
+    a.extend(["--class".into(), args.class.to_string().into()]);
     let mut env = vec![];
     if args.suites.is_empty() || args.suites.contains(&Suite::Coll) {
         env.extend(peer_collectives(args.n));
@@ -113,12 +121,18 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
     let ping = b.handler("bench.ping", move |m| m.reply_short(pong, &[]).expect("reply"));
     let fin = b.handler("bench.fin", move |m| m.reply_short(fin_ack, &[]).expect("reply"));
     let sink = b.handler("bench.sink", |_| {});
+    let ft = weft_ft::Ft::register(&mut b);
     let world = b.init()?;
     let progress = Progress::new(args.json, world.rank());
     let ctx = Ctx { world, handlers: Handlers { ping, sink, fin, pongs, fin_acks }, progress };
-    let suites = if args.suites.is_empty() { Suite::value_variants().to_vec() } else { args.suites.clone() };
+    let suites = if args.suites.is_empty() {
+        Suite::value_variants().iter().copied().filter(|&s| s != Suite::Ft).collect()
+    } else {
+        args.suites.clone()
+    };
     let lim = limits::measure(&ctx)?;
     let mut rows: Vec<Row> = vec![];
+    let mut ft_rows = vec![];
     for s in suites {
         match s {
             Suite::Limits => rows.extend(lim.rows()),
@@ -127,6 +141,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Serialize => rows.extend(serialize::run(&ctx)?),
             Suite::Rpc => rows.extend(rpc::run(&ctx, &lim)?),
             Suite::Coll => rows.extend(coll::run(&ctx, &lim)?),
+            Suite::Ft => ft_rows = ft::run(&ctx, &ft, args.class)?,
         }
     }
     ctx.progress.done();
@@ -136,6 +151,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
         }
         if args.json {
             print_json(&rows);
+            ft::print_json(&ft_rows);
         } else {
             println!(
                 "weft bench: {} ranks on {} (fabric {}); ratio = weft / limit",
@@ -147,6 +163,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
                 println!("(malloc keeps freed memory, as RDMA setups ask: buffers are timed warm)");
             }
             print_table(&rows);
+            ft::print_table(&ft_rows);
         }
     }
     ctx.world.barrier()

@@ -1,0 +1,91 @@
+//! `weft bench ft`: NAS FT's transpose variants × communication models for one class, in one
+//! job, each beside the bulk exchange of the same model (the paper's baseline, Figures 7–10
+//! of Bell et al., IPDPS 2006).
+
+use super::Ctx;
+use serde::Serialize;
+use weft_ft::{Class, Ft, Model, Options, Report, Variant};
+
+/// One configuration's report with its ratios to the exchange of the same model.
+#[derive(Serialize)]
+pub struct FtRow {
+    suite: &'static str,
+    #[serde(flatten)]
+    report: Report,
+    /// Total time / the exchange's total time (same model).
+    time_vs_exchange: f64,
+    /// Non-overlapped communication time / the exchange's (same model).
+    comm_vs_exchange: f64,
+}
+
+/// Runs every variant and model of `class`.
+pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> {
+    let mut rows = vec![];
+    for model in Model::ALL {
+        let mut exchange: Option<(f64, f64)> = None;
+        for variant in Variant::ALL {
+            ctx.progress.note(&format!("FT class {class} {variant} {model}"));
+            let report = ft
+                .run(&ctx.world, &Options::new(class, variant, model))
+                .map_err(|e| weft::Error::Config(format!("ft {class} {variant} {model}: {e}")))?;
+            let (t, c) = *exchange.get_or_insert((report.time_s, report.comm_s));
+            rows.push(FtRow {
+                suite: "ft",
+                time_vs_exchange: report.time_s / t,
+                comm_vs_exchange: if c > 0.0 { report.comm_s / c } else { 0.0 },
+                report,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+/// The table: one line per variant and model.
+pub fn print_table(rows: &[FtRow]) {
+    let Some(first) = rows.first() else { return };
+    let [nx, ny, nz] = first.report.class.dims();
+    println!(
+        "\n== ft: NAS FT class {} ({nx}x{ny}x{nz}, {} iterations), {} ranks; comm = time inside communication calls (not overlapped) ==",
+        first.report.class, first.report.iterations, first.report.ranks
+    );
+    println!(
+        "{:<9} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>9}  verification",
+        "variant",
+        "model",
+        "time s",
+        "compute",
+        "comm s",
+        "init",
+        "wait",
+        "comm/exch",
+        "time/exch",
+        "msgs/rank",
+        "msg size"
+    );
+    for r in rows {
+        let p = &r.report;
+        println!(
+            "{:<9} {:<10} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2}x {:>8.2}x {:>10} {:>9}  {} ({:.0} Mop/s)",
+            p.variant.name(),
+            p.model.name(),
+            p.time_s,
+            p.compute_s,
+            p.comm_s,
+            p.initiation_s,
+            p.completion_s,
+            r.comm_vs_exchange,
+            r.time_vs_exchange,
+            p.messages_per_rank,
+            super::report::size_name(p.message_bytes.round() as u64),
+            p.verification.word(),
+            p.mops
+        );
+    }
+}
+
+/// One JSON object per configuration.
+pub fn print_json(rows: &[FtRow]) {
+    for r in rows {
+        println!("{}", serde_json::to_string(r).unwrap_or_default());
+    }
+}
