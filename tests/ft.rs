@@ -2,6 +2,9 @@
 //! 1, 2 and 4 ranks. Each rank is this test executable with `WEFT_FT_CASE` naming the run.
 
 use std::process::{Command, Output};
+use std::sync::Arc;
+use weft_ft::exchange::{Inbox, Mailbox, Pattern, Shape, Transport, TwoSided};
+use weft_ft::local_fft::C64;
 use weft_ft::{Class, Ft, Model, Options, Variant, Verification};
 
 /// One rank: run FT, check the checksums against NPB's and the message pattern against the
@@ -36,6 +39,71 @@ fn rank(case: &str) -> Result<(), String> {
         return Err(format!("{} bytes per rank, expected {bytes}", report.bytes_per_rank));
     }
     world.barrier().map_err(|e| e.to_string())
+}
+
+/// Two ranks: rank 1 forges two-sided messages to rank 0 (an index past the posted ones, a
+/// duplicate, a wrong argument count); each must end rank 0's wait with a clear error and
+/// write nothing. Then a real message of three fragments must arrive intact.
+fn forged_messages() -> Result<(), String> {
+    let e2s = |e: weft::Error| e.to_string();
+    let mut b = weft::World::builder();
+    let mailbox = Mailbox::register(&mut b);
+    let world = b.init().map_err(e2s)?;
+    let me = world.rank() as usize;
+    let shape = Shape { a: 128, b: 64, c: 4, ranks: 2, me };
+    let points = shape.local_points();
+    let inbox = Arc::new(Inbox::new(world.alloc_segment::<u8>(2 * points * 16).map_err(e2s)?, points));
+    let mut xport = TwoSided::new(world.comm(), mailbox.clone(), inbox.clone());
+    let two = Pattern { count: 2, unit: points / 2 / 2 };
+    let one = Pattern { count: 1, unit: points / 2 };
+    let h = mailbox.handler();
+    let forge = |args: &[u64], len: usize| world.am_request_medium(0, h, args, &vec![7u8; len]).map_err(e2s);
+    let expect_error = |r: Result<(), weft_ft::Error>, what: &str| match r {
+        Err(e) if e.to_string().contains(what) => Ok(()),
+        other => Err(format!("expected an error saying {what:?}, got {other:?}")),
+    };
+    let untouched = |epoch: u64| {
+        let mut got = vec![1u8; points * 16];
+        inbox.view().copy_out(inbox.base(epoch), &mut got);
+        if got.iter().all(|&b| b == 0) {
+            Ok(())
+        } else {
+            Err(format!("epoch {epoch}: bytes written"))
+        }
+    };
+    let unit = 1024;
+    for (epoch, args, what) in
+        [(1u64, vec![1u64, 5, 0], "malformed"), (2, vec![2, 0, 0], "twice"), (3, vec![3], "arguments")]
+    {
+        if me == 0 {
+            xport.begin(epoch, shape, two).map_err(|e| e.to_string())?;
+            expect_error(xport.finish(), what)?;
+            if epoch != 2 {
+                untouched(epoch)?;
+            }
+        } else {
+            forge(&args, unit)?;
+            if epoch == 2 {
+                forge(&args, unit)?;
+            }
+        }
+        world.barrier().map_err(e2s)?;
+    }
+    // A real message, larger than a medium AM.
+    let data: Vec<C64> = (0..one.unit).map(|i| C64::new(i as f64, -(i as f64))).collect();
+    xport.begin(4, shape, one).map_err(|e| e.to_string())?;
+    if me == 1 {
+        xport.send(0, 0, &data).map_err(|e| e.to_string())?;
+    } else {
+        xport.finish().map_err(|e| e.to_string())?;
+        let mut got = vec![C64::default(); one.unit];
+        let at = inbox.base(4) + shape.region(1) * 16;
+        inbox.view().copy_out(at, bytemuck::cast_slice_mut(&mut got));
+        if got != data {
+            return Err("a fragmented message arrived changed".into());
+        }
+    }
+    world.barrier().map_err(e2s)
 }
 
 fn launch(case: &str, n: u32) -> Output {
@@ -75,7 +143,8 @@ fn ranks_must_divide() -> Result<(), libtest_mimic::Failed> {
 
 fn main() {
     if let Ok(case) = std::env::var("WEFT_FT_CASE") {
-        match rank(&case) {
+        let r = if case == "forged" { forged_messages() } else { rank(&case) };
+        match r {
             Ok(()) => std::process::exit(0),
             Err(e) => {
                 println!("FAILED: {e}");
@@ -97,5 +166,6 @@ fn main() {
         }
     }
     trials.push(libtest_mimic::Trial::test("ft_ranks_must_divide_the_grid", ranks_must_divide));
+    trials.push(libtest_mimic::Trial::test("ft_two_sided_forged_messages", || verify("forged".into(), 2)));
     libtest_mimic::run(&args, trials).exit();
 }

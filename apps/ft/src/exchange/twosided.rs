@@ -1,7 +1,8 @@
 //! Two-sided model on weft active messages: each epoch the receiver posts one receive per
 //! expected message (source, index) with the place it goes; senders name only the message.
 //! A message larger than a medium AM travels as fragments `[epoch, index, byte offset]`; the
-//! handler matches each against the posted receive and copies it in. A message for an epoch
+//! handler matches each against the posted receive and copies it in; fragments must come in
+//! order (one source's AMs are delivered in order), which also catches duplicates. A message for an epoch
 //! not yet posted (a sender one transform ahead) is kept aside and placed when its receive is
 //! posted, as MPI's unexpected-message queue does.
 
@@ -47,8 +48,13 @@ impl State {
                     ));
                     return;
                 };
-                if *left < bytes.len() {
-                    self.error.get_or_insert(format!("rank {src} sent message {index} twice"));
+                // Fragments of a message come in order (one source's AMs are delivered in
+                // order), so anything but the next offset is a duplicate or a forgery.
+                if offset != unit - *left || bytes.len() > *left {
+                    self.error.get_or_insert(format!(
+                        "rank {src} sent message {index} twice (fragment at byte {offset}, expected byte {})",
+                        unit - *left
+                    ));
                     return;
                 }
                 let inbox = self.inbox.as_ref().expect("posted receives have an inbox");
@@ -88,6 +94,11 @@ impl Mailbox {
         let mb = Arc::new(Mailbox { state: Mutex::default(), handler });
         cell.set(mb.clone()).ok().expect("set once");
         mb
+    }
+
+    /// The handler messages arrive on (`[epoch, index, byte offset]` + payload).
+    pub fn handler(&self) -> AmHandler {
+        self.handler
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
