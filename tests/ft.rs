@@ -1,6 +1,8 @@
 //! NAS FT verification through the launcher: classes S and W, every variant and model, with
 //! 1, 2 and 4 ranks. Each rank is this test executable with `WEFT_FT_CASE` naming the run.
 
+mod common;
+
 use std::process::{Command, Output};
 use std::sync::Arc;
 use weft_ft::exchange::{Inbox, Mailbox, Pattern, Shape, Transport, TwoSided};
@@ -115,18 +117,12 @@ fn launch(case: &str, n: u32) -> Output {
         .expect("start weft run")
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "--- stdout\n{}--- stderr\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn verify(case: String, n: u32) -> Result<(), libtest_mimic::Failed> {
     let out = launch(&case, n);
     if !out.status.success() {
-        return Err(format!("FT {case} with {n} ranks failed ({})\n{}", out.status, text(&out)).into());
+        return Err(
+            format!("FT {case} with {n} ranks failed ({})\n{}", out.status, common::text(&out)).into()
+        );
     }
     Ok(())
 }
@@ -134,7 +130,7 @@ fn verify(case: String, n: u32) -> Result<(), libtest_mimic::Failed> {
 /// 3 ranks cannot split class S's 64 planes: every rank says so, and the job fails.
 fn ranks_must_divide() -> Result<(), libtest_mimic::Failed> {
     let out = launch("S pencils one-sided", 3);
-    let said = text(&out);
+    let said = common::text(&out);
     if out.status.success() || !said.contains("divides every dimension") {
         return Err(format!("class S on 3 ranks was not refused clearly\n{said}").into());
     }
@@ -143,14 +139,7 @@ fn ranks_must_divide() -> Result<(), libtest_mimic::Failed> {
 
 fn main() {
     if let Ok(case) = std::env::var("WEFT_FT_CASE") {
-        let r = if case == "forged" { forged_messages() } else { rank(&case) };
-        match r {
-            Ok(()) => std::process::exit(0),
-            Err(e) => {
-                println!("FAILED: {e}");
-                std::process::exit(1);
-            }
-        }
+        common::exit_with(if case == "forged" { forged_messages() } else { rank(&case) });
     }
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = vec![];

@@ -1,6 +1,8 @@
 //! Multi-process tests: every trial starts real ranks through the launcher (`weft run -n N`),
 //! each rank being this same executable with `WEFT_TEST_CASE` naming the case to run.
 
+mod common;
+
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -932,14 +934,6 @@ fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
     (out, t.elapsed(), pid)
 }
 
-fn text(o: &Output) -> String {
-    format!(
-        "--- stdout\n{}--- stderr\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 fn shm_leftovers(launcher_pid: u32) -> Vec<String> {
     let prefix = format!("weft-{launcher_pid:x}x");
     std::fs::read_dir("/dev/shm")
@@ -959,7 +953,7 @@ fn run_case(case: &Case, n: u32) -> Result<(), libtest_mimic::Failed> {
             "{} with {n} ranks failed after {took:?} ({})\n{}",
             case.name,
             out.status,
-            text(&out)
+            common::text(&out)
         )
         .into());
     }
@@ -975,7 +969,7 @@ fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
     let (out, took, pid) = launch("killed_rank", n, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.success() || !err.contains("rank 1") || !err.contains("SIGKILL") {
-        return Err(format!("kill not reported ({})\n{}", out.status, text(&out)).into());
+        return Err(format!("kill not reported ({})\n{}", out.status, common::text(&out)).into());
     }
     // The job ends when the launcher has stopped everyone: well within 2 s of the kill (the
     // ranks themselves would otherwise sleep 30 s).
@@ -993,15 +987,15 @@ fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
     let weft = env!("CARGO_BIN_EXE_weft");
     let out = Command::new(weft).args(["run", "-n", "2"]).output()?;
     if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("PROGRAM") {
-        return Err(format!("`weft run` without a program: {}", text(&out)).into());
+        return Err(format!("`weft run` without a program: {}", common::text(&out)).into());
     }
     let out = Command::new(weft).args(["run", "-n", "2", "--", "/nonexistent/program"]).output()?;
     if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("cannot start") {
-        return Err(format!("missing program: {}", text(&out)).into());
+        return Err(format!("missing program: {}", common::text(&out)).into());
     }
     let out = Command::new(weft).args(["run", "-n", "2", "--", "sh", "-c", "exit 3"]).output()?;
     if out.status.code() != Some(3) {
-        return Err(format!("exit status not forwarded: {}", text(&out)).into());
+        return Err(format!("exit status not forwarded: {}", common::text(&out)).into());
     }
     let exe = std::env::current_exe()?;
     let out = Command::new(weft)
@@ -1012,7 +1006,7 @@ fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
         .output()?;
     let err = String::from_utf8_lossy(&out.stdout);
     if out.status.success() || !err.contains("WEFT_AM_RING_KIB") {
-        return Err(format!("bad WEFT_* value: {}", text(&out)).into());
+        return Err(format!("bad WEFT_* value: {}", common::text(&out)).into());
     }
     Ok(())
 }
@@ -1027,13 +1021,7 @@ fn main() {
             eprintln!("unknown test case {name}");
             std::process::exit(2);
         };
-        match run() {
-            Ok(()) => std::process::exit(0),
-            Err(e) => {
-                println!("FAILED: {e}");
-                std::process::exit(1);
-            }
-        }
+        common::exit_with(run());
     }
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = vec![];

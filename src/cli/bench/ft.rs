@@ -16,6 +16,10 @@ pub struct FtRow {
     time_vs_exchange: f64,
     /// Non-overlapped communication time / the exchange's (same model).
     comm_vs_exchange: f64,
+    /// The copy floor: time for every rank at once to copy the bytes it sends, in pieces of
+    /// the run's message size, from a cache-hot buffer into memory, s. On a fabric whose
+    /// puts are CPU copies (shared memory) this bounds the initiation time from below.
+    copy_floor_s: f64,
 }
 
 /// Runs every variant and model of `class`.
@@ -29,8 +33,10 @@ pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> 
                 .run(&ctx.world, &Options::new(class, variant, model))
                 .map_err(|e| weft::Error::Config(format!("ft {class} {variant} {model}: {e}")))?;
             let (t, c) = *exchange.get_or_insert((report.time_s, report.comm_s));
+            let copy_floor_s = copy_floor(ctx, report.bytes_per_rank, report.message_bytes)?;
             rows.push(FtRow {
                 suite: "ft",
+                copy_floor_s,
                 time_vs_exchange: report.time_s / t,
                 comm_vs_exchange: if c > 0.0 { report.comm_s / c } else { 0.0 },
                 report,
@@ -38,6 +44,33 @@ pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> 
         }
     }
     Ok(rows)
+}
+
+/// Seconds for every rank at once to copy `total` bytes in `piece`-byte pieces from a hot
+/// source into a destination larger than the caches (the maximum over the ranks).
+fn copy_floor(ctx: &Ctx, total: u64, piece: f64) -> Result<f64, weft::Error> {
+    let piece = (piece.round() as usize).max(1);
+    if total == 0 {
+        return Ok(0.0);
+    }
+    let src = vec![1u8; piece];
+    let mut dst = vec![0u8; (256 << 20).min(total as usize).max(piece)];
+    dst.fill(2); // fault the pages in before timing
+    let slots = dst.len() / piece;
+    let team = ctx.world.world_team()?;
+    team.barrier()?;
+    let start = weft::fabric::os::now_ns();
+    let mut left = total as usize;
+    let mut slot = 0;
+    while left > 0 {
+        let n = piece.min(left);
+        dst[slot * piece..slot * piece + n].copy_from_slice(&src[..n]);
+        std::hint::black_box(&mut dst);
+        slot = (slot + 1) % slots;
+        left -= n;
+    }
+    let mine = (weft::fabric::os::now_ns() - start) as f64 * 1e-9;
+    Ok(team.allreduce(&[mine], weft::ReduceOp::Max)?[0])
 }
 
 /// The table: one line per variant and model.
@@ -49,7 +82,7 @@ pub fn print_table(rows: &[FtRow]) {
         first.report.class, first.report.iterations, first.report.ranks
     );
     println!(
-        "{:<9} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>9}  verification",
+        "{:<9} {:<10} {:>8} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10} {:>9}  verification",
         "variant",
         "model",
         "time s",
@@ -59,13 +92,14 @@ pub fn print_table(rows: &[FtRow]) {
         "wait",
         "comm/exch",
         "time/exch",
+        "copy floor",
         "msgs/rank",
         "msg size"
     );
     for r in rows {
         let p = &r.report;
         println!(
-            "{:<9} {:<10} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2}x {:>8.2}x {:>10} {:>9}  {} ({:.0} Mop/s)",
+            "{:<9} {:<10} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.3} {:>8.2}x {:>8.2}x {:>10.3} {:>10} {:>9}  {} ({:.0} Mop/s)",
             p.variant.name(),
             p.model.name(),
             p.time_s,
@@ -75,6 +109,7 @@ pub fn print_table(rows: &[FtRow]) {
             p.completion_s,
             r.comm_vs_exchange,
             r.time_vs_exchange,
+            r.copy_floor_s,
             p.messages_per_rank,
             super::report::size_name(p.message_bytes.round() as u64),
             p.verification.word(),
