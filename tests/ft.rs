@@ -13,12 +13,18 @@ use weft_ft::{Class, Ft, Model, Options, Variant, Verification};
 /// variant's.
 fn rank(case: &str) -> Result<(), String> {
     let words: Vec<&str> = case.split_whitespace().collect();
-    let [class, variant, model] = words[..] else { return Err(format!("bad case {case:?}")) };
+    let (class, variant, model, pad) = match words[..] {
+        [c, v, m] => (c, v, m, "0"),
+        [c, v, m, pad] => (c, v, m, pad),
+        _ => return Err(format!("bad case {case:?}")),
+    };
     let (class, variant, model): (Class, Variant, Model) = (class.parse()?, variant.parse()?, model.parse()?);
+    let pad = pad.parse().map_err(|_| format!("bad padding {pad:?}"))?;
     let mut b = weft::World::builder();
     let ft = Ft::register(&mut b);
     let world = b.init().map_err(|e| e.to_string())?;
-    let report = ft.run(&world, &Options::new(class, variant, model)).map_err(|e| e.to_string())?;
+    let opts = Options { pad, ..Options::new(class, variant, model) };
+    let report = ft.run(&world, &opts).map_err(|e| e.to_string())?;
     if report.verification != Verification::Successful {
         return Err(format!("verification {:?}: checksums {:?}", report.verification, report.checksums));
     }
@@ -152,6 +158,14 @@ fn main() {
                     trials.push(libtest_mimic::Trial::test(name, move || verify(case, n)));
                 }
             }
+        }
+    }
+    // Padded rows (an odd padding, so no row starts cache-line aligned).
+    for variant in Variant::ALL {
+        for (model, n) in [(Model::OneSided, 2), (Model::TwoSided, 4)] {
+            let case = format!("W {variant} {model} 3");
+            let name = format!("ft_W_{variant}_{model}_pad3_{n}ranks").replace('-', "_");
+            trials.push(libtest_mimic::Trial::test(name, move || verify(case, n)));
         }
     }
     trials.push(libtest_mimic::Trial::test("ft_ranks_must_divide_the_grid", ranks_must_divide));

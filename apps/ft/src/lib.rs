@@ -34,7 +34,7 @@ pub mod transform;
 
 pub use class::Class;
 pub use report::{Report, Verification};
-pub use solver::{Ft, Options};
+pub use solver::{Ft, Options, DEFAULT_PAD};
 
 use std::fmt;
 use std::str::FromStr;

@@ -20,6 +20,9 @@ struct Args {
     /// Columns transformed (and, for pencils, sent) per block.
     #[arg(long, default_value_t = 16)]
     columns: usize,
+    /// Unused points after each row of the arrays read with non-unit stride (0: none).
+    #[arg(long, default_value_t = weft_ft::DEFAULT_PAD)]
+    pad: usize,
     /// Skip the untimed warm-up transforms.
     #[arg(long)]
     no_warm_up: bool,
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     let opts = Options {
         columns: args.columns,
         warm_up: !args.no_warm_up,
+        pad: args.pad,
         ..Options::new(args.class, args.variant, args.model)
     };
     let run = || -> Result<(bool, u32), weft_ft::Error> {

@@ -38,6 +38,10 @@ pub struct Counters {
 /// Plans and scratch for one distributed transform shape and direction.
 pub struct Transform {
     shape: Shape,
+    /// Distance between input rows (≥ a; more pads the non-unit-stride accesses).
+    in_row: usize,
+    /// Distance between output rows (≥ c).
+    out_row: usize,
     along_a: Lines,
     along_b: Lines,
     along_c: Lines,
@@ -50,12 +54,22 @@ pub struct Transform {
 const LAST_BLOCK: usize = 16;
 
 impl Transform {
-    /// A transform of `shape` in direction `dir`, gathering `columns` columns at a time.
-    pub fn new(planner: &mut FftPlanner<f64>, shape: Shape, dir: Direction, columns: usize) -> Transform {
+    /// A transform of `shape` in direction `dir`, gathering `columns` columns at a time, with
+    /// `pad` unused points after each input row (of `a`) and each output row (of `c`): the
+    /// padding the paper used so that column accesses do not all fall in the same cache sets.
+    pub fn new(
+        planner: &mut FftPlanner<f64>,
+        shape: Shape,
+        dir: Direction,
+        columns: usize,
+        pad: usize,
+    ) -> Transform {
         let columns = columns.clamp(1, shape.a);
         let scratch = (columns * shape.b).max(LAST_BLOCK * shape.c);
         Transform {
             shape,
+            in_row: shape.a + pad,
+            out_row: shape.c + pad,
             along_a: Lines::new(planner, shape.a, dir),
             along_b: Lines::new(planner, shape.b, dir),
             along_c: Lines::new(planner, shape.c, dir),
@@ -68,6 +82,16 @@ impl Transform {
     /// The shape.
     pub fn shape(&self) -> Shape {
         self.shape
+    }
+
+    /// Points of the (padded) input layout `[c/P][b][a + pad]`.
+    pub fn input_len(&self) -> usize {
+        self.shape.c_local() * self.shape.b * self.in_row
+    }
+
+    /// Points of the (padded) output layout `[b/P][a][c + pad]`.
+    pub fn output_len(&self) -> usize {
+        self.shape.b_local() * self.shape.a * self.out_row
     }
 
     /// How `variant` splits a rank's part into messages.
@@ -93,7 +117,8 @@ impl Transform {
     ) -> Result<(), Error> {
         let s = self.shape;
         let (a, b, p, bl, cl) = (s.a, s.b, s.ranks, s.b_local(), s.c_local());
-        assert_eq!(buf.len(), s.local_points(), "buffer size");
+        assert!(buf.len() >= self.input_len().max(self.output_len()), "buffer size");
+        let row = self.in_row;
         let pattern = self.pattern(variant);
         let need = match variant {
             Variant::Exchange => s.local_points(),
@@ -106,11 +131,15 @@ impl Transform {
         let mut out = Sender { xport, shape: s, pattern, count };
         out.initiate(|x| x.begin(epoch, s, pattern))?;
         for c in 0..cl {
-            let plane = &mut buf[c * a * b..(c + 1) * a * b];
-            self.along_a.run(plane);
+            let plane = &mut buf[c * b * row..(c + 1) * b * row];
+            if row == a {
+                self.along_a.run(plane);
+            } else {
+                plane.chunks_exact_mut(row).for_each(|r| self.along_a.run(&mut r[..a]));
+            }
             for a0 in (0..a).step_by(self.columns) {
                 let w = self.columns.min(a - a0);
-                gather_columns(plane, a, a0, w, &mut self.cols);
+                gather_columns(plane, row, a0, w, &mut self.cols);
                 self.along_b.run(&mut self.cols[..w * b]);
                 for k in 0..w {
                     let col = &self.cols[k * b..(k + 1) * b];
@@ -147,7 +176,8 @@ impl Transform {
         Ok(())
     }
 
-    /// FFTs along `c` of the received `[c][a][b/P]` data, written as `[b/P][a][c]` into `buf`.
+    /// FFTs along `c` of the received `[c][a][b/P]` data, written as `[b/P][a][c + pad]` into
+    /// `buf`.
     fn last_stage(&mut self, buf: &mut [C64], xport: &dyn Transport) {
         let s = self.shape;
         let (a, c, bl) = (s.a, s.c, s.b_local());
@@ -163,7 +193,7 @@ impl Transform {
                 transpose(&self.tmp, c, w, &mut self.cols);
                 self.along_c.run(&mut self.cols[..w * c]);
                 for k in 0..w {
-                    let at = ((b0 + k) * a + ai) * c;
+                    let at = ((b0 + k) * a + ai) * self.out_row;
                     buf[at..at + c].copy_from_slice(&self.cols[k * c..(k + 1) * c]);
                 }
             }
