@@ -115,16 +115,25 @@ fn forged_messages() -> Result<(), String> {
 }
 
 fn launch(case: &str, n: u32) -> Output {
+    launch_with(case, n, &[])
+}
+
+fn launch_with(case: &str, n: u32, env: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_weft"))
         .args(["run", "-n", &n.to_string(), "--timeout", "300", "--"])
         .arg(std::env::current_exe().expect("test executable"))
         .env("WEFT_FT_CASE", case)
+        .envs(env.iter().copied())
         .output()
         .expect("start weft run")
 }
 
 fn verify(case: String, n: u32) -> Result<(), libtest_mimic::Failed> {
-    let out = launch(&case, n);
+    verify_with(case, n, &[])
+}
+
+fn verify_with(case: String, n: u32, env: &[(&str, &str)]) -> Result<(), libtest_mimic::Failed> {
+    let out = launch_with(&case, n, env);
     if !out.status.success() {
         return Err(
             format!("FT {case} with {n} ranks failed ({})\n{}", out.status, common::text(&out)).into()
@@ -167,6 +176,14 @@ fn main() {
             let name = format!("ft_W_{variant}_{model}_pad3_{n}ranks").replace('-', "_");
             trials.push(libtest_mimic::Trial::test(name, move || verify(case, n)));
         }
+    }
+    // One-sided over the AM-based RMA path (what a fabric without native RMA uses).
+    for (variant, n) in
+        [(Variant::Exchange, 2), (Variant::Slabs, 2), (Variant::Pencils, 2), (Variant::Pencils, 4)]
+    {
+        let case = format!("W {variant} one-sided");
+        let name = format!("ft_W_{variant}_one_sided_am_path_{n}ranks");
+        trials.push(libtest_mimic::Trial::test(name, move || verify_with(case, n, &[("WEFT_RMA", "am")])));
     }
     trials.push(libtest_mimic::Trial::test("ft_ranks_must_divide_the_grid", ranks_must_divide));
     trials.push(libtest_mimic::Trial::test("ft_two_sided_forged_messages", || verify("forged".into(), 2)));
