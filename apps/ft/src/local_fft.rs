@@ -71,14 +71,11 @@ pub fn gather_columns(block: &[C64], row_len: usize, a0: usize, w: usize, cols: 
     }
 }
 
-/// Transposes `src` (`r` rows of `c`) into `dst` (`c` rows of `r`).
+/// Transposes `src` (`r` rows of `c`) into `dst` (`c` rows of `r`): the gather of all `c`
+/// columns.
 #[inline]
 pub fn transpose(src: &[C64], r: usize, c: usize, dst: &mut [C64]) {
-    for (i, row) in src[..r * c].chunks_exact(c).enumerate() {
-        for (j, &v) in row.iter().enumerate() {
-            dst[j * r + i] = v;
-        }
-    }
+    gather_columns(&src[..r * c], c, 0, c, dst);
 }
 
 #[cfg(test)]

@@ -106,20 +106,28 @@ impl Ft {
         if opts.warm_up {
             let mut scratch = Counters::default();
             initial_conditions(&mut buf, [nx, ny, nz], row[0], me, p);
-            fwd.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut scratch)?;
-            inv.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut scratch)?;
+            fwd.run(&mut buf, None, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut scratch)?;
+            inv.run(&mut buf, None, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut scratch)?;
         }
         world.barrier()?;
 
         let mut count = Counters::default();
         let start = now_ns();
         initial_conditions(&mut buf, [nx, ny, nz], row[0], me, p);
-        fwd.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut count)?;
+        fwd.run(&mut buf, None, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut count)?;
         std::mem::swap(&mut buf, &mut u0);
         let mut checksums = Vec::with_capacity(opts.class.iterations());
         for t in 1..=opts.class.iterations() {
-            evolve(&u0, &mut buf, [nx, ny, nz], row[2], t, me, p);
-            inv.run(&mut buf, opts.variant, &mut *xport, next_epoch(), &mut stage, &mut count)?;
+            let mut step = evolve(&u0, [nx, ny, nz], row[2], t, me, p);
+            inv.run(
+                &mut buf,
+                Some(&mut step),
+                opts.variant,
+                &mut *xport,
+                next_epoch(),
+                &mut stage,
+                &mut count,
+            )?;
             checksums.push(checksum(&team, &buf, [nx, ny, nz], row[1], me, p)?);
         }
         let elapsed = (now_ns() - start) as f64 * 1e-9;
@@ -209,14 +217,21 @@ fn decay(n: usize, t: usize) -> Vec<f64> {
 }
 
 /// Time step `t` of the transformed data `u0` (`[j][i][k]`, rows of k `row` apart, j from
-/// `me·ny/p`) into `out` (same layout).
-fn evolve(u0: &[C64], out: &mut [C64], [nx, ny, nz]: [usize; 3], row: usize, t: usize, me: usize, p: usize) {
+/// `me·ny/p`), one k-row at a time: `(j_local, i, out)` writes row (j, i) into `out`.
+fn evolve<'a>(
+    u0: &'a [C64],
+    [nx, ny, nz]: [usize; 3],
+    row: usize,
+    t: usize,
+    me: usize,
+    p: usize,
+) -> impl FnMut(usize, usize, &mut [C64]) + 'a {
     let (ex, ey, ez) = (decay(nx, t), decay(ny, t), decay(nz, t));
     let j0 = me * ny / p;
-    let rows = (ny / p) * nx;
-    for (r, (s, d)) in u0.chunks_exact(row).zip(out.chunks_exact_mut(row)).take(rows).enumerate() {
-        let fij = ey[j0 + r / nx] * ex[r % nx];
-        for ((s, d), fk) in s[..nz].iter().zip(&mut d[..nz]).zip(&ez) {
+    move |jl, i, out| {
+        let fij = ey[j0 + jl] * ex[i];
+        let src = &u0[(jl * nx + i) * row..][..nz];
+        for ((d, s), fk) in out.iter_mut().zip(src).zip(&ez) {
             *d = s * (fij * fk);
         }
     }

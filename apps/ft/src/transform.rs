@@ -35,6 +35,9 @@ pub struct Counters {
     pub bytes: u64,
 }
 
+/// Produces input row `row` of local plane `plane` into the slice (see [`Transform::run`]).
+pub type RowSource<'a> = dyn FnMut(usize, usize, &mut [C64]) + 'a;
+
 /// Plans and scratch for one distributed transform shape and direction.
 pub struct Transform {
     shape: Shape,
@@ -105,10 +108,15 @@ impl Transform {
     }
 
     /// Transforms `buf` (input layout in, output layout out) as epoch `epoch` of `xport`.
-    /// `stage` is staging space the exchange and slab variants grow as they need.
+    /// `stage` is staging space the exchange and slab variants grow as they need. With
+    /// `fill`, the input is produced here, row by row: `fill(plane, row, out)` writes input
+    /// row `row` of local plane `plane`, which is transformed at once while it is in cache
+    /// (one pass over memory fewer than producing the whole input first).
+    #[allow(clippy::too_many_arguments)]
     pub fn run(
         &mut self,
         buf: &mut [C64],
+        mut fill: Option<&mut RowSource<'_>>,
         variant: Variant,
         xport: &mut dyn Transport,
         epoch: u64,
@@ -132,10 +140,15 @@ impl Transform {
         out.initiate(|x| x.begin(epoch, s, pattern))?;
         for c in 0..cl {
             let plane = &mut buf[c * b * row..(c + 1) * b * row];
-            if row == a {
-                self.along_a.run(plane);
-            } else {
-                plane.chunks_exact_mut(row).for_each(|r| self.along_a.run(&mut r[..a]));
+            match fill.as_deref_mut() {
+                Some(f) => {
+                    for (bi, r) in plane.chunks_exact_mut(row).enumerate() {
+                        f(c, bi, &mut r[..a]);
+                        self.along_a.run(&mut r[..a]);
+                    }
+                }
+                None if row == a => self.along_a.run(plane),
+                None => plane.chunks_exact_mut(row).for_each(|r| self.along_a.run(&mut r[..a])),
             }
             for a0 in (0..a).step_by(self.columns) {
                 let w = self.columns.min(a - a0);
