@@ -563,6 +563,9 @@ fn check_collectives(team: &weft::Team, lens: &[usize]) -> Res {
         }
         let sum: Vec<u64> = (0..len).map(|i| data.iter().fold(0u64, |a, d| a.wrapping_add(d[i]))).collect();
         ck(team.allreduce(mine, ReduceOp::Sum).map_err(e2s)? == sum, || who("allreduce sum", len))?;
+        let mut into = vec![7u64; len];
+        team.allreduce_into(mine, &mut into, ReduceOp::Sum).map_err(e2s)?;
+        ck(into == sum, || who("allreduce_into sum", len))?;
         let max: Vec<u64> = (0..len).map(|i| data.iter().map(|d| d[i]).max().unwrap_or(0)).collect();
         let got = team.reduce(n as u32 - 1, mine, ReduceOp::Max).map_err(e2s)?;
         ck(got == (me == n - 1).then(|| max.clone()), || who("reduce max", len))?;
@@ -598,6 +601,14 @@ fn check_collectives(team: &weft::Team, lens: &[usize]) -> Res {
         let a2a = team.alltoall(&mine[..block * n]).map_err(e2s)?;
         let want: Vec<u64> = (0..n).flat_map(|r| data[r][me * block..(me + 1) * block].to_vec()).collect();
         ck(a2a == want, || who("alltoall", len))?;
+        let mut into = vec![7u64; block * n];
+        team.alltoall_into(&mine[..block * n], &mut into).map_err(e2s)?;
+        ck(into == want, || who("alltoall_into", len))?;
+        // Outputs of the wrong length are refused before anything moves.
+        let e = team.alltoall_into(&mine[..block * n], &mut vec![0; block * n + 1]).err();
+        ck(matches!(e, Some(Error::Misuse(_))), || who("alltoall_into, long output", len))?;
+        let e = team.allreduce_into(mine, &mut vec![0; len + 1], ReduceOp::Sum).err();
+        ck(matches!(e, Some(Error::Misuse(_))), || who("allreduce_into, long output", len))?;
         // alltoallv: member r sends (r + j) % 3 * block / 2 elements to member j.
         let cnt = |r: usize, j: usize| (r + j) % 3 * block / 2;
         let send: Vec<u64> = (0..n).flat_map(|j| vec![me as u64 * 1000 + j as u64; cnt(me, j)]).collect();

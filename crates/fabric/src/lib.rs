@@ -17,6 +17,7 @@
 //! - [`shm::ShmFabric`]: processes of one node, through shared-memory files mapped by every
 //!   rank. RMA and atomics are direct loads and stores; AMs travel through lock-free rings.
 
+pub mod copy;
 pub mod os;
 pub mod pod;
 pub mod pool;

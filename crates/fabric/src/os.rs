@@ -185,6 +185,31 @@ pub fn pid() -> u32 {
 /// `process_vm_readv`: one copy, no shared mapping needed). Needs the permission to ptrace the
 /// peer, which processes of one user have unless a Yama policy forbids it.
 pub fn read_process(pid: u32, addr: u64, dst: &mut [u8]) -> FabricResult<()> {
+    if !crate::copy::aliases(dst.as_ptr(), addr as *const u8, dst.len()) {
+        return read_process_direct(pid, addr, dst);
+    }
+    // The kernel copies forwards and would stall on 4K aliasing (see [`crate::copy`]): read
+    // through a bounce buffer placed at the source's page offset, then copy backwards.
+    thread_local! {
+        static BOUNCE: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    const PIECE: usize = 64 << 10;
+    BOUNCE.with_borrow_mut(|bounce| {
+        bounce.resize(PIECE + 4096, 0);
+        let mut done = 0;
+        while done < dst.len() {
+            let len = PIECE.min(dst.len() - done);
+            let from = addr + done as u64;
+            let at = (from as usize).wrapping_sub(bounce.as_ptr() as usize) & 4095;
+            read_process_direct(pid, from, &mut bounce[at..at + len])?;
+            crate::copy::copy_slice(&mut dst[done..done + len], &bounce[at..at + len]);
+            done += len;
+        }
+        Ok(())
+    })
+}
+
+fn read_process_direct(pid: u32, addr: u64, dst: &mut [u8]) -> FabricResult<()> {
     let mut done = 0usize;
     while done < dst.len() {
         let local = libc::iovec { iov_base: dst[done..].as_mut_ptr().cast(), iov_len: dst.len() - done };

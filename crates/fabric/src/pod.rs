@@ -95,13 +95,15 @@ impl<'a, T: Pod> LocalView<'a, T> {
     pub fn copy_out(&self, start: usize, out: &mut [T]) {
         assert!(start.checked_add(out.len()).is_some_and(|e| e <= self.len), "range out of bounds");
         // SAFETY: the source range is in bounds of live memory; out is an exclusive slice.
-        unsafe { std::ptr::copy(self.ptr.add(start), out.as_mut_ptr(), out.len()) }
+        unsafe {
+            crate::copy::copy_bytes(self.ptr.add(start).cast(), out.as_mut_ptr().cast(), size_of_val(out))
+        }
     }
     /// Copies `src` into the view starting at `start`; panics if out of range.
     pub fn copy_in(&self, start: usize, src: &[T]) {
         assert!(start.checked_add(src.len()).is_some_and(|e| e <= self.len), "range out of bounds");
         // SAFETY: the destination range is in bounds of live memory; src is a live slice.
-        unsafe { std::ptr::copy(src.as_ptr(), self.ptr.add(start), src.len()) }
+        unsafe { crate::copy::copy_bytes(src.as_ptr().cast(), self.ptr.add(start).cast(), size_of_val(src)) }
     }
     /// The whole view as a slice.
     ///

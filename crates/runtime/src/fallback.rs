@@ -142,7 +142,7 @@ impl Comm {
             let mut data = op.data.lock().unwrap_or_else(|p| p.into_inner());
             let off = data_off as usize;
             match data.get_mut(off..off + m.payload().len()) {
-                Some(dst) => dst.copy_from_slice(m.payload()),
+                Some(dst) => weft_fabric::copy::copy_slice(dst, m.payload()),
                 None => {
                     drop(data);
                     return self.ops.complete(

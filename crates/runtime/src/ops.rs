@@ -189,12 +189,12 @@ impl<'a> RmaHandle<'a> {
         if let Some(out) = self.out.take() {
             let data = op.data.lock().unwrap_or_else(|p| p.into_inner());
             if self.scatter.is_empty() {
-                out.copy_from_slice(&data);
+                weft_fabric::copy::copy_slice(out, &data);
             }
             let mut at = 0;
             for r in self.scatter.drain(..) {
                 let len = r.len();
-                out[r].copy_from_slice(&data[at..at + len]);
+                weft_fabric::copy::copy_slice(&mut out[r], &data[at..at + len]);
                 at += len;
             }
         }

@@ -97,9 +97,12 @@ pub fn measure<B: CollBackend>(b: &mut B, mut note: impl FnMut(&str)) -> Result<
     Ok(out)
 }
 
-/// weft's team collectives over the world team.
+/// weft's team collectives over the world team, into buffers kept across calls (as the
+/// Open MPI side does).
 struct WeftColl<'a> {
     team: Team<'a>,
+    out_f: Vec<f64>,
+    out_b: Vec<u8>,
 }
 
 impl CollBackend for WeftColl<'_> {
@@ -114,10 +117,12 @@ impl CollBackend for WeftColl<'_> {
         self.team.broadcast(0, buf)
     }
     fn allreduce(&mut self, data: &[f64]) -> weft::Result<()> {
-        self.team.allreduce(data, ReduceOp::Sum).map(drop)
+        self.out_f.resize(data.len(), 0.0);
+        self.team.allreduce_into(data, &mut self.out_f, ReduceOp::Sum)
     }
     fn alltoall(&mut self, data: &[u8]) -> weft::Result<()> {
-        self.team.alltoall(data).map(drop)
+        self.out_b.resize(data.len(), 0);
+        self.team.alltoall_into(data, &mut self.out_b)
     }
     fn max(&mut self, v: f64) -> weft::Result<f64> {
         Ok(self.team.allreduce(&[v], ReduceOp::Max)?[0])
@@ -142,7 +147,7 @@ fn floor_ns(lim: &Limits, coll: &str, bytes: u64, n: usize) -> Option<f64> {
 
 pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
     let w = &ctx.world;
-    let mut b = WeftColl { team: w.world_team()? };
+    let mut b = WeftColl { team: w.world_team()?, out_f: vec![], out_b: vec![] };
     let samples = measure(&mut b, |what| ctx.progress.note(&format!("coll: {what}")))?;
     let peer: Option<PeerResults> = std::env::var(PEER_FILE_VAR)
         .ok()

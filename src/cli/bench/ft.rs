@@ -64,7 +64,7 @@ fn copy_floor(ctx: &Ctx, total: u64, piece: f64) -> Result<f64, weft::Error> {
     let mut slot = 0;
     while left > 0 {
         let n = piece.min(left);
-        dst[slot * piece..slot * piece + n].copy_from_slice(&src[..n]);
+        weft::fabric::copy::copy_slice(&mut dst[slot * piece..slot * piece + n], &src[..n]);
         std::hint::black_box(&mut dst);
         slot = (slot + 1) % slots;
         left -= n;

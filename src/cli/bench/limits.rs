@@ -13,6 +13,8 @@ pub struct Limits {
     pub line_rt_ns: Option<f64>,
     /// memcpy time by size, ns.
     memcpy_ns: Vec<(u64, f64)>,
+    /// 256 KiB copied with 4K aliasing: (weft's copy, glibc's memcpy), ns.
+    aliased: Option<(f64, f64)>,
 }
 
 impl Limits {
@@ -51,6 +53,12 @@ impl Limits {
         for &(b, t) in &self.memcpy_ns {
             rows.push(Row::new("limits", format!("memcpy time {}", size_name(b)), b, t, "ns"));
             rows.push(Row::new("limits", "memcpy bandwidth", b, b as f64 / t, "GB/s"));
+        }
+        if let Some((weft, glibc)) = self.aliased {
+            let metric = "weft copy, dst 16 B after src mod 4 KiB";
+            rows.push(
+                Row::new("limits", metric, 256 << 10, weft, "ns").vs("glibc memcpy, same offsets", glibc),
+            );
         }
         rows
     }
@@ -166,16 +174,35 @@ fn cache_line_rt(ctx: &Ctx, line: &SharedLine) -> Result<Option<f64>, weft::Erro
     Ok((!samples.is_empty()).then(|| median(samples)))
 }
 
-/// memcpy time for `bytes`, ns (median of five runs).
+/// memcpy time for `bytes`, ns (median of five runs), source and destination at the same
+/// offset in their pages: the machine's best case.
 pub fn memcpy_ns(bytes: u64) -> f64 {
-    let src = vec![1u8; bytes as usize];
-    let mut dst = vec![0u8; bytes as usize];
-    let Ok(ns) = ns_per_op::<std::convert::Infallible>(5, reps_for(bytes), || {
-        dst.copy_from_slice(std::hint::black_box(&src));
-        std::hint::black_box(&mut dst);
+    copy_ns(bytes as usize, 0, |d, s| d.copy_from_slice(s))
+}
+
+/// Time of `copy(dst, src)` for `bytes` with `dst` placed `skew` bytes after `src` modulo
+/// 4 KiB, ns (median of five runs).
+fn copy_ns(bytes: usize, skew: usize, copy: impl Fn(&mut [u8], &[u8])) -> f64 {
+    let src_buf = vec![1u8; bytes + 4096];
+    let mut dst_buf = vec![0u8; bytes + 8192];
+    let s = src_buf.as_ptr().align_offset(4096);
+    let d = dst_buf.as_ptr().align_offset(4096) + skew;
+    let src = &src_buf[s..s + bytes];
+    let dst = &mut dst_buf[d..d + bytes];
+    let Ok(ns) = ns_per_op::<std::convert::Infallible>(5, reps_for(bytes as u64), || {
+        copy(dst, std::hint::black_box(src));
+        std::hint::black_box(&mut *dst);
         Ok(())
     });
     ns
+}
+
+/// The 4K-aliasing case (see `weft_fabric::copy`): 256 KiB with the destination 16 bytes
+/// after the source modulo 4 KiB, as two heap blocks of one size lie. Returns (weft's copy,
+/// glibc's memcpy), ns.
+fn aliased_copy_ns() -> (f64, f64) {
+    const BYTES: usize = 256 << 10;
+    (copy_ns(BYTES, 16, weft::fabric::copy::copy_slice), copy_ns(BYTES, 16, |d, s| d.copy_from_slice(s)))
 }
 
 pub fn measure(ctx: &Ctx) -> Result<Limits, weft::Error> {
@@ -183,8 +210,9 @@ pub fn measure(ctx: &Ctx) -> Result<Limits, weft::Error> {
     let line = SharedLine::new(ctx)?;
     let line_rt_ns = cache_line_rt(ctx, &line)?;
     ctx.progress.note("memcpy");
-    let memcpy =
-        if ctx.world.rank() == 0 { SIZES.iter().map(|&b| (b, memcpy_ns(b))).collect() } else { vec![] };
+    let rank0 = ctx.world.rank() == 0;
+    let memcpy = if rank0 { SIZES.iter().map(|&b| (b, memcpy_ns(b))).collect() } else { vec![] };
+    let aliased = rank0.then(aliased_copy_ns);
     ctx.world.barrier()?;
-    Ok(Limits { line, line_rt_ns, memcpy_ns: memcpy })
+    Ok(Limits { line, line_rt_ns, memcpy_ns: memcpy, aliased })
 }

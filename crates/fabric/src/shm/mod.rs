@@ -323,7 +323,7 @@ impl Fabric for ShmFabric {
         // SAFETY: p..p+len lies in a live mapping of dst (bounds checked) and src is a live
         // slice. The ranges may overlap only for a put from a segment into itself, so use the
         // overlap-safe copy.
-        unsafe { std::ptr::copy(src.as_ptr(), p, src.len()) };
+        unsafe { crate::copy::copy_bytes(src.as_ptr(), p, src.len()) };
         fence(Ordering::Release);
         Ok(Issued::Done(0))
     }
@@ -332,7 +332,7 @@ impl Fabric for ShmFabric {
         let p = self.remote_ptr(src, offset, dst.len())?;
         fence(Ordering::Acquire);
         // SAFETY: p..p+len lies in a live mapping (bounds checked); dst is a live exclusive slice.
-        unsafe { std::ptr::copy(p, dst.as_mut_ptr(), dst.len()) };
+        unsafe { crate::copy::copy_bytes(p, dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 

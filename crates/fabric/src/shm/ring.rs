@@ -167,7 +167,7 @@ impl Sender {
         unsafe {
             std::ptr::copy_nonoverlapping(args.as_ptr(), slot.add(HEADER).cast::<u64>(), args.len());
             if let Body::Medium(p) = body {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), slot.add(HEADER + args.len() * 8), p.len());
+                crate::copy::copy_bytes(p.as_ptr(), slot.add(HEADER + args.len() * 8), p.len());
             }
         }
         self.ring.stamp(pos).store(pos + 1, Ordering::Release);

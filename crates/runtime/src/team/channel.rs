@@ -9,10 +9,17 @@
 //! line, the receiver reads the whole message from there in one copy and then stores
 //! `drained`, which is also what tells the sender its buffer is free again.
 //!
+//! Send-ahead: each source has [`LINES`] flag lines in each receiver, used in turn, so a sender
+//! may be up to `LINES` messages ahead of the receiver as long as they need no slot (inline
+//! messages and direct-read announcements); a message that uses the slot waits until the
+//! receiver drained everything before it. The sender caches the last `drained` it read and
+//! reads it again only when the cached value says "not free", so back-to-back small
+//! collectives do not pay a remote load each.
+//!
 //! Scratch layout on each member, `n` members: flags (`u64`, one 64-byte line each) —
-//! `in[src] = [filled, message bytes, tag, address or 0, up to 32 bytes of data inline]` for
-//! `src` in `0..n`, then
-//! `drained[src]` — and data, one slot of [`SLOT`] bytes per source.
+//! `in[src][j] = [filled, message bytes, tag, address or 0, up to 32 bytes of data inline]`
+//! for `src` in `0..n`, `j` in `0..LINES` (message number `m` uses line `(m - 1) % LINES`, and
+//! `filled` holds `m`), then `drained[src]` — and data, one slot of [`SLOT`] bytes per source.
 
 use super::Core;
 use crate::{Error, Result, Segment};
@@ -28,6 +35,8 @@ pub const SLOT: usize = 256 << 10;
 const LINE: usize = 8;
 /// Messages up to this many bytes travel inside the flag line (words 4..8).
 const INLINE: usize = 32;
+/// Flag lines per source in each receiver: how many messages a sender may be ahead.
+pub const LINES: usize = 8;
 
 pub(crate) struct Channels {
     flags: Segment<u64>,
@@ -39,6 +48,8 @@ struct State {
     /// Chunks sent to each member and received from each member, since the team was made.
     sent: Vec<u64>,
     recvd: Vec<u64>,
+    /// The last `drained` read from each member (it only grows).
+    drained: Vec<u64>,
     /// Members the running transfer still owes a message to or waits on.
     pending: Vec<bool>,
 }
@@ -64,7 +75,7 @@ fn chunks(len: usize) -> u64 {
 impl Channels {
     /// Words of the flag segment for `n` members.
     pub fn flag_words(n: usize) -> usize {
-        2 * n * LINE
+        n * (LINES + 1) * LINE
     }
     /// Bytes of the slot segment for `n` members.
     pub fn slot_bytes(n: usize) -> usize {
@@ -74,7 +85,8 @@ impl Channels {
     /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
     /// [`Channels::slot_bytes`]).
     pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize) -> Self {
-        let state = State { sent: vec![0; n], recvd: vec![0; n], pending: vec![false; n] };
+        let state =
+            State { sent: vec![0; n], recvd: vec![0; n], drained: vec![0; n], pending: vec![false; n] };
         Channels { flags, slots, state: Mutex::new(state) }
     }
 
@@ -118,27 +130,42 @@ impl Channels {
         let (flags, slots, comm) = (&self.flags, &self.slots, team.comm);
         let (me, n) = (team.me, team.members.len());
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let State { sent, recvd, pending } = &mut *st;
+        let State { sent, recvd, drained, pending } = &mut *st;
         pending.iter_mut().for_each(|p| *p = false);
         let local = flags.local();
         let mut all = true;
         let direct_min = if comm.caps().peer_read { comm.cfg.coll_direct_bytes } else { usize::MAX };
         for (o, done) in outs.iter().zip(out_done.iter_mut()) {
             let dst = team.members[o.to];
-            // The slot is free once the receiver drained everything sent before.
-            let drained = || comm.atomic_load(flags.at(dst, (n + me) * LINE));
-            let header =
-                |addr: u64| comm.put(flags.at(dst, me * LINE + 1), &[o.data.len() as u64, tag, addr]);
+            // True once the receiver drained `need` messages (the cached count first).
+            let mut drained_at_least = |need: u64| -> Result<bool> {
+                if drained[o.to] < need {
+                    drained[o.to] = comm.atomic_load(flags.at(dst, (n * LINES + me) * LINE))?;
+                }
+                Ok(drained[o.to] >= need)
+            };
+            // Message number m = sent + 1 goes into line (m - 1) % LINES, free once message
+            // m - LINES was drained.
+            let line = |sent: u64| (me * LINES + (sent as usize % LINES)) * LINE;
+            let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
+            let header = |sent: u64, addr: u64| {
+                comm.put(flags.at(dst, line(sent) + 1), &[o.data.len() as u64, tag, addr])
+            };
+            let publish = |sent: u64| -> Result<()> {
+                comm.atomic_store(flags.at(dst, line(sent)), sent + 1)?;
+                comm.fabric.notify(dst);
+                Ok(())
+            };
             if o.data.len() >= direct_min {
                 // 0: not announced; 1: announced, the receiver is reading; 2: read.
-                if *done == 0 && drained()? >= sent[o.to] {
-                    header(o.data.as_ptr() as u64)?;
+                if *done == 0 && drained_at_least(line_free(sent[o.to]))? {
+                    header(sent[o.to], o.data.as_ptr() as u64)?;
+                    publish(sent[o.to])?;
                     sent[o.to] += 1;
-                    comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
-                    comm.fabric.notify(dst);
                     *done = 1;
                 }
-                if *done == 1 && drained()? >= sent[o.to] {
+                // The buffer is free again once the receiver drained this very message.
+                if *done == 1 && drained_at_least(sent[o.to])? {
                     *done = 2;
                 }
                 all &= *done == 2;
@@ -146,24 +173,27 @@ impl Channels {
                 continue;
             }
             let total = chunks(o.data.len());
+            let inline = o.data.len() <= INLINE;
             while *done < total {
-                if drained()? < sent[o.to] {
+                // An inline message needs its line; a chunk also needs the slot, free once
+                // everything sent before was drained.
+                let need = if inline { line_free(sent[o.to]) } else { sent[o.to] };
+                if !drained_at_least(need)? {
                     break;
                 }
                 let at = *done as usize * SLOT;
                 let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
-                if o.data.len() <= INLINE {
+                if inline {
                     // Header and data in one line, one put.
-                    let mut line = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
-                    bytes_of_mut(&mut line[3..])[..chunk.len()].copy_from_slice(chunk);
-                    comm.put(flags.at(dst, me * LINE + 1), &line)?;
+                    let mut words = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
+                    bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
+                    comm.put(flags.at(dst, line(sent[o.to]) + 1), &words)?;
                 } else {
                     comm.put(slots.at(dst, me * SLOT), chunk)?;
-                    header(0)?;
+                    header(sent[o.to], 0)?;
                 }
+                publish(sent[o.to])?;
                 sent[o.to] += 1;
-                comm.atomic_store(flags.at(dst, me * LINE), sent[o.to])?;
-                comm.fabric.notify(dst);
                 *done += 1;
             }
             all &= *done == total;
@@ -173,11 +203,12 @@ impl Channels {
             let total = chunks(i.out.len());
             let src = i.from;
             while *done < total {
-                if local.atomic(src * LINE).load(Ordering::Acquire) <= recvd[src] {
+                let base = (src * LINES + recvd[src] as usize % LINES) * LINE;
+                if local.atomic(base).load(Ordering::Acquire) <= recvd[src] {
                     break;
                 }
                 let (len, their_tag, addr) =
-                    (local.read(src * LINE + 1), local.read(src * LINE + 2), local.read(src * LINE + 3));
+                    (local.read(base + 1), local.read(base + 2), local.read(base + 3));
                 if their_tag != tag || len != i.out.len() as u64 {
                     return Err(Error::Mismatch(format!(
                         "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {} bytes for {tag:#x}",
@@ -192,7 +223,7 @@ impl Channels {
                     *done = total;
                 } else if i.out.len() <= INLINE {
                     let mut words = [0u64; 4];
-                    local.copy_out(src * LINE + 4, &mut words);
+                    local.copy_out(base + 4, &mut words);
                     i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
                     *done += 1;
                 } else {
@@ -202,7 +233,7 @@ impl Channels {
                     *done += 1;
                 }
                 recvd[src] += 1;
-                local.atomic((n + src) * LINE).store(recvd[src], Ordering::Release);
+                local.atomic((n * LINES + src) * LINE).store(recvd[src], Ordering::Release);
                 comm.fabric.notify(team.members[src]);
             }
             all &= *done == total;

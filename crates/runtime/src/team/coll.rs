@@ -18,6 +18,7 @@
 use super::channel::{In, Out};
 use super::{Core, Team};
 use crate::{Error, Pod, Result};
+use weft_fabric::copy::{copy_slice, to_vec};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
 /// Built-in reductions, for the element types of [`Number`].
@@ -228,7 +229,7 @@ impl Core<'_> {
         let n = self.size();
         let vr = (self.me + n - root) % n;
         let real = |v: usize| (v + root) % n;
-        let mut acc = data.to_vec();
+        let mut acc = to_vec(data);
         let mut theirs = vec![T::zeroed(); data.len()];
         let mut mask = 1;
         while mask < n {
@@ -250,15 +251,25 @@ impl Core<'_> {
     /// Recursive doubling up to `data`'s latency limit, a ring (reduce-scatter, then
     /// allgather) above it.
     pub(super) async fn allreduce<T: Pod>(&self, data: &[T], f: &impl Fn(&mut T, &T)) -> Result<Vec<T>> {
-        let mut acc = data.to_vec();
+        let mut acc = to_vec(data);
+        self.allreduce_in_place(&mut acc, f).await?;
+        Ok(acc)
+    }
+
+    /// As [`Core::allreduce`], combining into `acc` (which holds this member's data).
+    pub(super) async fn allreduce_in_place<T: Pod>(
+        &self,
+        acc: &mut [T],
+        f: &impl Fn(&mut T, &T),
+    ) -> Result<()> {
         if self.size() > 1 {
-            if self.small::<T>(data.len()) {
-                self.recursive_doubling(&mut acc, f).await?;
+            if self.small::<T>(acc.len()) {
+                self.recursive_doubling(acc, f).await?;
             } else {
-                self.ring_allreduce(&mut acc, f).await?;
+                self.ring_allreduce(acc, f).await?;
             }
         }
-        Ok(acc)
+        Ok(())
     }
 
     /// Recursive doubling on the largest power of two p ≤ n members; the first 2(n - p)
@@ -273,7 +284,7 @@ impl Core<'_> {
         // Lower-rank operand first: acc = theirs ∘ acc.
         let combine_lower = |acc: &mut [T], theirs: &mut [T]| {
             combine(theirs, acc, f);
-            acc.copy_from_slice(theirs);
+            copy_slice(acc, theirs);
         };
         let folded = if me < 2 * rem {
             if me % 2 == 0 {
@@ -355,7 +366,7 @@ impl Core<'_> {
         }
         let mut all = vec![T::zeroed(); counts.iter().sum()];
         let mut blocks = carve(&mut all, counts);
-        blocks[root].copy_from_slice(data);
+        copy_slice(blocks[root], data);
         let mut ins = receive_into(blocks, root);
         self.send_recv(tag::GATHER, &[], &mut ins).await?;
         Ok(Some(all))
@@ -369,7 +380,7 @@ impl Core<'_> {
         let mut all = vec![T::zeroed(); counts.iter().sum()];
         if self.small::<T>(counts.iter().copied().max().unwrap_or(0)) {
             let mut blocks = carve(&mut all, counts);
-            blocks[me].copy_from_slice(data);
+            copy_slice(blocks[me], data);
             let outs: Vec<Out<'_>> =
                 (0..n).filter(|&r| r != me).map(|to| Out { to, data: bytes_of(data) }).collect();
             let mut ins = receive_into(blocks, me);
@@ -377,7 +388,7 @@ impl Core<'_> {
             return Ok(all);
         }
         let at = offsets(counts);
-        all[at[me]..at[me] + data.len()].copy_from_slice(data);
+        copy_slice(&mut all[at[me]..at[me] + data.len()], data);
         let (right, left) = ((me + 1) % n, (me + n - 1) % n);
         for step in 0..n - 1 {
             let (send, recv) = ((me + n - step) % n, (me + n - step - 1) % n);
@@ -407,7 +418,7 @@ impl Core<'_> {
                     data.len()
                 )));
             }
-            mine.copy_from_slice(&data[root * count..(root + 1) * count]);
+            copy_slice(&mut mine, &data[root * count..(root + 1) * count]);
             let outs: Vec<Out<'_>> = (0..n)
                 .filter(|&r| r != root)
                 .map(|r| Out { to: r, data: bytes_of(&data[r * count..(r + 1) * count]) })
@@ -428,10 +439,28 @@ impl Core<'_> {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>> {
+        let mut all = vec![T::zeroed(); recv_counts.iter().sum()];
+        self.alltoallv_into(data, send_counts, recv_counts, &mut all).await?;
+        Ok(all)
+    }
+
+    /// As [`Core::alltoallv`], into `all` (as long as the receive counts' sum).
+    pub(super) async fn alltoallv_into<T: Pod>(
+        &self,
+        data: &[T],
+        send_counts: &[usize],
+        recv_counts: &[usize],
+        all: &mut [T],
+    ) -> Result<()> {
         let (me, n) = (self.me, self.size());
-        if send_counts.len() != n || recv_counts.len() != n || send_counts.iter().sum::<usize>() != data.len()
+        if send_counts.len() != n
+            || recv_counts.len() != n
+            || send_counts.iter().sum::<usize>() != data.len()
+            || recv_counts.iter().sum::<usize>() != all.len()
         {
-            return Err(Error::Misuse("alltoallv: one count per member, summing to the data's length"));
+            return Err(Error::Misuse(
+                "alltoallv: one count per member, the send counts summing to the data's length and the receive counts to the output's",
+            ));
         }
         if send_counts[me] != recv_counts[me] {
             return Err(Error::Mismatch(format!(
@@ -440,16 +469,14 @@ impl Core<'_> {
             )));
         }
         let so = offsets(send_counts);
-        let mut all = vec![T::zeroed(); recv_counts.iter().sum()];
-        let mut blocks = carve(&mut all, recv_counts);
-        blocks[me].copy_from_slice(&data[so[me]..so[me] + send_counts[me]]);
+        let mut blocks = carve(all, recv_counts);
+        copy_slice(blocks[me], &data[so[me]..so[me] + send_counts[me]]);
         let out = |to: usize| Out { to, data: bytes_of(&data[so[to]..so[to] + send_counts[to]]) };
         let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
         if self.small::<T>(biggest) {
             let outs: Vec<Out<'_>> = (0..n).filter(|&r| r != me).map(out).collect();
             let mut ins = receive_into(blocks, me);
-            self.send_recv(tag::ALLTOALL, &outs, &mut ins).await?;
-            return Ok(all);
+            return self.send_recv(tag::ALLTOALL, &outs, &mut ins).await;
         }
         let mut blocks: Vec<Option<&mut [T]>> = blocks.into_iter().map(Some).collect();
         for step in 1..n {
@@ -458,7 +485,7 @@ impl Core<'_> {
             let mut ins = [In { from, out: bytes_of_mut(b) }];
             self.send_recv(tag::ALLTOALL, &[out(to)], &mut ins).await?;
         }
-        Ok(all)
+        Ok(())
     }
 
     /// A chain: member `i` waits for the prefix of `0..i`, combines its own data and passes it
@@ -472,7 +499,7 @@ impl Core<'_> {
             prefix = Some(p);
         }
         if me + 1 < n {
-            let mut incl = prefix.clone().unwrap_or_else(|| data.to_vec());
+            let mut incl = prefix.as_deref().map_or_else(|| to_vec(data), to_vec);
             if prefix.is_some() {
                 combine(&mut incl, data, f);
             }
@@ -532,6 +559,35 @@ impl Team<'_> {
         self.core.run(self.core.allreduce(data, &f))
     }
 
+    /// As [`Team::allreduce`], into `out` (as long as `data`): no allocation for the result, as
+    /// `MPI_Allreduce` into a buffer the program keeps.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let team = world.world_team()?;
+    /// let mut sum = vec![0u64; 4];
+    /// team.allreduce_into(&[1, 2, 3, 4], &mut sum, weft_runtime::ReduceOp::Sum)?;
+    /// assert_eq!(sum[3], 4 * world.size() as u64);
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn allreduce_into<T: Number>(&self, data: &[T], out: &mut [T], op: ReduceOp) -> Result<()> {
+        self.allreduce_with_into(data, out, builtin::<T>(op))
+    }
+
+    /// As [`Team::allreduce_with`], into `out` (as long as `data`).
+    pub fn allreduce_with_into<T: Pod>(
+        &self,
+        data: &[T],
+        out: &mut [T],
+        f: impl Fn(&mut T, &T),
+    ) -> Result<()> {
+        if out.len() != data.len() {
+            return Err(Error::Misuse("allreduce_into: the output must be as long as the data"));
+        }
+        copy_slice(out, data);
+        self.core.run(self.core.allreduce_in_place(out, &f))
+    }
+
     /// Team rank `root` gets every member's `data` (all the same length), in team order.
     pub fn gather<T: Pod>(&self, root: u32, data: &[T]) -> Result<Option<Vec<T>>> {
         self.gatherv(root, data, &vec![data.len(); self.core.size()])
@@ -565,6 +621,23 @@ impl Team<'_> {
     pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
         let c = self.alltoall_counts(data.len())?;
         self.alltoallv(data, &c, &c)
+    }
+
+    /// As [`Team::alltoall`], into `out` (as long as `data`): no allocation for the result.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let team = world.world_team()?;
+    /// let n = world.size() as usize;
+    /// let mine = vec![world.rank(); n];
+    /// let mut from_each = vec![0u32; n];
+    /// team.alltoall_into(&mine, &mut from_each)?;
+    /// assert_eq!(from_each, (0..n as u32).collect::<Vec<_>>());
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn alltoall_into<T: Pod>(&self, data: &[T], out: &mut [T]) -> Result<()> {
+        let c = self.alltoall_counts(data.len())?;
+        self.core.run(self.core.alltoallv_into(data, &c, &c, out))
     }
 
     pub(super) fn alltoall_counts(&self, len: usize) -> Result<Vec<usize>> {
