@@ -657,6 +657,46 @@ fn check_nonblocking(team: &weft::Team, data: &[Vec<u64>], sum: &[u64], cat: &[u
 
 /// Teams of every size from 1 to the world's (world, colour split, strided subset, nested),
 /// every collective against a sequential reference, and a parameter mismatch reported.
+/// Team channels send ahead: rank 0 broadcasts eight 1 KiB messages while rank 1 sleeps (they
+/// fit sub-slots and must not wait), then one through the whole slot, then eight more, which
+/// must wait until rank 1 (asleep again) has read the big one instead of overwriting it.
+fn channel_send_ahead() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let team = w.world_team().map_err(e2s)?;
+    let small: Vec<Vec<u64>> = (0..16).map(|k| random_u64s(k + 10, 128)).collect();
+    let big = random_u64s(3, 100_000 / 8);
+    let nap = Duration::from_millis(400);
+    if w.rank() == 0 {
+        let t = Instant::now();
+        for s in &small[..8] {
+            team.broadcast(0, &mut s.clone()).map_err(e2s)?;
+        }
+        let ahead = t.elapsed();
+        ck(ahead < nap / 2, || format!("eight small broadcasts took {ahead:?}: no send-ahead"))?;
+        team.broadcast(0, &mut big.clone()).map_err(e2s)?;
+        for s in &small[8..] {
+            team.broadcast(0, &mut s.clone()).map_err(e2s)?;
+        }
+    } else {
+        std::thread::sleep(nap);
+        for (k, s) in small[..8].iter().enumerate() {
+            let mut got = vec![0; s.len()];
+            team.broadcast(0, &mut got).map_err(e2s)?;
+            ck(&got == s, || format!("small message {k}"))?;
+        }
+        std::thread::sleep(nap);
+        let mut got = vec![0; big.len()];
+        team.broadcast(0, &mut got).map_err(e2s)?;
+        ck(got == big, || "the whole-slot message was overwritten".into())?;
+        for (k, s) in small[8..].iter().enumerate() {
+            let mut got = vec![0; s.len()];
+            team.broadcast(0, &mut got).map_err(e2s)?;
+            ck(&got == s, || format!("small message {}", k + 8))?;
+        }
+    }
+    team.barrier().map_err(e2s)
+}
+
 fn teams_and_collectives() -> Res {
     let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
@@ -905,6 +945,13 @@ const CASES: &[Case] = &[
         env: &[("WEFT_RMA", "am")],
     },
     Case { name: "vis_transfers", run: vis_transfers, ranks: &[2, 4], env: &[] },
+    // Messages through the slots only (no direct reads), so the big one uses the whole slot.
+    Case {
+        name: "channel_send_ahead",
+        run: channel_send_ahead,
+        ranks: &[2],
+        env: &[("WEFT_COLL_DIRECT_BYTES", "100000000")],
+    },
     Case {
         name: "vis_transfers_packed",
         run: vis_transfers,

@@ -9,12 +9,14 @@
 //! line, the receiver reads the whole message from there in one copy and then stores
 //! `drained`, which is also what tells the sender its buffer is free again.
 //!
-//! Send-ahead: each source has [`LINES`] flag lines in each receiver, used in turn, so a sender
-//! may be up to `LINES` messages ahead of the receiver as long as they need no slot (inline
-//! messages and direct-read announcements); a message that uses the slot waits until the
-//! receiver drained everything before it. The sender caches the last `drained` it read and
-//! reads it again only when the cached value says "not free", so back-to-back small
-//! collectives do not pay a remote load each.
+//! Send-ahead: each source has [`LINES`] flag lines in each receiver, used in turn, and its
+//! slot doubles as `LINES` sub-slots of [`SUB`] bytes, so a sender may be up to `LINES`
+//! messages ahead of the receiver as long as they fit a sub-slot (message `m` uses line and
+//! sub-slot `(m - 1) % LINES`, free once message `m - LINES` was drained). A longer message
+//! uses the whole slot in chunks of [`SLOT`] bytes: each waits until the receiver drained
+//! everything before it, and sub-slots wait until it was drained. The sender caches the last
+//! `drained` it read and reads it again only when the cached value says "not free", so
+//! back-to-back small collectives do not pay a remote load each.
 //!
 //! Scratch layout on each member, `n` members: flags (`u64`, one 64-byte line each) —
 //! `in[src][j] = [filled, message bytes, tag, address or 0, up to 32 bytes of data inline]`
@@ -37,6 +39,8 @@ const LINE: usize = 8;
 const INLINE: usize = 32;
 /// Flag lines per source in each receiver: how many messages a sender may be ahead.
 pub const LINES: usize = 8;
+/// Messages up to this many bytes use one of the `LINES` sub-slots of their source's slot.
+pub const SUB: usize = SLOT / LINES;
 
 pub(crate) struct Channels {
     flags: Segment<u64>,
@@ -50,6 +54,8 @@ struct State {
     recvd: Vec<u64>,
     /// The last `drained` read from each member (it only grows).
     drained: Vec<u64>,
+    /// Number of the last message sent to each member through its whole slot (0: none).
+    whole: Vec<u64>,
     /// Members the running transfer still owes a message to or waits on.
     pending: Vec<bool>,
 }
@@ -64,6 +70,32 @@ pub(crate) struct Out<'a> {
 pub(crate) struct In<'a> {
     pub from: usize,
     pub out: &'a mut [u8],
+}
+
+/// Where a message of a given length travels (sender and receiver decide alike).
+#[derive(Clone, Copy)]
+enum Kind {
+    /// In its flag line.
+    Inline,
+    /// In sub-slot `(m - 1) % LINES` of the slot.
+    Sub,
+    /// Through the whole slot, in chunks of [`SLOT`] bytes.
+    Whole,
+}
+
+impl Kind {
+    fn of(len: usize) -> Kind {
+        match len {
+            0..=INLINE => Kind::Inline,
+            ..=SUB => Kind::Sub,
+            _ => Kind::Whole,
+        }
+    }
+}
+
+/// Byte offset, in a source's slot, of the sub-slot of message number `m = count + 1`.
+fn sub_slot(count: u64) -> usize {
+    (count as usize % LINES) * SUB
 }
 
 /// Chunks of a message of `len` bytes (an empty message is one empty chunk: it still tells
@@ -85,8 +117,13 @@ impl Channels {
     /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
     /// [`Channels::slot_bytes`]).
     pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize) -> Self {
-        let state =
-            State { sent: vec![0; n], recvd: vec![0; n], drained: vec![0; n], pending: vec![false; n] };
+        let state = State {
+            sent: vec![0; n],
+            recvd: vec![0; n],
+            drained: vec![0; n],
+            whole: vec![0; n],
+            pending: vec![false; n],
+        };
         Channels { flags, slots, state: Mutex::new(state) }
     }
 
@@ -130,7 +167,7 @@ impl Channels {
         let (flags, slots, comm) = (&self.flags, &self.slots, team.comm);
         let (me, n) = (team.me, team.members.len());
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let State { sent, recvd, drained, pending } = &mut *st;
+        let State { sent, recvd, drained, whole, pending } = &mut *st;
         pending.iter_mut().for_each(|p| *p = false);
         let local = flags.local();
         let mut all = true;
@@ -173,24 +210,36 @@ impl Channels {
                 continue;
             }
             let total = chunks(o.data.len());
-            let inline = o.data.len() <= INLINE;
+            let kind = Kind::of(o.data.len());
             while *done < total {
-                // An inline message needs its line; a chunk also needs the slot, free once
-                // everything sent before was drained.
-                let need = if inline { line_free(sent[o.to]) } else { sent[o.to] };
+                // A message needs its line; in a sub-slot also the end of the last whole-slot
+                // message; a whole-slot chunk needs everything sent before drained.
+                let need = match kind {
+                    Kind::Inline => line_free(sent[o.to]),
+                    Kind::Sub => line_free(sent[o.to]).max(whole[o.to]),
+                    Kind::Whole => sent[o.to],
+                };
                 if !drained_at_least(need)? {
                     break;
                 }
                 let at = *done as usize * SLOT;
                 let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
-                if inline {
-                    // Header and data in one line, one put.
-                    let mut words = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
-                    bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
-                    comm.put(flags.at(dst, line(sent[o.to]) + 1), &words)?;
-                } else {
-                    comm.put(slots.at(dst, me * SLOT), chunk)?;
-                    header(sent[o.to], 0)?;
+                match kind {
+                    Kind::Inline => {
+                        // Header and data in one line, one put.
+                        let mut words = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
+                        bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
+                        comm.put(flags.at(dst, line(sent[o.to]) + 1), &words)?;
+                    }
+                    Kind::Sub => {
+                        comm.put(slots.at(dst, me * SLOT + sub_slot(sent[o.to])), chunk)?;
+                        header(sent[o.to], 0)?;
+                    }
+                    Kind::Whole => {
+                        comm.put(slots.at(dst, me * SLOT), chunk)?;
+                        header(sent[o.to], 0)?;
+                        whole[o.to] = sent[o.to] + 1;
+                    }
                 }
                 publish(sent[o.to])?;
                 sent[o.to] += 1;
@@ -225,6 +274,9 @@ impl Channels {
                     let mut words = [0u64; 4];
                     local.copy_out(base + 4, &mut words);
                     i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
+                    *done += 1;
+                } else if i.out.len() <= SUB {
+                    slots.local().copy_out(src * SLOT + sub_slot(recvd[src]), i.out);
                     *done += 1;
                 } else {
                     let at = *done as usize * SLOT;
