@@ -85,10 +85,12 @@ enum Kind {
 
 impl Kind {
     fn of(len: usize) -> Kind {
-        match len {
-            0..=INLINE => Kind::Inline,
-            ..=SUB => Kind::Sub,
-            _ => Kind::Whole,
+        if len <= INLINE {
+            Kind::Inline
+        } else if len <= SUB {
+            Kind::Sub
+        } else {
+            Kind::Whole
         }
     }
 }
