@@ -5,7 +5,7 @@ mod common;
 
 use std::process::{Command, Output};
 use std::sync::Arc;
-use weft_ft::exchange::{Inbox, Mailbox, Pattern, Shape, Transport, TwoSided};
+use weft_ft::exchange::{Inbox, Mailbox, Pattern, Shape, Transport, TwoSided, POINT};
 use weft_ft::local_fft::C64;
 use weft_ft::{Class, Ft, Model, Options, Variant, Verification};
 
@@ -42,7 +42,7 @@ fn rank(case: &str) -> Result<(), String> {
     if report.messages_per_rank != want {
         return Err(format!("{} messages per rank, expected {want}", report.messages_per_rank));
     }
-    let bytes = (class.points() / p / p * (p - 1) * 16 * (transforms + 1)) as u64;
+    let bytes = (class.points() / p / p * (p - 1) * POINT * (transforms + 1)) as u64;
     if report.bytes_per_rank != bytes {
         return Err(format!("{} bytes per rank, expected {bytes}", report.bytes_per_rank));
     }
@@ -60,7 +60,7 @@ fn forged_messages() -> Result<(), String> {
     let me = world.rank() as usize;
     let shape = Shape { a: 128, b: 64, c: 4, ranks: 2, me };
     let points = shape.local_points();
-    let inbox = Arc::new(Inbox::new(world.alloc_segment::<u8>(2 * points * 16).map_err(e2s)?, points));
+    let inbox = Arc::new(Inbox::new(world.alloc_segment::<u8>(Inbox::bytes(points)).map_err(e2s)?, points));
     let mut xport = TwoSided::new(world.comm(), mailbox.clone(), inbox.clone());
     let two = Pattern { count: 2, unit: points / 2 / 2 };
     let one = Pattern { count: 1, unit: points / 2 };
@@ -71,7 +71,7 @@ fn forged_messages() -> Result<(), String> {
         other => Err(format!("expected an error saying {what:?}, got {other:?}")),
     };
     let untouched = |epoch: u64| {
-        let mut got = vec![1u8; points * 16];
+        let mut got = vec![1u8; points * POINT];
         inbox.view().copy_out(inbox.base(epoch), &mut got);
         if got.iter().all(|&b| b == 0) {
             Ok(())
@@ -105,7 +105,7 @@ fn forged_messages() -> Result<(), String> {
     } else {
         xport.finish().map_err(|e| e.to_string())?;
         let mut got = vec![C64::default(); one.unit];
-        let at = inbox.base(4) + shape.region(1) * 16;
+        let at = inbox.message_at(4, &shape, &one, 1, 0);
         inbox.view().copy_out(at, bytemuck::cast_slice_mut(&mut got));
         if got != data {
             return Err("a fragmented message arrived changed".into());

@@ -61,62 +61,40 @@ pub enum Model {
     TwoSided,
 }
 
-impl Variant {
-    /// Every variant.
-    pub const ALL: [Variant; 3] = [Variant::Exchange, Variant::Slabs, Variant::Pencils];
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Variant::Exchange => "exchange",
-            Variant::Slabs => "slabs",
-            Variant::Pencils => "pencils",
+/// `ALL`, the command-line `name`, `Display` and `FromStr` of a fieldless enum, from its
+/// variants and their names.
+macro_rules! named {
+    ($ty:ident, $what:literal, $($v:ident => $name:literal),+) => {
+        impl $ty {
+            /// Every value.
+            pub const ALL: [$ty; [$($name),+].len()] = [$($ty::$v),+];
+            /// The command-line name.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $($ty::$v => $name),+
+                }
+            }
         }
-    }
-}
 
-impl Model {
-    /// Every model.
-    pub const ALL: [Model; 2] = [Model::OneSided, Model::TwoSided];
-    /// The command-line name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Model::OneSided => "one-sided",
-            Model::TwoSided => "two-sided",
+        impl fmt::Display for $ty {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.name())
+            }
         }
-    }
+
+        impl FromStr for $ty {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                $ty::ALL.into_iter().find(|v| v.name() == s.trim()).ok_or_else(|| {
+                    format!("unknown {} {s:?} (expected {})", $what, [$($name),+].join(", "))
+                })
+            }
+        }
+    };
 }
 
-impl fmt::Display for Variant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl fmt::Display for Model {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Variant {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Variant::ALL
-            .into_iter()
-            .find(|v| v.name() == s.trim())
-            .ok_or_else(|| format!("unknown variant {s:?} (expected exchange, slabs or pencils)"))
-    }
-}
-
-impl FromStr for Model {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Model::ALL
-            .into_iter()
-            .find(|m| m.name() == s.trim())
-            .ok_or_else(|| format!("unknown model {s:?} (expected one-sided or two-sided)"))
-    }
-}
+named!(Variant, "variant", Exchange => "exchange", Slabs => "slabs", Pencils => "pencils");
+named!(Model, "model", OneSided => "one-sided", TwoSided => "two-sided");
 
 /// What can go wrong in a run.
 #[derive(Debug, Clone, PartialEq)]

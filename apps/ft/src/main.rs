@@ -39,7 +39,7 @@ fn main() -> ExitCode {
         pad: args.pad,
         ..Options::new(args.class, args.variant, args.model)
     };
-    let run = || -> Result<(bool, u32), weft_ft::Error> {
+    let run = || -> Result<bool, weft_ft::Error> {
         let mut b = weft_runtime::World::builder();
         let ft = Ft::register(&mut b);
         let world = b.init()?;
@@ -52,11 +52,11 @@ fn main() -> ExitCode {
             }
         }
         world.barrier()?;
-        Ok((report.passed(), world.rank()))
+        Ok(report.passed())
     };
     match run() {
-        Ok((true, _)) => ExitCode::SUCCESS,
-        Ok((false, _)) => ExitCode::from(1),
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("ft: {e}");
             ExitCode::from(2)

@@ -1,7 +1,7 @@
 //! The FT driver: initial conditions, forward transform, time steps, checksums, timing.
 
 use crate::class::Class;
-use crate::exchange::{Inbox, Mailbox, OneSided, Shape, Transport, TwoSided};
+use crate::exchange::{Inbox, Mailbox, OneSided, Shape, Transport, TwoSided, POINT};
 use crate::local_fft::{Direction, C64};
 use crate::report::{Report, Times, Verification};
 use crate::rng::Stream;
@@ -148,7 +148,7 @@ impl Ft {
                 return Ok((inbox.clone(), flags.clone()));
             }
         }
-        let seg = world.alloc_segment::<u8>(2 * points * 16)?;
+        let seg = world.alloc_segment::<u8>(Inbox::bytes(points))?;
         let flags = match held.take() {
             Some((_, flags)) => flags,
             None => Arc::new(world.alloc_segment::<u64>(world.size() as usize)?),
@@ -169,7 +169,7 @@ impl Ft {
     ) -> Result<(), Error> {
         // Two padded work arrays, the two-buffer inbox, the exchange's staging array.
         let staging = if variant == Variant::Exchange { points } else { 0 };
-        let need = (2 * padded + 2 * points + staging) as u128 * 16 * ranks as u128;
+        let need = (2 * padded + 2 * points + staging) as u128 * POINT as u128 * ranks as u128;
         match mem_available() {
             Some(avail) if need > avail as u128 => Err(Error::Setup(format!(
                 "{} ranks need {:.1} GiB for their arrays; {:.1} GiB are available",

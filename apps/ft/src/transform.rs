@@ -14,7 +14,7 @@
 //! Received data is `[c][a][b/P]` in every variant, so the last FFTs (along `c`) gather
 //! blocks of `b/P` rows, transpose them to unit stride and write the output.
 
-use crate::exchange::{Pattern, Shape, Transport};
+use crate::exchange::{Pattern, Shape, Transport, POINT};
 use crate::local_fft::{gather_columns, transpose, Direction, Lines, C64};
 use crate::{Error, Variant};
 use rustfft::FftPlanner;
@@ -200,7 +200,7 @@ impl Transform {
             for b0 in (0..bl).step_by(LAST_BLOCK) {
                 let w = LAST_BLOCK.min(bl - b0);
                 for ci in 0..c {
-                    let from = base + ((ci * a + ai) * bl + b0) * 16;
+                    let from = base + ((ci * a + ai) * bl + b0) * POINT;
                     view.copy_out(from, bytemuck::cast_slice_mut(&mut self.tmp[ci * w..(ci + 1) * w]));
                 }
                 transpose(&self.tmp, c, w, &mut self.cols);
@@ -224,17 +224,11 @@ struct Sender<'a> {
 
 impl Sender<'_> {
     fn initiate(&mut self, f: impl FnOnce(&mut dyn Transport) -> Result<(), Error>) -> Result<(), Error> {
-        let t = now_ns();
-        let r = f(&mut *self.xport);
-        self.count.initiation_ns += now_ns() - t;
-        r
+        timed(&mut self.count.initiation_ns, || f(&mut *self.xport))
     }
 
     fn complete(&mut self, f: impl FnOnce(&mut dyn Transport) -> Result<(), Error>) -> Result<(), Error> {
-        let t = now_ns();
-        let r = f(&mut *self.xport);
-        self.count.completion_ns += now_ns() - t;
-        r
+        timed(&mut self.count.completion_ns, || f(&mut *self.xport))
     }
 
     fn emit(&mut self, dst: usize, index: usize, data: &[C64]) -> Result<(), Error> {
@@ -246,4 +240,12 @@ impl Sender<'_> {
         self.count.bytes += std::mem::size_of_val(data) as u64;
         self.initiate(|x| x.send(dst, index, data))
     }
+}
+
+/// Runs `f`, adding the nanoseconds it took to `ns`.
+fn timed<R>(ns: &mut u64, f: impl FnOnce() -> R) -> R {
+    let t = now_ns();
+    let r = f();
+    *ns += now_ns() - t;
+    r
 }

@@ -4,6 +4,7 @@
 
 use super::Ctx;
 use serde::Serialize;
+use weft::Team;
 use weft_ft::{Class, Ft, Model, Options, Report, Variant};
 
 /// One configuration's report with its ratios to the exchange of the same model.
@@ -25,6 +26,8 @@ pub struct FtRow {
 /// Runs every variant and model of `class`.
 pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> {
     let mut rows = vec![];
+    let team = ctx.world.world_team()?;
+    let mut dst = vec![];
     for model in Model::ALL {
         let mut exchange: Option<(f64, f64)> = None;
         for variant in Variant::ALL {
@@ -33,7 +36,7 @@ pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> 
                 .run(&ctx.world, &Options::new(class, variant, model))
                 .map_err(|e| weft::Error::Config(format!("ft {class} {variant} {model}: {e}")))?;
             let (t, c) = *exchange.get_or_insert((report.time_s, report.comm_s));
-            let copy_floor_s = copy_floor(ctx, report.bytes_per_rank, report.message_bytes)?;
+            let copy_floor_s = copy_floor(&team, &mut dst, report.bytes_per_rank, report.message_bytes)?;
             rows.push(FtRow {
                 suite: "ft",
                 copy_floor_s,
@@ -46,18 +49,20 @@ pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> 
     Ok(rows)
 }
 
-/// Seconds for every rank at once to copy `total` bytes in `piece`-byte pieces from a hot
-/// source into a destination larger than the caches (the maximum over the ranks).
-fn copy_floor(ctx: &Ctx, total: u64, piece: f64) -> Result<f64, weft::Error> {
+/// Seconds for every member of `team` at once to copy `total` bytes in `piece`-byte pieces
+/// from a hot source into a destination larger than the caches (the maximum over the
+/// members). `dst` is the destination, kept across calls (its pages faulted in once).
+fn copy_floor(team: &Team<'_>, dst: &mut Vec<u8>, total: u64, piece: f64) -> Result<f64, weft::Error> {
     let piece = (piece.round() as usize).max(1);
     if total == 0 {
         return Ok(0.0);
     }
     let src = vec![1u8; piece];
-    let mut dst = vec![0u8; (256 << 20).min(total as usize).max(piece)];
-    dst.fill(2); // fault the pages in before timing
-    let slots = dst.len() / piece;
-    let team = ctx.world.world_team()?;
+    let len = (256 << 20).min(total as usize).max(piece);
+    if dst.len() < len {
+        dst.resize(len, 2); // writes, so the pages are faulted in before timing
+    }
+    let slots = len / piece;
     team.barrier()?;
     let start = weft::fabric::os::now_ns();
     let mut left = total as usize;
@@ -65,7 +70,7 @@ fn copy_floor(ctx: &Ctx, total: u64, piece: f64) -> Result<f64, weft::Error> {
     while left > 0 {
         let n = piece.min(left);
         weft::fabric::copy::copy_slice(&mut dst[slot * piece..slot * piece + n], &src[..n]);
-        std::hint::black_box(&mut dst);
+        std::hint::black_box(&mut *dst);
         slot = (slot + 1) % slots;
         left -= n;
     }

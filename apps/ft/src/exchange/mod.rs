@@ -17,6 +17,9 @@ use crate::local_fft::C64;
 use crate::Error;
 use weft_runtime::{LocalView, Segment};
 
+/// Bytes of one point (a complex double).
+pub const POINT: usize = std::mem::size_of::<C64>();
+
 /// The global shape of one distributed transform: input `[c/P][b][a]` (a fastest, c split
 /// over ranks), output `[b/P][a][c]` (c fastest, b split over ranks).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,9 +73,13 @@ pub struct Inbox {
 }
 
 impl Inbox {
-    /// Wraps a segment of at least `2 · points · 16` bytes.
+    /// Bytes of a segment for two buffers of `points`.
+    pub fn bytes(points: usize) -> usize {
+        2 * points * POINT
+    }
+    /// Wraps a segment of at least [`Inbox::bytes`]`(points)` bytes.
     pub fn new(seg: Segment<u8>, points: usize) -> Inbox {
-        assert!(seg.len() >= 2 * points * 16, "inbox segment too small");
+        assert!(seg.len() >= Inbox::bytes(points), "inbox segment too small");
         Inbox { seg, points }
     }
     /// Points each buffer holds.
@@ -85,7 +92,18 @@ impl Inbox {
     }
     /// Byte offset of the buffer that epoch `epoch` uses.
     pub fn base(&self, epoch: u64) -> usize {
-        (epoch % 2) as usize * self.points * 16
+        (epoch % 2) as usize * self.points * POINT
+    }
+    /// Byte offset where message `index` from `src` lands in epoch `epoch`.
+    pub fn message_at(
+        &self,
+        epoch: u64,
+        shape: &Shape,
+        pattern: &Pattern,
+        src: usize,
+        index: usize,
+    ) -> usize {
+        self.base(epoch) + (shape.region(src) + index * pattern.unit) * POINT
     }
     /// This rank's view of the segment.
     pub fn view(&self) -> LocalView<'_, u8> {
@@ -110,7 +128,8 @@ pub trait Transport {
     /// Places message `index` of this rank's own part in its own buffer.
     fn keep(&mut self, index: usize, data: &[C64], shape: &Shape, pattern: &Pattern) {
         let (inbox, epoch) = self.inbox();
-        let at = inbox.base(epoch) + (shape.region(shape.me) + index * pattern.unit) * 16;
-        inbox.view().copy_in(at, bytemuck::cast_slice(data));
+        inbox
+            .view()
+            .copy_in(inbox.message_at(epoch, shape, pattern, shape.me, index), bytemuck::cast_slice(data));
     }
 }

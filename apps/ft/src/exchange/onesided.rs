@@ -39,7 +39,7 @@ impl Transport for OneSided {
 
     fn send(&mut self, dst: usize, index: usize, data: &[C64]) -> Result<(), Error> {
         let (shape, pattern) = self.shape.ok_or(Error::Protocol("send outside an epoch".into()))?;
-        let at = self.inbox.base(self.epoch) + (shape.region(shape.me) + index * pattern.unit) * 16;
+        let at = self.inbox.message_at(self.epoch, &shape, &pattern, shape.me, index);
         self.comm.put_nbi(self.inbox.segment().at(dst as u32, at), bytemuck::cast_slice::<C64, u8>(data))?;
         Ok(())
     }

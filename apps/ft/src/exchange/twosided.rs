@@ -6,7 +6,7 @@
 //! not yet posted (a sender one transform ahead) is kept aside and placed when its receive is
 //! posted, as MPI's unexpected-message queue does.
 
-use super::{Inbox, Pattern, Shape, Transport};
+use super::{Inbox, Pattern, Shape, Transport, POINT};
 use crate::local_fft::C64;
 use crate::Error;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -38,7 +38,7 @@ impl State {
     fn deliver(&mut self, src: usize, epoch: u64, index: usize, offset: usize, bytes: &[u8]) {
         match self.posted {
             Some((shape, pattern)) if epoch == self.epoch => {
-                let unit = pattern.unit * 16;
+                let unit = pattern.unit * POINT;
                 let left = self.remaining.get_mut(src).and_then(|r| r.get_mut(index));
                 let fits = offset.checked_add(bytes.len()).is_some_and(|end| end <= unit);
                 let (Some(left), true) = (left, fits) else {
@@ -58,7 +58,7 @@ impl State {
                     return;
                 }
                 let inbox = self.inbox.as_ref().expect("posted receives have an inbox");
-                let at = inbox.base(epoch) + (shape.region(src) + index * pattern.unit) * 16 + offset;
+                let at = inbox.message_at(epoch, &shape, &pattern, src, index) + offset;
                 inbox.view().copy_in(at, bytes);
                 *left -= bytes.len();
                 if *left == 0 {
@@ -156,7 +156,7 @@ impl Transport for TwoSided {
         st.epoch = epoch;
         st.posted = Some((shape, pattern));
         st.remaining = (0..shape.ranks)
-            .map(|r| if r == shape.me { vec![] } else { vec![pattern.unit * 16; pattern.count] })
+            .map(|r| if r == shape.me { vec![] } else { vec![pattern.unit * POINT; pattern.count] })
             .collect();
         st.done = 0;
         st.expected = (shape.ranks - 1) * pattern.count;

@@ -272,18 +272,20 @@ impl Channels {
                     // sender's buffer.
                     comm.read_peer(team.members[src], addr, i.out)?;
                     *done = total;
-                } else if i.out.len() <= INLINE {
-                    let mut words = [0u64; 4];
-                    local.copy_out(base + 4, &mut words);
-                    i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
-                    *done += 1;
-                } else if i.out.len() <= SUB {
-                    slots.local().copy_out(src * SLOT + sub_slot(recvd[src]), i.out);
-                    *done += 1;
                 } else {
-                    let at = *done as usize * SLOT;
-                    let end = (at + SLOT).min(i.out.len());
-                    slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                    match Kind::of(i.out.len()) {
+                        Kind::Inline => {
+                            let mut words = [0u64; 4];
+                            local.copy_out(base + 4, &mut words);
+                            i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
+                        }
+                        Kind::Sub => slots.local().copy_out(src * SLOT + sub_slot(recvd[src]), i.out),
+                        Kind::Whole => {
+                            let at = *done as usize * SLOT;
+                            let end = (at + SLOT).min(i.out.len());
+                            slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                        }
+                    }
                     *done += 1;
                 }
                 recvd[src] += 1;
