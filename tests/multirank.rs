@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -975,56 +975,13 @@ const CASES: &[Case] = &[
     },
 ];
 
-fn launch(case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
-    let exe = std::env::current_exe().expect("test executable");
-    let t = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["run", "-n", &n.to_string(), "--timeout", "120", "--"])
-        .arg(exe)
-        .env("WEFT_TEST_CASE", case)
-        .envs(env.iter().copied())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start weft run");
-    let pid = child.id();
-    let out = child.wait_with_output().expect("weft run");
-    (out, t.elapsed(), pid)
-}
-
-fn shm_leftovers(launcher_pid: u32) -> Vec<String> {
-    let prefix = format!("weft-{launcher_pid:x}x");
-    std::fs::read_dir("/dev/shm")
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn run_case(case: &Case, n: u32) -> Result<(), libtest_mimic::Failed> {
-    let (out, took, pid) = launch(case.name, n, case.env);
-    if !out.status.success() {
-        return Err(format!(
-            "{} with {n} ranks failed after {took:?} ({})\n{}",
-            case.name,
-            out.status,
-            common::text(&out)
-        )
-        .into());
-    }
-    let left = shm_leftovers(pid);
-    if !left.is_empty() {
-        return Err(format!("files left in /dev/shm: {left:?}").into());
-    }
-    Ok(())
+    common::run_job("WEFT_TEST_CASE", case.name, n, case.env).map_err(Into::into)
 }
 
 /// A rank killed with SIGKILL: the launcher names it within 2 s and nothing stays in /dev/shm.
 fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
-    let (out, took, pid) = launch("killed_rank", n, &[]);
+    let (out, took, pid) = common::launch("WEFT_TEST_CASE", "killed_rank", n, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.success() || !err.contains("rank 1") || !err.contains("SIGKILL") {
         return Err(format!("kill not reported ({})\n{}", out.status, common::text(&out)).into());
@@ -1034,7 +991,7 @@ fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
     if took > Duration::from_secs(5) {
         return Err(format!("job took {took:?} to end after the kill").into());
     }
-    let left = shm_leftovers(pid);
+    let left = common::shm_leftovers(pid);
     if !left.is_empty() {
         return Err(format!("files left in /dev/shm: {left:?}").into());
     }

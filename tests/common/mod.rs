@@ -1,6 +1,7 @@
 //! What the multi-process test programs share.
 
-use std::process::Output;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
 
 /// Ends a rank with the outcome of its case: status 0, or 1 after printing why.
 pub fn exit_with(outcome: Result<(), String>) -> ! {
@@ -20,4 +21,52 @@ pub fn text(o: &Output) -> String {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr)
     )
+}
+
+/// Starts `n` ranks of this test executable through `weft run`, with `var=case` naming the
+/// rank program; returns the output, how long the job took, and the launcher's pid.
+#[allow(dead_code)]
+pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
+    let exe = std::env::current_exe().expect("test executable");
+    let t = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "-n", &n.to_string(), "--timeout", "120", "--"])
+        .arg(exe)
+        .env(var, case)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start weft run");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("weft run");
+    (out, t.elapsed(), pid)
+}
+
+/// What the job started by launcher `launcher_pid` left in /dev/shm.
+#[allow(dead_code)]
+pub fn shm_leftovers(launcher_pid: u32) -> Vec<String> {
+    let prefix = format!("weft-{launcher_pid:x}x");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs a job (see [`launch`]) that must succeed and leave nothing in /dev/shm.
+#[allow(dead_code)]
+pub fn run_job(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> Result<(), String> {
+    let (out, took, pid) = launch(var, case, n, env);
+    if !out.status.success() {
+        return Err(format!("{case} with {n} ranks failed after {took:?} ({})\n{}", out.status, text(&out)));
+    }
+    let left = shm_leftovers(pid);
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}"));
+    }
+    Ok(())
 }

@@ -22,6 +22,8 @@ pub enum FabricError {
     Unsupported { what: &'static str },
     /// Ranks disagree on start-up parameters.
     Mismatch { what: String },
+    /// More of a resource was asked for than the fabric provides.
+    Limit { what: &'static str, asked: usize, max: usize },
 }
 
 impl FabricError {
@@ -52,6 +54,9 @@ impl fmt::Display for FabricError {
             }
             FabricError::Unsupported { what } => write!(f, "not supported by this fabric: {what}"),
             FabricError::Mismatch { what } => write!(f, "ranks disagree: {what}"),
+            FabricError::Limit { what, asked, max } => {
+                write!(f, "{asked} {what} asked for; this fabric provides at most {max}")
+            }
         }
     }
 }

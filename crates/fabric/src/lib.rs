@@ -67,6 +67,19 @@ pub trait Fabric: Send + Sync + 'static {
     /// `Issued::Done` carries the previous value.
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued>;
 
+    /// Copies `len` bytes at `src_offset` of this rank's own registered region `src` to `dst`
+    /// at `dst_offset`: a put whose payload the fabric reads from registered memory (what a
+    /// NIC does by DMA) instead of from a caller's slice. `src` must be this rank's region.
+    fn put_from(
+        &self,
+        dst: &RemoteRegion,
+        dst_offset: usize,
+        src: &RemoteRegion,
+        src_offset: usize,
+        len: usize,
+        token: u64,
+    ) -> FabricResult<Issued>;
+
     /// Completes remotely every put and atomic this process issued with token 0 that
     /// returned [`Issued::Pending`] (OpenSHMEM's quiet).
     fn quiet(&self) -> FabricResult<()>;
@@ -83,6 +96,40 @@ pub trait Fabric: Send + Sync + 'static {
     /// Tries to send an active message; `Ok(false)` means the path to `dst` is full right now
     /// (back-pressure): make progress and try again. Nothing is dropped or queued unboundedly.
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool>;
+
+    /// Receive side of endpoint transmit slots (see [`TxSlot`]): creates the paths through
+    /// which `slots[s]` transmit slots of each rank `s` reach this rank, each `ring_bytes` deep,
+    /// and starts delivering what arrives on them in [`Fabric::progress`] (as requests from
+    /// `s`). Every rank does this with the same `slots`, exchanges the returned regions'
+    /// descriptors, opens its slots with [`Fabric::open_tx_slots`], and then seals the region.
+    /// Fabrics without transmit slots return [`FabricError::Unsupported`] and the runtime
+    /// sends endpoint AMs on the default path.
+    fn open_slot_inbox(&self, slots: &[u32], ring_bytes: usize) -> FabricResult<LocalRegion> {
+        let _ = (slots, ring_bytes);
+        Err(FabricError::Unsupported { what: "endpoint transmit slots" })
+    }
+
+    /// Stops delivering from a slot inbox and releases it, once nothing waits in it:
+    /// `Ok(false)` while messages remain (make progress and ask again). Call it only after
+    /// every rank has closed the slots that send into it.
+    fn close_slot_inbox(&self, region: &LocalRegion) -> FabricResult<bool> {
+        let _ = region;
+        Err(FabricError::Unsupported { what: "endpoint transmit slots" })
+    }
+
+    /// Transmit side: opens this rank's slots `first..first + count` of a slot inbox set made
+    /// with [`Fabric::open_slot_inbox`] and the same `slots`; `inboxes[r]` is rank `r`'s
+    /// descriptor. Each returned slot reaches every rank, itself included.
+    fn open_tx_slots(
+        &self,
+        inboxes: &[Vec<u8>],
+        slots: &[u32],
+        first: u32,
+        count: u32,
+    ) -> FabricResult<Vec<Box<dyn TxSlot>>> {
+        let _ = (inboxes, slots, first, count);
+        Err(FabricError::Unsupported { what: "endpoint transmit slots" })
+    }
 
     /// Delivers incoming AMs and completions to `sink`; returns how many events were delivered.
     /// With `PollSet::RepliesOnly` only replies and completions are delivered, which is what a
@@ -115,6 +162,23 @@ pub trait Fabric: Send + Sync + 'static {
 
     /// The communication resources this fabric holds (for `weft info`).
     fn resources(&self) -> Vec<Resource>;
+}
+
+/// One transmit slot of an endpoint: an independent path to every rank for requests, used by
+/// one owner at a time (`&mut self`, so it needs no lock of its own; the runtime adds one
+/// where it shares a slot). On shared memory a slot is one ring per destination; on libfabric
+/// it is an endpoint or a scalable endpoint's transmit context.
+///
+/// Messages posted with [`TxSlot::am_try_send`] may wait for [`TxSlot::doorbell`] before the
+/// target is woken (the Postlist idea: one doorbell per batch).
+pub trait TxSlot: Send {
+    /// Tries to post one request AM to `dst`; `Ok(false)` means the path is full right now.
+    /// Only [`AmClass::Request`] messages travel on slots (replies use the default path).
+    fn am_try_send(&mut self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool>;
+    /// Makes everything posted so far visible and wakes the targets that sleep.
+    fn doorbell(&mut self);
+    /// Bytes of memory and paths this slot holds (for resource accounting).
+    fn resources(&self) -> Resource;
 }
 
 /// Receives what [`Fabric::progress`] delivers.

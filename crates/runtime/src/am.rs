@@ -136,7 +136,7 @@ impl Comm {
         self.send_long(h.0, AmClass::Request, args, payload, dst)
     }
 
-    fn check_request(&self, h: AmHandler) -> Result<()> {
+    pub(crate) fn check_request(&self, h: AmHandler) -> Result<()> {
         if in_handler().is_some() {
             return Err(Error::Misuse("requests cannot be sent from inside an AM handler (reply instead)"));
         }

@@ -34,6 +34,7 @@
 mod am;
 mod collective;
 pub mod config;
+pub mod endpoint;
 mod error;
 mod ext;
 mod fallback;
@@ -47,6 +48,7 @@ mod world;
 
 pub use am::{AmHandler, AmMsg};
 pub use config::{Config, RmaPath};
+pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};
 pub use error::{Error, Result};
 pub use ext::{ProgressHook, RmaPool, StartHook};
 pub use ops::{AtomicHandle, RmaHandle};

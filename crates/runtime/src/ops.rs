@@ -43,7 +43,7 @@ impl OpState {
     pub fn is_done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
     }
-    fn outcome(&self) -> Result<u64> {
+    pub(crate) fn outcome(&self) -> Result<u64> {
         match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
             Some(e) => Err(e),
             None => Ok(self.value.load(Ordering::Acquire)),

@@ -6,6 +6,7 @@ mod coll;
 pub mod coll_mpi;
 mod ft;
 mod limits;
+mod msgrate;
 mod report;
 mod rma;
 mod rpc;
@@ -33,6 +34,10 @@ pub enum Suite {
     /// Barrier, broadcast, allreduce and alltoall latency by size, beside Open MPI's (built
     /// with `--features mpi`) or the machine's floor.
     Coll,
+    /// Message rate of T threads on their own endpoints, per sharing category and feature
+    /// (Zambre et al.'s method), with the resources each point holds. Threads: 1, 2, 4 ...
+    /// up to the cores (at most 16), or `WEFT_MSGRATE_THREADS=1,2,...`.
+    Msgrate,
     /// NAS FT (class `--class`): exchange, slabs and pencils, one-sided and two-sided, each
     /// beside the bulk exchange of the same model. Not in the default set (seconds to minutes).
     Ft,
@@ -40,7 +45,7 @@ pub enum Suite {
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Suites to run (default: all but ft).
+    /// Suites to run (default: all but ft and msgrate).
     #[arg(value_enum)]
     pub suites: Vec<Suite>,
     /// Number of ranks.
@@ -92,6 +97,12 @@ pub struct Handlers {
     pub fin: AmHandler,
     pub pongs: Arc<AtomicU64>,
     pub fin_acks: Arc<AtomicU64>,
+    /// Counts what it receives (`counted`).
+    pub count: AmHandler,
+    pub counted: Arc<AtomicU64>,
+    /// Counts notices (`dones`).
+    pub done: AmHandler,
+    pub dones: Arc<AtomicU64>,
 }
 
 pub struct Ctx {
@@ -121,12 +132,18 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
     let ping = b.handler("bench.ping", move |m| m.reply_short(pong, &[]).expect("reply"));
     let fin = b.handler("bench.fin", move |m| m.reply_short(fin_ack, &[]).expect("reply"));
     let sink = b.handler("bench.sink", |_| {});
+    let (count, counted) = counter(&mut b, "bench.count");
+    let (done, dones) = counter(&mut b, "bench.done");
     let ft = weft_ft::Ft::register(&mut b);
     let world = b.init()?;
     let progress = Progress::new(args.json, world.rank());
-    let ctx = Ctx { world, handlers: Handlers { ping, sink, fin, pongs, fin_acks }, progress };
+    let ctx = Ctx {
+        world,
+        handlers: Handlers { ping, sink, fin, pongs, fin_acks, count, counted, done, dones },
+        progress,
+    };
     let suites = if args.suites.is_empty() {
-        Suite::value_variants().iter().copied().filter(|&s| s != Suite::Ft).collect()
+        Suite::value_variants().iter().copied().filter(|&s| s != Suite::Ft && s != Suite::Msgrate).collect()
     } else {
         args.suites.clone()
     };
@@ -141,6 +158,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Serialize => rows.extend(serialize::run(&ctx)?),
             Suite::Rpc => rows.extend(rpc::run(&ctx, &lim)?),
             Suite::Coll => rows.extend(coll::run(&ctx, &lim)?),
+            Suite::Msgrate => rows.extend(msgrate::run(&ctx)?),
             Suite::Ft => ft_rows = ft::run(&ctx, &ft, args.class)?,
         }
     }

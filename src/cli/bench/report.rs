@@ -20,6 +20,9 @@ pub struct Row {
     /// value / limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ratio: Option<f64>,
+    /// Further keys of the JSON object (a suite's own details).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<serde_json::Value>,
 }
 
 impl Row {
@@ -30,7 +33,17 @@ impl Row {
         value: f64,
         unit: &'static str,
     ) -> Row {
-        Row { suite, metric: metric.into(), bytes, value, unit, limit: None, limit_name: None, ratio: None }
+        Row {
+            suite,
+            metric: metric.into(),
+            bytes,
+            value,
+            unit,
+            limit: None,
+            limit_name: None,
+            ratio: None,
+            extra: None,
+        }
     }
     pub fn vs(mut self, limit_name: &'static str, limit: f64) -> Row {
         self.limit = Some(limit);

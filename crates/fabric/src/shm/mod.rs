@@ -9,12 +9,15 @@
 
 mod control;
 pub mod ring;
+mod slots;
 mod spin;
+
+pub use slots::{MAX_SLOT_INBOXES, MAX_SLOT_RINGS};
 
 use crate::os::{self, Mapping};
 use crate::{
     AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
-    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource,
+    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
 };
 use control::{Control, State};
 use ring::{Body, Receiver, RingPtr, Sender};
@@ -63,6 +66,8 @@ pub struct ShmFabric {
     local_regions: RwLock<Vec<Option<Arc<Mapping>>>>,
     remote_maps: Mutex<Vec<Arc<Mapping>>>,
     next_region: AtomicU32,
+    /// Receive side of endpoint transmit slots (one inbox per endpoint context).
+    slot_rx: slots::SlotInboxes,
 }
 
 /// One ring of our inbox: the consumer under a lock, plus what a poller needs to peek at it
@@ -107,10 +112,8 @@ impl ShmFabric {
                 what: format!("rank {} of a job of {}", cfg.rank, cfg.size),
             });
         }
-        // A power of two, so that ring positions map to slots with a mask.
-        let slots = (cfg.ring_bytes / ring::SLOT).max(64);
-        let slots = 1usize << slots.ilog2();
-        let max_medium = MAX_MEDIUM.min(slots / 4 * ring::SLOT - ring::HEADER - 8 * crate::AM_MAX_ARGS);
+        let slots = ring_slots(cfg.ring_bytes);
+        let max_medium = max_medium_for(slots);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
         let own = os::create_shared(&inbox_name(&cfg.job, cfg.rank), inbox_bytes, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
@@ -179,6 +182,7 @@ impl ShmFabric {
             local_regions: RwLock::new(Vec::new()),
             remote_maps: Mutex::new(Vec::new()),
             next_region: AtomicU32::new(0),
+            slot_rx: slots::SlotInboxes::new(),
         };
         // Start-up barrier: count ourselves in rank 0's control block once every inbox is mapped.
         fab.control(0).attached().fetch_add(1, Ordering::AcqRel);
@@ -216,11 +220,59 @@ impl ShmFabric {
     /// just as the message lands) costs at most that receiver's sleep timeout (≤ 2 ms), and
     /// the window is a few nanoseconds wide.
     fn ring_doorbell(&self, dst: Rank) {
-        let c = self.control(dst);
-        if c.sleepers.load(Ordering::Relaxed) != 0 {
-            c.doorbell.fetch_add(1, Ordering::Release);
-            os::futex_wake_all(&c.doorbell);
+        ring_doorbell(self.control(dst));
+    }
+
+    /// The mapping of local region `id`.
+    fn local_map(&self, id: u32) -> Option<Arc<Mapping>> {
+        let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
+        regions.get(id as usize)?.clone()
+    }
+
+    /// Delivers up to 64 messages from one ring (bounded so that one busy sender cannot
+    /// starve the others).
+    fn drain(
+        &self,
+        inbound: &Inbound,
+        src: Rank,
+        class: AmClass,
+        sink: &dyn EventSink,
+    ) -> FabricResult<usize> {
+        if !inbound.ready() {
+            return Ok(0);
         }
+        let Some(mut rx) = inbound.rx.try_lock() else {
+            return Ok(0);
+        };
+        let mut delivered = 0;
+        for _ in 0..64 {
+            let mut bad = None;
+            let got = rx.recv(|m| {
+                let payload = match m.body {
+                    Body::Short => AmInPayload::Short,
+                    Body::Medium(p) => AmInPayload::Medium(p),
+                    Body::Long { region, offset, len } => match self.local_bytes(region, offset, len) {
+                        Some(data) => AmInPayload::Long { region, offset: offset as usize, data },
+                        None => {
+                            bad = Some(FabricError::Malformed {
+                                what: format!("long AM from rank {src} names {len} bytes at {offset} of region {region}"),
+                            });
+                            return;
+                        }
+                    },
+                };
+                sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
+            })?;
+            if let Some(e) = bad {
+                return Err(e);
+            }
+            if !got {
+                break;
+            }
+            delivered += 1;
+        }
+        inbound.head.store(rx.head(), Ordering::Relaxed);
+        Ok(delivered)
     }
 
     /// Bytes of a local region, for long AMs; `None` if the range is not inside one.
@@ -235,11 +287,70 @@ impl ShmFabric {
         // are never removed from the table), hence as long as &self.
         Some(unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset as usize), len as usize) })
     }
+}
 
-    fn remote_ptr(&self, region: &RemoteRegion, offset: usize, len: usize) -> FabricResult<*mut u8> {
-        region.check(offset, len)?;
-        Ok((region.addr as usize + offset) as *mut u8)
+/// Wakes the owner of control block `c` if one of its threads sleeps (see
+/// `ShmFabric::ring_doorbell`).
+fn ring_doorbell(c: &Control) {
+    if c.sleepers.load(Ordering::Relaxed) != 0 {
+        c.doorbell.fetch_add(1, Ordering::Release);
+        os::futex_wake_all(&c.doorbell);
     }
+}
+
+fn remote_ptr(region: &RemoteRegion, offset: usize, len: usize) -> FabricResult<*mut u8> {
+    region.check(offset, len)?;
+    Ok((region.addr as usize + offset) as *mut u8)
+}
+
+/// A put on shared memory: a bounds-checked copy into the peer's mapping.
+fn put_bytes(dst: &RemoteRegion, offset: usize, src: &[u8]) -> FabricResult<()> {
+    let p = remote_ptr(dst, offset, src.len())?;
+    // SAFETY: p..p+len lies in a live mapping of dst (bounds checked) and src is a live
+    // slice. The ranges may overlap only for a put from a segment into itself, so use the
+    // overlap-safe copy.
+    unsafe { crate::copy::copy_bytes(src.as_ptr(), p, src.len()) };
+    fence(Ordering::Release);
+    Ok(())
+}
+
+/// The ring body for `msg` to `dst`, after checking its size; a long AM's payload is written
+/// into the target's region here, before the header is sent.
+fn body_for<'a>(dst: Rank, msg: &AmOut<'a>, max_medium: usize) -> FabricResult<Body<'a>> {
+    Ok(match msg.payload {
+        AmPayload::Short => Body::Short,
+        AmPayload::Medium(p) => {
+            if p.len() > max_medium {
+                return Err(FabricError::TooLarge {
+                    what: "medium AM payload",
+                    len: p.len(),
+                    max: max_medium,
+                });
+            }
+            Body::Medium(p)
+        }
+        AmPayload::Long { region, offset, data } => {
+            if region.rank != dst {
+                return Err(FabricError::Malformed {
+                    what: format!("long AM to rank {dst} targets rank {}'s memory", region.rank),
+                });
+            }
+            put_bytes(region, offset, data)?;
+            Body::Long { region: region.id, offset: offset as u64, len: data.len() as u64 }
+        }
+    })
+}
+
+/// Largest medium payload a ring of `slots` slots carries.
+fn max_medium_for(slots: usize) -> usize {
+    MAX_MEDIUM.min(slots / 4 * ring::SLOT - ring::HEADER - 8 * crate::AM_MAX_ARGS)
+}
+
+/// Ring slots for a ring of about `ring_bytes` bytes: a power of two (positions map to slots
+/// with a mask), at least 64.
+fn ring_slots(ring_bytes: usize) -> usize {
+    let slots = (ring_bytes / ring::SLOT).max(64);
+    1usize << slots.ilog2()
 }
 
 impl Fabric for ShmFabric {
@@ -319,17 +430,35 @@ impl Fabric for ShmFabric {
     }
 
     fn put(&self, dst: &RemoteRegion, offset: usize, src: &[u8], _token: u64) -> FabricResult<Issued> {
-        let p = self.remote_ptr(dst, offset, src.len())?;
-        // SAFETY: p..p+len lies in a live mapping of dst (bounds checked) and src is a live
-        // slice. The ranges may overlap only for a put from a segment into itself, so use the
-        // overlap-safe copy.
-        unsafe { crate::copy::copy_bytes(src.as_ptr(), p, src.len()) };
+        put_bytes(dst, offset, src)?;
+        Ok(Issued::Done(0))
+    }
+
+    fn put_from(
+        &self,
+        dst: &RemoteRegion,
+        dst_offset: usize,
+        src: &RemoteRegion,
+        src_offset: usize,
+        len: usize,
+        _token: u64,
+    ) -> FabricResult<Issued> {
+        if src.rank != self.rank {
+            return Err(FabricError::Malformed {
+                what: format!("put source in rank {}'s memory, not this rank's ({})", src.rank, self.rank),
+            });
+        }
+        let from = remote_ptr(src, src_offset, len)?;
+        let to = remote_ptr(dst, dst_offset, len)?;
+        // SAFETY: both ranges lie in live mappings (bounds checked above); they may overlap
+        // (a region copied into itself), which the overlap-safe copy handles.
+        unsafe { crate::copy::copy_bytes(from, to, len) };
         fence(Ordering::Release);
         Ok(Issued::Done(0))
     }
 
     fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()> {
-        let p = self.remote_ptr(src, offset, dst.len())?;
+        let p = remote_ptr(src, offset, dst.len())?;
         fence(Ordering::Acquire);
         // SAFETY: p..p+len lies in a live mapping (bounds checked); dst is a live exclusive slice.
         unsafe { crate::copy::copy_bytes(p, dst.as_mut_ptr(), dst.len()) };
@@ -337,7 +466,7 @@ impl Fabric for ShmFabric {
     }
 
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, _token: u64) -> FabricResult<Issued> {
-        let p = self.remote_ptr(dst, offset, 8)?;
+        let p = remote_ptr(dst, offset, 8)?;
         if !(p as usize).is_multiple_of(8) {
             return Err(FabricError::Malformed {
                 what: format!("atomic at offset {offset}: not 8-byte aligned"),
@@ -369,28 +498,7 @@ impl Fabric for ShmFabric {
                 reason: format!("does not exist (job of {})", self.size),
             });
         }
-        let body = match msg.payload {
-            AmPayload::Short => Body::Short,
-            AmPayload::Medium(p) => {
-                if p.len() > self.max_medium {
-                    return Err(FabricError::TooLarge {
-                        what: "medium AM payload",
-                        len: p.len(),
-                        max: self.max_medium,
-                    });
-                }
-                Body::Medium(p)
-            }
-            AmPayload::Long { region, offset, data } => {
-                if region.rank != dst {
-                    return Err(FabricError::Malformed {
-                        what: format!("long AM to rank {dst} targets rank {}'s memory", region.rank),
-                    });
-                }
-                self.put(region, offset, data, 0)?;
-                Body::Long { region: region.id, offset: offset as u64, len: data.len() as u64 }
-            }
-        };
+        let body = body_for(dst, msg, self.max_medium)?;
         let sent = self.senders[dst as usize][class_index(msg.class)].lock().try_send(
             msg.handler,
             msg.args,
@@ -410,48 +518,100 @@ impl Fabric for ShmFabric {
         };
         for &class in classes {
             for src in 0..self.size {
-                let inbound = &self.receivers[src as usize][class_index(class)];
-                if !inbound.ready() {
-                    continue;
-                }
-                let Some(mut rx) = inbound.rx.try_lock() else {
-                    continue;
-                };
-                // Bounded per ring so that one busy sender cannot starve the others.
-                for _ in 0..64 {
-                    let mut bad = None;
-                    let got = rx.recv(|m| {
-                        let payload = match m.body {
-                            Body::Short => AmInPayload::Short,
-                            Body::Medium(p) => AmInPayload::Medium(p),
-                            Body::Long { region, offset, len } => match self.local_bytes(region, offset, len) {
-                                Some(data) => AmInPayload::Long { region, offset: offset as usize, data },
-                                None => {
-                                    bad = Some(FabricError::Malformed {
-                                        what: format!("long AM from rank {src} names {len} bytes at {offset} of region {region}"),
-                                    });
-                                    return;
-                                }
-                            },
-                        };
-                        sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
-                    })?;
-                    if let Some(e) = bad {
-                        return Err(e);
+                delivered +=
+                    self.drain(&self.receivers[src as usize][class_index(class)], src, class, sink)?;
+            }
+            if class == AmClass::Request {
+                delivered += self.slot_rx.with(Ok(0), |inboxes| {
+                    let mut n = 0;
+                    for (_, inbox) in inboxes {
+                        for (src, inbound) in &inbox.rings {
+                            n += self.drain(inbound, *src, class, sink)?;
+                        }
                     }
-                    if !got {
-                        break;
-                    }
-                    delivered += 1;
-                }
-                inbound.head.store(rx.head(), Ordering::Relaxed);
+                    Ok::<_, FabricError>(n)
+                })?;
             }
         }
         Ok(delivered)
     }
 
+    fn open_slot_inbox(&self, slots: &[u32], ring_bytes: usize) -> FabricResult<LocalRegion> {
+        let total = slots::total_rings(slots, self.size)?;
+        let depth = ring_slots(ring_bytes);
+        let mut region = self.register(slots::inbox_bytes(total, depth))?;
+        let map = self.local_map(region.id).ok_or(FabricError::Unsupported { what: "lost local region" })?;
+        slots::add_inbox(&self.slot_rx, region.id, map, slots, depth)?;
+        region.desc = slots::inbox_desc(&region.desc, depth);
+        Ok(region)
+    }
+
+    fn close_slot_inbox(&self, region: &LocalRegion) -> FabricResult<bool> {
+        if !self.slot_rx.remove(region.id)? {
+            return Ok(false);
+        }
+        // Nothing polls it any more: drop the fabric's reference to its memory.
+        let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = regions.get_mut(region.id as usize) {
+            *r = None;
+        }
+        Ok(true)
+    }
+
+    fn open_tx_slots(
+        &self,
+        inboxes: &[Vec<u8>],
+        slots: &[u32],
+        first: u32,
+        count: u32,
+    ) -> FabricResult<Vec<Box<dyn TxSlot>>> {
+        let total = slots::total_rings(slots, self.size)?;
+        let mine = slots[self.rank as usize];
+        if inboxes.len() != self.size as usize || first.checked_add(count).is_none_or(|end| end > mine) {
+            return Err(FabricError::Mismatch {
+                what: format!("slots {first}+{count} of {mine}, {} inbox descriptors", inboxes.len()),
+            });
+        }
+        let base: usize = slots[..self.rank as usize].iter().map(|&s| s as usize).sum();
+        let mut maps = Vec::with_capacity(inboxes.len());
+        for (r, d) in inboxes.iter().enumerate() {
+            let r = r as Rank;
+            let (id, len, depth) = slots::parse_desc(r, d)?;
+            let map = if r == self.rank {
+                self.local_map(id)
+            } else {
+                let m = os::open_shared(&region_name(&self.job, r, id))?.map(Arc::new);
+                if let Some(m) = &m {
+                    self.remote_maps.lock().unwrap_or_else(|e| e.into_inner()).push(m.clone());
+                }
+                m
+            };
+            let map = map.ok_or_else(|| FabricError::Peer {
+                rank: r,
+                reason: format!("has not published slot inbox {id}"),
+            })?;
+            if map.len() != len || len != slots::inbox_bytes(total, depth) {
+                return Err(FabricError::Mismatch {
+                    what: format!(
+                        "rank {r}'s slot inbox is {} bytes, expected {}",
+                        map.len(),
+                        slots::inbox_bytes(total, depth)
+                    ),
+                });
+            }
+            maps.push((map, depth));
+        }
+        (first..first + count)
+            .map(|j| {
+                let rings = maps.iter().map(|(m, d)| (m.clone(), *d, base + j as usize)).collect();
+                Ok(Box::new(slots::ShmTxSlot::new(self.inboxes.clone(), rings)?) as Box<dyn TxSlot>)
+            })
+            .collect()
+    }
+
     fn has_incoming(&self) -> bool {
         self.receivers.iter().flatten().any(Inbound::ready)
+            || self.slot_rx.with(false, |l| l.iter().any(|(_, i)| i.rings.iter().any(|(_, r)| r.ready())))
     }
 
     fn notify(&self, rank: Rank) {
@@ -485,10 +645,12 @@ impl Fabric for ShmFabric {
     }
 
     fn peer_drained(&self, rank: Rank) -> bool {
-        self.receivers.get(rank as usize).is_none_or(|rings| {
-            // Holding the consumer lock proves no other thread is mid-delivery.
-            rings.iter().all(|r| r.rx.try_lock().is_some_and(|rx| !rx.ready()))
-        })
+        // Holding the consumer lock proves no other thread is mid-delivery.
+        let drained = |r: &Inbound| r.rx.try_lock().is_some_and(|rx| !rx.ready());
+        self.receivers.get(rank as usize).is_none_or(|rings| rings.iter().all(drained))
+            && self.slot_rx.with(true, |l| {
+                l.iter().all(|(_, i)| i.rings.iter().filter(|(s, _)| *s == rank).all(|(_, r)| drained(r)))
+            })
     }
 
     fn finalize(&self) {
@@ -527,6 +689,11 @@ impl Fabric for ShmFabric {
                 kind: "peer inboxes mapped (outgoing rings)".into(),
                 count: n - 1,
                 bytes: (n - 1) * self.inbox_bytes as u64,
+            },
+            Resource {
+                kind: "endpoint slot rings in (also counted in local regions)".into(),
+                count: self.slot_rx.with(0, |l| l.iter().map(|(_, i)| i.rings.len() as u64).sum()),
+                bytes: self.slot_rx.with(0, |l| l.iter().map(|(_, i)| i.bytes).sum()),
             },
             Resource {
                 kind: "registered regions (local)".into(),

@@ -1,0 +1,263 @@
+//! The software side of an endpoint: a posting list of descriptors (inline payloads copied
+//! into an arena, or references to registered memory), published to a transmit slot in
+//! batches, and the completion structure that publishing signals.
+
+use crate::ops::OpState;
+use crate::progress::Deps;
+use crate::{Comm, Error, Result};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use weft_fabric::{AmClass, AmOut, AmPayload, AtomicOp, Issued, RemoteRegion, TxSlot};
+
+/// A target in a segment, resolved and bounds-checked when the operation was posted.
+/// The region is copied (not borrowed) so that endpoints borrow nothing but the world.
+#[derive(Clone)]
+pub(super) struct Target {
+    pub rank: u32,
+    pub seg: u32,
+    pub region: RemoteRegion,
+    pub off: usize,
+}
+
+/// Where a put's payload comes from.
+pub(super) enum Src<'a> {
+    Bytes(&'a [u8]),
+    /// This many bytes of this rank's registered memory.
+    Registered(&'a Target, usize),
+}
+
+/// How an executed operation completes.
+pub(super) enum Outcome {
+    Done,
+    /// Pending with token 0: the fabric's quiet completes it.
+    Quiet,
+    /// Sent over the AM-based path: complete when the reply comes.
+    Op(Arc<OpState>),
+}
+
+/// Executes a put now.
+pub(super) fn exec_put(comm: &Comm, to: &Target, src: Src<'_>) -> Result<Outcome> {
+    if !comm.native_rma {
+        let staged;
+        let bytes = match src {
+            Src::Bytes(b) => b,
+            Src::Registered(f, len) => {
+                let mut b = vec![0u8; len];
+                comm.fabric.get(&f.region, f.off, &mut b)?;
+                staged = b;
+                &staged[..]
+            }
+        };
+        return Ok(Outcome::Op(comm.am_put(to.rank, to.seg, to.off, bytes)?));
+    }
+    let issued = match src {
+        Src::Bytes(b) => comm.fabric.put(&to.region, to.off, b, 0)?,
+        Src::Registered(f, len) => comm.fabric.put_from(&to.region, to.off, &f.region, f.off, len, 0)?,
+    };
+    Ok(if issued == Issued::Pending { Outcome::Quiet } else { Outcome::Done })
+}
+
+/// Executes an atomic whose result is discarded now.
+pub(super) fn exec_atomic(comm: &Comm, to: &Target, op: AtomicOp) -> Result<Outcome> {
+    if !comm.native_atomics {
+        return Ok(Outcome::Op(comm.am_atomic(to.rank, to.seg, to.off, op)?));
+    }
+    let issued = comm.fabric.atomic(&to.region, to.off, op, 0)?;
+    Ok(if issued == Issued::Pending { Outcome::Quiet } else { Outcome::Done })
+}
+
+/// One posted operation.
+pub(super) enum Desc {
+    /// A put whose payload was copied into the arena at post time (inline).
+    Put { to: Target, data: Range<usize> },
+    /// A put whose payload is read from this rank's registered memory when published.
+    PutFrom { to: Target, from: Target, len: usize },
+    /// An atomic whose result is discarded.
+    Atomic { to: Target, op: AtomicOp },
+    /// A request AM with arguments in `words` and an inline medium payload in the arena.
+    Am { dst: u32, handler: u16, args: Range<usize>, payload: Option<Range<usize>> },
+}
+
+/// A completion structure: a counter of completed operations, bumped once per signaled
+/// completion. Private ones are plain cells; shared ones are an atomic on its own line.
+pub(super) enum Cq {
+    Own(u64),
+    Shared(Arc<CqLine>),
+}
+
+/// A shared completion counter, alone on its cache line.
+#[repr(align(64))]
+#[derive(Default)]
+pub(super) struct CqLine(AtomicU64);
+
+impl Cq {
+    fn signal(&mut self, ops: u64) {
+        match self {
+            Cq::Own(n) => *n += ops,
+            Cq::Shared(line) => {
+                line.0.fetch_add(ops, Ordering::Release);
+            }
+        }
+    }
+    pub fn count(&self) -> u64 {
+        match self {
+            Cq::Own(n) => *n,
+            Cq::Shared(line) => line.0.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// Per-endpoint knobs (the paper's features).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Knobs {
+    pub postlist: usize,
+    pub signal_every: u64,
+    pub inline_max: usize,
+}
+
+/// A posting list. Everything in it is published, in order, by [`Queue::publish`].
+#[derive(Default)]
+pub(super) struct Queue {
+    pub descs: Vec<Desc>,
+    pub arena: Vec<u8>,
+    pub words: Vec<u64>,
+    /// Operations executed since the last signaled completion.
+    unsignaled: u64,
+    /// Some operation came back `Pending` with token 0: the fabric's quiet completes it.
+    needs_quiet: bool,
+    /// Operations that went over the AM-based path and complete with a reply.
+    pending: Vec<Arc<OpState>>,
+}
+
+impl Queue {
+    pub fn with_capacity(postlist: usize) -> Self {
+        Queue { descs: Vec::with_capacity(postlist), ..Default::default() }
+    }
+
+    /// Copies `bytes` into the arena.
+    pub fn stage(&mut self, bytes: &[u8]) -> Range<usize> {
+        let start = self.arena.len();
+        self.arena.extend_from_slice(bytes);
+        start..self.arena.len()
+    }
+
+    /// Executes every posted operation through `slot` (or the default path), rings the
+    /// doorbell once, and signals the completion structure once per `signal_every` operations.
+    pub fn publish(
+        &mut self,
+        comm: &Comm,
+        mut slot: Option<&mut (dyn TxSlot + 'static)>,
+        cq: &mut Cq,
+        k: Knobs,
+    ) -> Result<()> {
+        let n = self.descs.len() as u64;
+        let mut descs = std::mem::take(&mut self.descs);
+        let mut result = Ok(());
+        for d in descs.drain(..) {
+            let r = match d {
+                Desc::Put { to, data } => exec_put(comm, &to, Src::Bytes(&self.arena[data])),
+                Desc::PutFrom { to, from, len } => exec_put(comm, &to, Src::Registered(&from, len)),
+                Desc::Atomic { to, op } => exec_atomic(comm, &to, op),
+                Desc::Am { dst, handler, args, payload } => {
+                    let payload = match payload {
+                        Some(p) => AmPayload::Medium(&self.arena[p]),
+                        None => AmPayload::Short,
+                    };
+                    send(comm, slot.as_deref_mut(), dst, handler, &self.words[args], payload)
+                        .map(|_| Outcome::Done)
+                }
+            }
+            .map(|o| self.record(o));
+            if let Err(e) = r {
+                result = Err(e);
+                break;
+            }
+        }
+        self.descs = descs;
+        self.descs.clear();
+        self.arena.clear();
+        self.words.clear();
+        if let Some(s) = slot {
+            s.doorbell();
+        }
+        self.count(n, cq, k);
+        result
+    }
+
+    /// Counts `n` executed operations, signaling the completion structure every
+    /// `signal_every` of them.
+    pub fn count(&mut self, n: u64, cq: &mut Cq, k: Knobs) {
+        self.unsignaled += n;
+        while self.unsignaled >= k.signal_every {
+            cq.signal(k.signal_every);
+            self.unsignaled -= k.signal_every;
+        }
+    }
+
+    /// Publishes what is posted and completes everything: the last operations get a signaled
+    /// completion, pending ones are waited for.
+    pub fn flush(
+        &mut self,
+        comm: &Comm,
+        slot: Option<&mut (dyn TxSlot + 'static)>,
+        cq: &mut Cq,
+        k: Knobs,
+    ) -> Result<()> {
+        let published = self.publish(comm, slot, cq, k);
+        if self.unsignaled > 0 {
+            cq.signal(self.unsignaled);
+            self.unsignaled = 0;
+        }
+        if std::mem::take(&mut self.needs_quiet) {
+            comm.fabric.quiet()?;
+        }
+        let mut first_err = published.err();
+        for op in self.pending.drain(..) {
+            let r = comm.wait(Deps::Rank(op.target), || op.is_done()).and_then(|_| op.outcome().map(drop));
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Remembers how an executed operation completes, for [`Queue::flush`].
+    pub fn record(&mut self, o: Outcome) {
+        match o {
+            Outcome::Done => {}
+            Outcome::Quiet => self.needs_quiet = true,
+            Outcome::Op(op) => self.pending.push(op),
+        }
+    }
+}
+
+/// Sends one request AM through `slot`, making progress while it is full; without a slot
+/// (a fabric without them) through the world's default path.
+pub(super) fn send(
+    comm: &Comm,
+    slot: Option<&mut (dyn TxSlot + 'static)>,
+    dst: u32,
+    handler: u16,
+    args: &[u64],
+    payload: AmPayload<'_>,
+) -> Result<()> {
+    let Some(slot) = slot else {
+        return comm.send_am(dst, handler, AmClass::Request, args, payload);
+    };
+    let msg = AmOut { handler, class: AmClass::Request, args, payload };
+    if slot.am_try_send(dst, &msg)? {
+        return Ok(());
+    }
+    // Full: let the target see what is there, then progress until it drains.
+    slot.doorbell();
+    let mut failed = None;
+    comm.wait(Deps::Rank(dst), || match slot.am_try_send(dst, &msg) {
+        Ok(sent) => sent,
+        Err(e) => {
+            failed = Some(e);
+            true
+        }
+    })?;
+    failed.map_or(Ok(()), |e| Err(Error::from(e)))
+}

@@ -1,0 +1,279 @@
+//! `msgrate` suite: the message-rate method of Zambre et al. (adopted from perftest). Rank 0
+//! runs T threads, each on its own endpoint, posting small RMA writes or short AMs to rank 1
+//! with postlist 32 and one signaled completion per 64 operations; the sweep shares each
+//! resource in turn (the six endpoint categories, completion structures, buffers) and removes
+//! each feature in turn. Every row carries the resources the point used, and sits beside
+//! ideal scaling: T times the one-thread rate of the same configuration, measured in this run.
+
+use super::report::{median, Row};
+use super::Ctx;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::sync::Barrier;
+use weft::fabric::os;
+use weft::{CqSharing, EndpointConfig, EndpointPolicy, Segment};
+
+/// What each thread posts.
+#[derive(Clone, Copy, PartialEq)]
+enum Op {
+    Put(usize),
+    ShortAm,
+}
+
+impl Op {
+    fn name(self) -> String {
+        match self {
+            Op::Put(b) => format!("put {b} B"),
+            Op::ShortAm => "short AM".into(),
+        }
+    }
+}
+
+/// Which feature a point turns off.
+#[derive(Clone, Copy, PartialEq)]
+enum Without {
+    Nothing,
+    Postlist,
+    Unsignaled,
+    Inline,
+}
+
+impl Without {
+    fn name(self) -> &'static str {
+        match self {
+            Without::Nothing => "All",
+            Without::Postlist => "w/o Postlist",
+            Without::Unsignaled => "w/o Unsignaled",
+            Without::Inline => "w/o Inline",
+        }
+    }
+    fn apply(self, c: EndpointConfig) -> EndpointConfig {
+        match self {
+            Without::Nothing => c,
+            Without::Postlist => c.postlist(1),
+            Without::Unsignaled => c.signal_every(1),
+            Without::Inline => c.inline_max(0),
+        }
+    }
+}
+
+/// One point of the sweep.
+#[derive(Clone, Copy)]
+struct Point {
+    policy: EndpointPolicy,
+    threads: usize,
+    op: Op,
+    without: Without,
+    cq: CqSharing,
+    /// Bytes between threads' buffers (64: a line each; 8: packed into shared lines).
+    stride: usize,
+}
+
+/// Thread counts to sweep: 1, 2, 4, ... up to the cores this rank may use (at most 16), or
+/// `WEFT_MSGRATE_THREADS` (a comma-separated list).
+fn thread_counts() -> Vec<usize> {
+    if let Ok(list) = std::env::var("WEFT_MSGRATE_THREADS") {
+        let v: Vec<usize> =
+            list.split(',').filter_map(|s| s.trim().parse().ok()).filter(|&t| t > 0).collect();
+        if !v.is_empty() {
+            return v;
+        }
+    }
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(2, 16);
+    let mut v = vec![1];
+    while v[v.len() - 1] * 2 <= cores {
+        v.push(v[v.len() - 1] * 2);
+    }
+    if v[v.len() - 1] != cores {
+        v.push(cores);
+    }
+    v
+}
+
+const OPS_PER_THREAD: u64 = 100_000;
+const REPS: u64 = 3;
+
+pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
+    let w = &ctx.world;
+    if w.size() < 2 {
+        return Ok(vec![]);
+    }
+    let counts = thread_counts();
+    let max_t = *counts.iter().max().unwrap_or(&1);
+    // Targets on rank 1 (one line per thread at most) and registered sources on rank 0.
+    let target = w.alloc_segment::<u8>(max_t * 64 + 64)?;
+    let source = w.alloc_segment::<u8>(max_t * 64 + 64)?;
+    let mut points = vec![];
+    for &threads in &counts {
+        for policy in EndpointPolicy::CATEGORIES {
+            for op in [Op::Put(8), Op::Put(2), Op::ShortAm] {
+                for without in [Without::Nothing, Without::Postlist, Without::Unsignaled, Without::Inline] {
+                    if op == Op::ShortAm && without == Without::Inline {
+                        continue; // a short AM has no payload to inline
+                    }
+                    points.push(Point { policy, threads, op, without, cq: CqSharing::PerThread, stride: 64 });
+                }
+            }
+        }
+        for cq in [CqSharing::PerPair, CqSharing::All] {
+            points.push(Point {
+                policy: EndpointPolicy::Dynamic,
+                threads,
+                op: Op::Put(8),
+                without: Without::Nothing,
+                cq,
+                stride: 64,
+            });
+        }
+        points.push(Point {
+            policy: EndpointPolicy::Dedicated,
+            threads,
+            op: Op::Put(8),
+            without: Without::Nothing,
+            cq: CqSharing::PerThread,
+            stride: 8,
+        });
+        points.push(Point {
+            policy: EndpointPolicy::Auto,
+            threads,
+            op: Op::Put(8),
+            without: Without::Nothing,
+            cq: CqSharing::PerThread,
+            stride: 64,
+        });
+    }
+    let mut rows = vec![];
+    let mut one_thread: Vec<(String, f64)> = vec![];
+    for (i, p) in points.iter().enumerate() {
+        ctx.progress.note(&format!("msgrate {}/{}", i + 1, points.len()));
+        let (rate, res) = point(ctx, &target, &source, *p)?;
+        if w.rank() != 0 {
+            continue;
+        }
+        let key = format!("{:?}|{}|{}|{:?}|{}", p.policy, p.op.name(), p.without.name(), p.cq, p.stride);
+        if p.threads == 1 {
+            one_thread.push((key.clone(), rate));
+        }
+        let base = one_thread.iter().find(|(k, _)| *k == key).map(|x| x.1);
+        let mut metric =
+            format!("{} {} T={} {}", res.layout.policy.name(), p.op.name(), p.threads, p.without.name());
+        if p.policy == EndpointPolicy::Auto {
+            metric = format!("auto->{metric}");
+        }
+        if p.cq != CqSharing::PerThread {
+            metric.push_str(&format!(" cq={:?}", p.cq));
+        }
+        if p.stride < 64 {
+            metric.push_str(" buffers packed");
+        }
+        let mut row = Row::new(
+            "msgrate",
+            metric,
+            match p.op {
+                Op::Put(b) => b as u64,
+                Op::ShortAm => 0,
+            },
+            rate / 1e6,
+            "M/s",
+        );
+        if let Some(b) = base {
+            row = row.vs("T x 1-thread rate", b * p.threads as f64 / 1e6);
+        }
+        row.extra = Some(json!({
+            "threads": p.threads,
+            "category": res.layout.policy.name(),
+            "feature": p.without.name(),
+            "cq": format!("{:?}", p.cq),
+            "contexts": res.contexts, "slots": res.slots, "idle_slots": res.idle_slots,
+            "queues": res.queues, "completions": res.completions, "locks": res.locks,
+            "resource_bytes": res.bytes,
+            "measured": res.measured.iter().map(|(p, r)| json!({"category": p.name(), "rate": r})).collect::<Vec<_>>(),
+        }));
+        rows.push(row);
+    }
+    Ok(rows)
+}
+
+/// Runs one point; rank 0 returns the aggregate rate (operations/s) and its resources.
+fn point(
+    ctx: &Ctx,
+    target: &Segment<u8>,
+    source: &Segment<u8>,
+    p: Point,
+) -> Result<(f64, weft::EndpointResources), weft::Error> {
+    let w = &ctx.world;
+    let h = &ctx.handlers;
+    let driver = w.rank() == 0;
+    let threads = if driver { p.threads } else { 1 };
+    let cfg = p.without.apply(EndpointConfig::new(p.policy, threads).cq(p.cq));
+    let mut set = w.endpoints(&cfg)?;
+    let res = set.resources().clone();
+    let eps = set.endpoints();
+    let expected = OPS_PER_THREAD * p.threads as u64;
+    let sunk0 = h.counted.load(Ordering::Acquire);
+    w.barrier()?;
+    let mut rate = 0.0;
+    if driver {
+        let mut eps = eps;
+        let mut samples = vec![];
+        for _ in 0..REPS {
+            let start_line = Barrier::new(p.threads);
+            let dones = h.dones.load(Ordering::Acquire);
+            let t0 = os::now_ns();
+            eps = std::thread::scope(|s| {
+                let workers: Vec<_> = eps
+                    .into_iter()
+                    .map(|mut ep| {
+                        let start_line = &start_line;
+                        s.spawn(move || -> Result<weft::Endpoint<'_>, weft::Error> {
+                            let i = ep.index();
+                            let dst = target.at(1, i * p.stride);
+                            start_line.wait();
+                            match p.op {
+                                Op::Put(b) if p.without == Without::Inline => {
+                                    let src = source.at(0, i * p.stride);
+                                    for _ in 0..OPS_PER_THREAD {
+                                        ep.put_from(dst, src, b)?;
+                                    }
+                                }
+                                Op::Put(b) => {
+                                    let data = [7u8; 8];
+                                    for _ in 0..OPS_PER_THREAD {
+                                        ep.put(dst, &data[..b])?;
+                                    }
+                                }
+                                Op::ShortAm => {
+                                    for k in 0..OPS_PER_THREAD {
+                                        ep.am_request_short(1, h.count, &[k])?;
+                                    }
+                                }
+                            }
+                            ep.flush()?;
+                            Ok(ep)
+                        })
+                    })
+                    .collect();
+                workers
+                    .into_iter()
+                    .map(|wk| wk.join().map_err(|_| weft::Error::Misuse("msgrate thread panicked"))?)
+                    .collect::<Result<Vec<_>, weft::Error>>()
+            })?;
+            if p.op == Op::ShortAm {
+                // Rank 1 says when it has handled every message.
+                w.wait_until(|| h.dones.load(Ordering::Acquire) > dones)?;
+            }
+            samples.push(expected as f64 / ((os::now_ns() - t0) as f64 * 1e-9));
+        }
+        rate = median(samples);
+    } else {
+        drop(eps);
+        if p.op == Op::ShortAm {
+            for rep in 1..=REPS {
+                w.wait_until(|| h.counted.load(Ordering::Acquire) >= sunk0 + rep * expected)?;
+                w.am_request_short(0, h.done, &[])?;
+            }
+        }
+    }
+    set.close()?;
+    Ok((rate, res))
+}

@@ -1,0 +1,284 @@
+//! Scalable endpoints through the launcher: every sharing category with several threads per
+//! rank on 2 and 4 ranks (puts, puts from registered memory, atomics and all AM kinds, each
+//! checked exactly), sets created and closed many times, the fabric's limits, bad input, and
+//! the AM-based RMA path. Each rank is this test executable with `WEFT_EP_CASE` naming it.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use weft::{AtomicOp, CqSharing, EndpointConfig, EndpointPolicy, Error, World};
+
+type Res = Result<(), String>;
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+const THREADS: usize = 3;
+const ROUNDS: u64 = 200;
+
+/// What each receiving rank counts: AMs, the sum of their first argument, medium bytes.
+#[derive(Default)]
+struct Tally {
+    ams: AtomicU64,
+    sum: AtomicU64,
+    bytes: AtomicU64,
+}
+
+fn value(rank: u32, thread: usize, k: u64) -> u64 {
+    (rank as u64) << 40 | (thread as u64) << 20 | k
+}
+
+/// Every category (and Auto) with 3 threads per rank, odd postlist and signal intervals.
+fn categories() -> Res {
+    let tally = Arc::new(Tally::default());
+    let mut b = World::builder();
+    let t = tally.clone();
+    let count = b.handler("ep.count", move |m| {
+        t.ams.fetch_add(1, Ordering::AcqRel);
+        t.sum.fetch_add(m.args().first().copied().unwrap_or(0), Ordering::AcqRel);
+        t.bytes.fetch_add(m.payload().len() as u64, Ordering::AcqRel);
+    });
+    let w = b.init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let slots = n as usize * THREADS; // one line per (source rank, thread)
+    let seg = w.alloc_segment::<u64>(slots * 8 + 8).map_err(e2s)?;
+    let big = w.alloc_segment::<u8>(slots * 128).map_err(e2s)?;
+    let landing = w.alloc_segment::<u8>(4096).map_err(e2s)?;
+    let counter = seg.at(0, slots * 8);
+    let mut expected_ams = 0;
+    let policies = EndpointPolicy::CATEGORIES.into_iter().chain([EndpointPolicy::Auto]);
+    for (round, policy) in policies.enumerate() {
+        let cq = if round % 2 == 0 { CqSharing::PerThread } else { CqSharing::PerPair };
+        let cfg = EndpointConfig::new(policy, THREADS).postlist(5).signal_every(7).static_slots(2).cq(cq);
+        let sums_before = tally.sum.load(Ordering::Acquire);
+        let mut set = w.endpoints(&cfg).map_err(e2s)?;
+        let res = set.resources().clone();
+        ck(res.layout.threads == THREADS && res.queues >= 1, || format!("{policy:?}: {res}"))?;
+        let eps = set.endpoints();
+        ck(eps.len() == THREADS, || format!("{} endpoints", eps.len()))?;
+        let posted: Vec<Result<(usize, u64, u64), Error>> = std::thread::scope(|s| {
+            let handles: Vec<_> = eps
+                .into_iter()
+                .map(|mut ep| {
+                    let (seg, big, landing) = (&seg, &big, &landing);
+                    let long_ams = !w.info().rma_over_am;
+                    s.spawn(move || -> Result<(usize, u64, u64), Error> {
+                        let i = ep.index();
+                        let line = me as usize * THREADS + i;
+                        let mut ops = 0;
+                        for k in 0..ROUNDS {
+                            for d in 0..n {
+                                ep.put(seg.at(d, line * 8), &[value(me, i, k)])?;
+                                ep.am_request_short(d, count, &[1])?;
+                                ops += 2;
+                            }
+                            ep.atomic_nbi(counter, AtomicOp::FetchAdd(1))?;
+                            ops += 1;
+                        }
+                        // Above the inline threshold: written before the call returns.
+                        let bytes: Vec<u8> = (0..100).map(|j| (line + j) as u8).collect();
+                        ep.put(big.at(me, line * 128), &bytes)?;
+                        ep.flush()?; // the source of the put_from below must be complete
+                        for d in 0..n {
+                            ep.put(big.at(d, line * 128), &bytes)?;
+                            // From registered memory (referenced, read at publish).
+                            ep.put_from(big.at(d, line * 128 + 100), big.at(me, line * 128), 20)?;
+                            ep.am_request_medium(d, count, &[0], &[9; 16])?; // inline
+                            ep.am_request_medium(d, count, &[0], &[9; 300])?; // from the caller
+                            if long_ams {
+                                ep.am_request_long(count, &[0], &[5; 8], landing.at(d, line * 8))?;
+                            } else {
+                                ep.am_request_medium(d, count, &[0], &[5; 8])?;
+                            }
+                            ops += 5;
+                        }
+                        let before = ep.atomic(counter, AtomicOp::Load)?;
+                        ops += 1;
+                        ep.flush()?;
+                        Ok((i, ops, before))
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        let posted: Vec<(usize, u64, u64)> = posted.into_iter().collect::<Result<_, _>>().map_err(e2s)?;
+        set.close().map_err(e2s)?;
+        // Everything of every rank has landed and every AM to this rank has run.
+        expected_ams += (n as u64) * THREADS as u64 * (ROUNDS + 3);
+        let ams = tally.ams.load(Ordering::Acquire);
+        ck(ams == expected_ams, || format!("{policy:?}: {ams} AMs handled, expected {expected_ams}"))?;
+        let sums = tally.sum.load(Ordering::Acquire) - sums_before;
+        ck(sums == n as u64 * THREADS as u64 * ROUNDS, || format!("{policy:?}: argument sum {sums}"))?;
+        for r in 0..n {
+            for i in 0..THREADS {
+                let line = r as usize * THREADS + i;
+                let got = seg.local().read(line * 8);
+                ck(got == value(r, i, ROUNDS - 1), || {
+                    format!("{policy:?}: line of rank {r} thread {i} holds {got:#x}")
+                })?;
+                for j in 0..120 {
+                    let want = if j < 100 { (line + j) as u8 } else { (line + j - 100) as u8 };
+                    let b = big.local().read(line * 128 + j);
+                    ck(b == want, || format!("{policy:?}: byte {j} of rank {r} thread {i}: {b}"))?;
+                }
+            }
+        }
+        for (i, ops, _) in &posted {
+            ck(*ops > 0, || format!("thread {i} posted nothing"))?;
+        }
+        w.barrier().map_err(e2s)?;
+        if me == 0 {
+            let total = seg.local().read(slots * 8);
+            let want = (round as u64 + 1) * n as u64 * THREADS as u64 * ROUNDS;
+            ck(total == want, || format!("{policy:?}: counter {total}, expected {want}"))?;
+        }
+        w.barrier().map_err(e2s)?;
+    }
+    let bytes = tally.bytes.load(Ordering::Acquire);
+    let want = 7 * n as u64 * THREADS as u64 * (16 + 300 + 8);
+    ck(bytes == want, || format!("{bytes} payload bytes, expected {want}"))
+}
+
+/// Completion counting: a private counter sees exactly its own operations after flush; a
+/// shared one (the Shared category) sees every sharer's.
+fn completions() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(64).map_err(e2s)?;
+    for (policy, shared) in [(EndpointPolicy::Dynamic, false), (EndpointPolicy::Shared, true)] {
+        let cfg = EndpointConfig::new(policy, 2).postlist(4).signal_every(10);
+        let mut set = w.endpoints(&cfg).map_err(e2s)?;
+        let mut eps = set.endpoints();
+        let ops = [23u64, 41];
+        for (ep, &k) in eps.iter_mut().zip(&ops) {
+            for j in 0..k {
+                ep.put(seg.at(0, j as usize % 64), &[j]).map_err(e2s)?;
+            }
+        }
+        // Unflushed, a counter lags by less than one signal interval (plus what is queued).
+        for (ep, &k) in eps.iter().zip(&ops) {
+            let c = ep.completed();
+            ck(shared || (c <= k && k - c < 10 + 4), || format!("{policy:?}: {c} of {k} before flush"))?;
+        }
+        for ep in eps.iter_mut() {
+            ep.flush().map_err(e2s)?;
+        }
+        for (ep, &k) in eps.iter().zip(&ops) {
+            let want = if shared { ops.iter().sum() } else { k };
+            ck(ep.completed() == want, || {
+                format!("{policy:?}: {} completions, expected {want}", ep.completed())
+            })?;
+        }
+        drop(eps);
+        set.close().map_err(e2s)?;
+    }
+    Ok(())
+}
+
+/// Sets are released when closed: far more contexts over time than the fabric holds at once.
+fn repeated_sets() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(8).map_err(e2s)?;
+    for k in 0..150u64 {
+        let mut set =
+            w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 2).ring_kib(4)).map_err(e2s)?;
+        for mut ep in set.endpoints() {
+            ep.put(seg.at((w.rank() + 1) % w.size(), ep.index()), &[k]).map_err(e2s)?;
+        }
+        set.close().map_err(e2s)?;
+    }
+    let rings: u64 = w
+        .info()
+        .resources
+        .iter()
+        .filter(|r| r.kind.starts_with("endpoint slot rings in"))
+        .map(|r| r.count)
+        .sum();
+    ck(rings == 0, || format!("{rings} endpoint rings still held after closing every set"))?;
+    ck(seg.local().read(0) == 149 && seg.local().read(1) == 149, || "last puts missing".into())
+}
+
+/// More contexts than the fabric provides is a clear error on every rank, which keeps working.
+fn limits_and_bad_input() -> Res {
+    let mut b = World::builder();
+    let h = b.handler("ep.nothing", |_| {});
+    let w = b.init().map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(8).map_err(e2s)?;
+    let too_many = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 300).ring_kib(4));
+    let msg = too_many.err().map(|e| e.to_string()).unwrap_or_default();
+    ck(msg.contains("at most 256"), || format!("300 dedicated contexts: {msg:?}"))?;
+    for bad in [
+        EndpointConfig::new(EndpointPolicy::Dynamic, 0),
+        EndpointConfig::new(EndpointPolicy::Dynamic, 1).inline_max(1000),
+        EndpointConfig::new(EndpointPolicy::Dynamic, 1).postlist(0),
+        EndpointConfig::new(EndpointPolicy::Auto, 1).tolerance(2.0),
+    ] {
+        ck(matches!(w.endpoints(&bad), Err(Error::Config(_))), || format!("accepted {bad:?}"))?;
+    }
+    let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::SharedDynamic, 2)).map_err(e2s)?;
+    let mut eps = set.endpoints();
+    let ep = &mut eps[0];
+    let peer = (w.rank() + 1) % w.size();
+    ck(matches!(ep.put(seg.at(peer, 8), &[1u64]), Err(Error::OutOfBounds { .. })), || {
+        "put past the end".into()
+    })?;
+    ck(matches!(ep.put_from(seg.at(peer, 0), seg.at(peer, 1), 1), Err(Error::Misuse(_))), || {
+        "put_from a peer".into()
+    })?;
+    ck(matches!(ep.am_request_short(w.size(), h, &[]), Err(Error::NoSuchRank { .. })), || {
+        "AM to no rank".into()
+    })?;
+    ck(matches!(ep.am_request_short(peer, h, &[0; 17]), Err(Error::TooLarge { .. })), || {
+        "17 AM args".into()
+    })?;
+    ep.put(seg.at(peer, 0), &[7u64]).map_err(e2s)?;
+    drop(eps);
+    set.close().map_err(e2s)?;
+    ck(seg.local().read(0) == 7, || "the world stopped working".into())
+}
+
+struct Case {
+    name: &'static str,
+    run: fn() -> Res,
+    ranks: &'static [u32],
+    env: &'static [(&'static str, &'static str)],
+}
+
+const CASES: &[Case] = &[
+    Case { name: "categories", run: categories, ranks: &[2, 4], env: &[] },
+    Case { name: "categories_am_path", run: categories, ranks: &[2], env: &[("WEFT_RMA", "am")] },
+    Case { name: "completions", run: completions, ranks: &[2], env: &[] },
+    Case { name: "repeated_sets", run: repeated_sets, ranks: &[2], env: &[] },
+    Case { name: "limits_and_bad_input", run: limits_and_bad_input, ranks: &[2], env: &[] },
+];
+
+fn main() {
+    if let Ok(name) = std::env::var("WEFT_EP_CASE") {
+        let Some(case) = CASES.iter().find(|c| c.name == name) else {
+            eprintln!("unknown case {name}");
+            std::process::exit(2);
+        };
+        common::exit_with((case.run)());
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    let trials = CASES
+        .iter()
+        .flat_map(|c| {
+            c.ranks.iter().map(move |&n| {
+                libtest_mimic::Trial::test(format!("{}_{n}ranks", c.name), move || {
+                    common::run_job("WEFT_EP_CASE", c.name, n, c.env).map_err(Into::into)
+                })
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit();
+}
