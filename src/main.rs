@@ -47,6 +47,10 @@ enum Cmd {
         /// Size of the segment the job allocates, KiB.
         #[arg(long, default_value_t = 1024)]
         segment_kib: usize,
+        /// Endpoints per rank for the table of endpoint categories (default: this machine's
+        /// cores, at most 16).
+        #[arg(long)]
+        threads: Option<usize>,
     },
     /// Measure weft beside this machine's limits (default suites: limits rma am).
     Bench(cli::bench::BenchArgs),
@@ -63,6 +67,8 @@ enum RankCmd {
     Info {
         #[arg(long)]
         segment_kib: usize,
+        #[arg(long)]
+        threads: usize,
     },
     Bench(cli::bench::BenchArgs),
     /// One MPI process of the `coll` suite's Open MPI comparison; rank 0 writes OUT.
@@ -100,9 +106,17 @@ fn main() -> ExitCode {
                 Err(e) => fail(format!("run: {e}")),
             }
         }
-        Cmd::Info { n, segment_kib } => {
-            let args =
-                vec!["__rank".into(), "info".into(), "--segment-kib".into(), segment_kib.to_string().into()];
+        Cmd::Info { n, segment_kib, threads } => {
+            let threads = threads
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |c| c.get()).min(16));
+            let args = vec![
+                "__rank".into(),
+                "info".into(),
+                "--segment-kib".into(),
+                segment_kib.to_string().into(),
+                "--threads".into(),
+                threads.to_string().into(),
+            ];
             match cli::self_launch(n, args, vec![]) {
                 Ok(code) => exit(code),
                 Err(e) => fail(e),
@@ -114,7 +128,7 @@ fn main() -> ExitCode {
         },
         Cmd::Rank { what } => {
             let r = match what {
-                RankCmd::Info { segment_kib } => cli::info::rank_main(segment_kib),
+                RankCmd::Info { segment_kib, threads } => cli::info::rank_main(segment_kib, threads),
                 RankCmd::Bench(b) => cli::bench::rank_main(&b),
                 #[cfg(feature = "mpi")]
                 RankCmd::MpiColl { out } => cli::bench::coll_mpi::worker(&out).map_err(weft::Error::Config),

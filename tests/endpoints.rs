@@ -188,6 +188,10 @@ fn completions() -> Res {
 fn repeated_sets() -> Res {
     let w = World::init().map_err(e2s)?;
     let seg = w.alloc_segment::<u64>(8).map_err(e2s)?;
+    let held = |what: &str| -> u64 {
+        w.info().resources.iter().filter(|r| r.kind.starts_with(what)).map(|r| r.count).sum()
+    };
+    let (regions, mapped) = (held("registered regions"), held("peer regions"));
     for k in 0..150u64 {
         let mut set =
             w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 2).ring_kib(4)).map_err(e2s)?;

@@ -36,13 +36,64 @@ fn print(info: &Info, cfg: &weft::Config) {
     println!("  total{:>71}", kib(total));
 }
 
+/// What `threads` endpoints per rank hold under each category (created for real, then
+/// closed), and what `Auto` measures and picks.
+fn endpoint_table(world: &World, threads: usize) -> Result<Vec<weft::EndpointResources>, weft::Error> {
+    let mut out = vec![];
+    for policy in weft::EndpointPolicy::CATEGORIES.into_iter().chain([weft::EndpointPolicy::Auto]) {
+        let set = world.endpoints(&weft::EndpointConfig::new(policy, threads))?;
+        out.push(set.resources().clone());
+        set.close()?;
+    }
+    Ok(out)
+}
+
+fn print_endpoints(table: &[weft::EndpointResources], ranks: u32) {
+    let Some(first) = table.first() else { return };
+    println!(
+        "endpoints         {} per rank, postlist 32, 1 signaled completion per 64, inline ≤ 64 B; each slot is a ring to each of the {ranks} ranks",
+        first.layout.threads
+    );
+    println!(
+        "  {:<24} {:>8} {:>7} {:>5} {:>7} {:>12} {:>6} {:>10}",
+        "category", "contexts", "slots", "idle", "queues", "completions", "locks", "memory"
+    );
+    for r in table {
+        let name = match (&r.measured[..], r.layout.policy) {
+            ([], p) => p.name().to_string(),
+            (_, p) => format!("auto -> {}", p.name()),
+        };
+        println!(
+            "  {:<24} {:>8} {:>7} {:>5} {:>7} {:>12} {:>6} {:>10}",
+            name,
+            r.contexts,
+            r.slots,
+            r.idle_slots,
+            r.queues,
+            r.completions,
+            r.locks,
+            kib(r.bytes)
+        );
+        if let Some(why) = &r.fallback {
+            println!("    (AMs on the default path: {why})");
+        }
+    }
+    if let Some(auto) = table.iter().find(|r| !r.measured.is_empty()) {
+        let rates: Vec<String> =
+            auto.measured.iter().map(|(p, rate)| format!("{} {:.1}", p.name(), rate / 1e6)).collect();
+        println!("  auto measured (M puts/s, all threads at once): {}", rates.join(", "));
+    }
+}
+
 /// One rank of `weft info`.
-pub fn rank_main(segment_kib: usize) -> Result<(), weft::Error> {
+pub fn rank_main(segment_kib: usize, threads: usize) -> Result<(), weft::Error> {
     let world = World::init()?;
     let _seg = world.alloc_segment::<u8>(segment_kib * 1024)?;
     world.barrier()?;
+    let table = endpoint_table(&world, threads)?;
     if world.rank() == 0 {
         print(&world.info(), world.config());
+        print_endpoints(&table, world.size());
     }
     world.barrier()
 }

@@ -52,6 +52,9 @@ pub trait Fabric: Send + Sync + 'static {
     /// Allocates `len` bytes of registered memory that peers can reach once they attach it.
     /// The memory is zero-filled and page-aligned.
     fn register(&self, len: usize) -> FabricResult<LocalRegion>;
+    /// Releases a region this rank registered: the fabric forgets it (its memory goes when
+    /// the last `LocalRegion` clone does). Peers must no longer use it.
+    fn deregister(&self, region: &LocalRegion);
     /// Attaches a peer's registered region from the descriptor its owner produced.
     fn attach(&self, rank: Rank, desc: &[u8]) -> FabricResult<RemoteRegion>;
     /// Called once every peer has attached `region`: the fabric may drop the names it used to

@@ -58,7 +58,7 @@ impl LocalRegion {
 }
 
 /// A peer's registered region, as seen from this rank.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteRegion {
     /// Owner of the memory.
     pub rank: Rank,

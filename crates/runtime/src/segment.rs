@@ -150,6 +150,10 @@ impl<T> GlobalPtr<T> {
     pub fn segment(&self) -> u32 {
         self.seg
     }
+    /// Id of the segment it points into.
+    pub fn segment_id(&self) -> u32 {
+        self.seg
+    }
     /// Offset in bytes from the start of the rank's part of the segment.
     pub fn byte_offset(&self) -> usize {
         self.byte_offset

@@ -550,12 +550,16 @@ impl Fabric for ShmFabric {
         if !self.slot_rx.remove(region.id)? {
             return Ok(false);
         }
-        // Nothing polls it any more: drop the fabric's reference to its memory.
+        // Nothing polls it any more.
+        self.deregister(region);
+        Ok(true)
+    }
+
+    fn deregister(&self, region: &LocalRegion) {
         let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = regions.get_mut(region.id as usize) {
             *r = None;
         }
-        Ok(true)
     }
 
     fn open_tx_slots(
@@ -580,11 +584,8 @@ impl Fabric for ShmFabric {
             let map = if r == self.rank {
                 self.local_map(id)
             } else {
-                let m = os::open_shared(&region_name(&self.job, r, id))?.map(Arc::new);
-                if let Some(m) = &m {
-                    self.remote_maps.lock().unwrap_or_else(|e| e.into_inner()).push(m.clone());
-                }
-                m
+                // Held by the slots only, so closing them unmaps it.
+                os::open_shared(&region_name(&self.job, r, id))?.map(Arc::new)
             };
             let map = map.ok_or_else(|| FabricError::Peer {
                 rank: r,

@@ -1,6 +1,6 @@
 //! [`Endpoint`]: what one thread communicates through.
 
-use super::queue::{exec_put, send, Cq, Desc, Knobs, Queue, Src, Target};
+use super::queue::{exec_put, send, Cq, Desc, Knobs, Queue, Small, Src, Target, SMALL};
 use super::EndpointPolicy;
 use crate::{AmHandler, AtomicOp, Comm, Error, GlobalPtr, Pod, Result};
 use std::cell::Cell;
@@ -65,6 +65,9 @@ pub struct Endpoint<'c> {
     pub(super) path: Path,
     pub(super) cq: Cq,
     pub(super) knobs: Knobs,
+    /// The last target resolved: its region and its segment's size, and the segment id.
+    pub(super) last: Option<(weft_fabric::RemoteRegion, usize)>,
+    pub(super) last_seg: u32,
     pub(super) _one_thread: PhantomData<Cell<()>>,
 }
 
@@ -89,9 +92,23 @@ impl<'c> Endpoint<'c> {
         self.cq.count()
     }
 
-    fn target<T>(&self, p: GlobalPtr<T>, len: usize) -> Result<Target> {
+    /// Resolves and checks `p` for `len` bytes. The last (rank, segment) resolved is cached,
+    /// so a stream of operations to one segment checks only alignment and bounds.
+    fn target<T>(&mut self, p: GlobalPtr<T>, len: usize) -> Result<Target> {
+        let off = p.byte_offset();
+        if let Some((region, seg_bytes)) =
+            self.last.filter(|(r, _)| r.rank == p.rank() && self.last_seg == p.segment_id())
+        {
+            let aligned = off.is_multiple_of(std::mem::align_of::<T>());
+            if aligned && off.checked_add(len).is_some_and(|end| end <= seg_bytes) {
+                return Ok(Target { rank: p.rank(), seg: self.last_seg, region, off });
+            }
+        }
         let (seg, off) = self.comm.resolve(p, len)?;
-        Ok(Target { rank: p.rank(), seg: seg.id, region: seg.remote(p.rank())?.clone(), off })
+        let region = *seg.remote(p.rank())?;
+        self.last = Some((region, seg.bytes));
+        self.last_seg = seg.id;
+        Ok(Target { rank: p.rank(), seg: seg.id, region, off })
     }
 
     /// Queues one operation built by `build`; publishes when the posting list is full.
@@ -169,8 +186,12 @@ impl<'c> Endpoint<'c> {
     pub(super) fn post_put_bytes(&mut self, to: Target, bytes: &[u8]) -> Result<()> {
         if bytes.len() <= self.knobs.inline_max {
             return self.post(|q| {
-                let data = q.stage(bytes);
-                q.descs.push(Desc::Put { to, data });
+                if bytes.len() <= SMALL {
+                    q.descs.push(Desc::PutSmall { to, small: Small::new(bytes) });
+                } else {
+                    let data = q.stage(bytes);
+                    q.descs.push(Desc::Put { to, data });
+                }
             });
         }
         self.now(|comm, _, q| exec_put(comm, &to, Src::Bytes(bytes)).map(|o| q.record(o)))

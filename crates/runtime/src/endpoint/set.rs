@@ -200,6 +200,8 @@ pub(super) fn build<'c>(
                 path,
                 cq: cq(i),
                 knobs,
+                last: None,
+                last_seg: 0,
                 _one_thread: PhantomData,
             }
         })
