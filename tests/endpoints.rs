@@ -200,14 +200,13 @@ fn repeated_sets() -> Res {
         }
         set.close().map_err(e2s)?;
     }
-    let rings: u64 = w
-        .info()
-        .resources
-        .iter()
-        .filter(|r| r.kind.starts_with("endpoint slot rings in"))
-        .map(|r| r.count)
-        .sum();
+    let rings = held("endpoint slot rings in");
     ck(rings == 0, || format!("{rings} endpoint rings still held after closing every set"))?;
+    let auto = w.endpoints(&EndpointConfig::new(EndpointPolicy::Auto, 2)).map_err(e2s)?;
+    ck(auto.resources().measured.len() == 6, || "auto measured no categories".into())?;
+    auto.close().map_err(e2s)?;
+    let now = (held("registered regions"), held("peer regions"));
+    ck(now == (regions, mapped), || format!("regions held went from {:?} to {now:?}", (regions, mapped)))?;
     ck(seg.local().read(0) == 149 && seg.local().read(1) == 149, || "last puts missing".into())
 }
 

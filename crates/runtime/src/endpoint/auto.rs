@@ -78,17 +78,12 @@ fn trial(comm: &Comm, layout: &Layout, knobs: Knobs, target: &weft_fabric::Remot
             .map(|mut ep| {
                 s.spawn(move || -> Result<u64> {
                     let off = ep.index() * 64;
-                    let to = super::queue::Target {
-                        rank: comm.rank(),
-                        seg: u32::MAX,
-                        region: target.clone(),
-                        off,
-                    };
+                    let to = super::queue::Target { rank: comm.rank(), seg: u32::MAX, region: *target, off };
                     let begin = Instant::now();
                     let mut n = 0u64;
                     while begin.elapsed() < TRIAL {
                         for _ in 0..256 {
-                            ep.post_put_bytes(to.clone(), &n.to_le_bytes())?;
+                            ep.post_put_bytes(to, &n.to_le_bytes())?;
                             n += 1;
                         }
                     }
