@@ -4,6 +4,7 @@ mod am;
 mod coll;
 #[cfg(feature = "mpi")]
 pub mod coll_mpi;
+mod dgemm;
 mod ft;
 mod limits;
 mod msgrate;
@@ -11,6 +12,7 @@ mod report;
 mod rma;
 mod rpc;
 mod serialize;
+mod stencil;
 
 use clap::{Args, ValueEnum};
 use report::{print_json, print_table, Progress, Row};
@@ -38,6 +40,14 @@ pub enum Suite {
     /// (Zambre et al.'s method), with the resources each point holds. Threads: 1, 2, 4 ...
     /// up to the cores (at most 16), or `WEFT_MSGRATE_THREADS=1,2,...`.
     Msgrate,
+    /// The global-array kernel: rank 0's threads fetch tiles of A and B from rank 1, multiply
+    /// and put C tiles back, each thread on its own endpoint, every category; beside the
+    /// compute-only rate. Matrix order `WEFT_DGEMM_N` (default 512).
+    Dgemm,
+    /// 5-point stencil, strips over ranks × threads = the cores (1×2, 2×1 on 2 cores), halo
+    /// rows through each thread's endpoint, every category; beside serial time / P. Grid
+    /// `WEFT_STENCIL_N` (default 1024). Run with as many ranks as splits wanted (`-n P`).
+    Stencil,
     /// NAS FT (class `--class`): exchange, slabs and pencils, one-sided and two-sided, each
     /// beside the bulk exchange of the same model. Not in the default set (seconds to minutes).
     Ft,
@@ -45,7 +55,7 @@ pub enum Suite {
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Suites to run (default: all but ft and msgrate).
+    /// Suites to run (default: all but ft, msgrate, dgemm and stencil).
     #[arg(value_enum)]
     pub suites: Vec<Suite>,
     /// Number of ranks.
@@ -143,7 +153,11 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
         progress,
     };
     let suites = if args.suites.is_empty() {
-        Suite::value_variants().iter().copied().filter(|&s| s != Suite::Ft && s != Suite::Msgrate).collect()
+        Suite::value_variants()
+            .iter()
+            .copied()
+            .filter(|&s| !matches!(s, Suite::Ft | Suite::Msgrate | Suite::Dgemm | Suite::Stencil))
+            .collect()
     } else {
         args.suites.clone()
     };
@@ -158,7 +172,9 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Serialize => rows.extend(serialize::run(&ctx)?),
             Suite::Rpc => rows.extend(rpc::run(&ctx, &lim)?),
             Suite::Coll => rows.extend(coll::run(&ctx, &lim)?),
-            Suite::Msgrate => rows.extend(msgrate::run(&ctx)?),
+            Suite::Msgrate => rows.extend(msgrate::run(&ctx, &msgrate::thread_counts())?),
+            Suite::Dgemm => rows.extend(dgemm::run(&ctx, &msgrate::thread_counts())?),
+            Suite::Stencil => rows.extend(stencil::run(&ctx)?),
             Suite::Ft => ft_rows = ft::run(&ctx, &ft, args.class)?,
         }
     }

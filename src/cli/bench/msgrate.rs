@@ -71,7 +71,7 @@ struct Point {
 
 /// Thread counts to sweep: 1, 2, 4, ... up to the cores this rank may use (at most 16), or
 /// `WEFT_MSGRATE_THREADS` (a comma-separated list).
-fn thread_counts() -> Vec<usize> {
+pub fn thread_counts() -> Vec<usize> {
     if let Ok(list) = std::env::var("WEFT_MSGRATE_THREADS") {
         let v: Vec<usize> =
             list.split(',').filter_map(|s| s.trim().parse().ok()).filter(|&t| t > 0).collect();
@@ -93,18 +93,17 @@ fn thread_counts() -> Vec<usize> {
 const OPS_PER_THREAD: u64 = 100_000;
 const REPS: u64 = 3;
 
-pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
+pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
     let w = &ctx.world;
     if w.size() < 2 {
         return Ok(vec![]);
     }
-    let counts = thread_counts();
     let max_t = *counts.iter().max().unwrap_or(&1);
     // Targets on rank 1 (one line per thread at most) and registered sources on rank 0.
     let target = w.alloc_segment::<u8>(max_t * 64 + 64)?;
     let source = w.alloc_segment::<u8>(max_t * 64 + 64)?;
     let mut points = vec![];
-    for &threads in &counts {
+    for &threads in counts {
         for policy in EndpointPolicy::CATEGORIES {
             for op in [Op::Put(8), Op::Put(2), Op::ShortAm] {
                 for without in [Without::Nothing, Without::Postlist, Without::Unsignaled, Without::Inline] {

@@ -78,6 +78,10 @@ impl std::fmt::Debug for Endpoint<'_> {
 }
 
 impl<'c> Endpoint<'c> {
+    /// The world it belongs to (to wait, poll, or use the world's own operations).
+    pub fn comm(&self) -> &'c Comm {
+        self.comm
+    }
     /// This endpoint's index in its set (0..threads).
     pub fn index(&self) -> usize {
         self.index
@@ -208,6 +212,13 @@ impl<'c> Endpoint<'c> {
         let to = self.target(dst, bytes)?;
         let from = self.target(src, bytes)?;
         self.post(|q| q.descs.push(Desc::PutFrom { to, from, len: bytes }))
+    }
+
+    /// Reads `dst.len()` elements at `src` into `dst` after publishing what is queued;
+    /// complete when it returns.
+    pub fn get<T: Pod>(&mut self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
+        self.target(src, std::mem::size_of_val(dst))?;
+        self.now(|comm, _, _| comm.get(src, dst))
     }
 
     /// Posts an atomic on the `u64` at `p` whose previous value is not needed.

@@ -1,0 +1,207 @@
+//! `stencil` suite: a 5-point Jacobi stencil on an n × n grid, split into horizontal strips,
+//! one per (rank, thread), ranks × threads = P constant (the cores available to the job: 1×2
+//! and 2×1 on 2 cores, 16×1 … 1×16 on 16). Each strip lives in its thread's memory; only the
+//! halo rows travel: every iteration a thread puts its first and last rows into its
+//! neighbours' halo slots (in registered memory, double-buffered) through its own endpoint,
+//! then raises their arrival counters with a remote atomic, and waits for its own. Every
+//! category runs at every split. Each row sits beside the serial time divided by P, measured
+//! in this run, and the result is checked against the serial grid's checksum.
+
+use super::report::Row;
+use super::Ctx;
+use serde_json::json;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+use weft::{AtomicOp, EndpointConfig, EndpointPolicy};
+
+const ITERS: usize = 40;
+
+fn initial(row: usize, col: usize) -> f64 {
+    ((row * 13 + col * 7) % 29) as f64 / 29.0
+}
+
+/// One Jacobi step on `rows` interior rows of width `nx` (rows 0 and rows+1 are halos; the
+/// first and last columns are fixed).
+fn step(old: &[f64], new: &mut [f64], rows: usize, nx: usize) {
+    for r in 1..=rows {
+        let (up, mid, down) =
+            (&old[(r - 1) * nx..r * nx], &old[r * nx..(r + 1) * nx], &old[(r + 1) * nx..(r + 2) * nx]);
+        let out = &mut new[r * nx..(r + 1) * nx];
+        for c in 1..nx - 1 {
+            out[c] = 0.25 * (up[c] + down[c] + mid[c - 1] + mid[c + 1]);
+        }
+        out[0] = mid[0];
+        out[nx - 1] = mid[nx - 1];
+    }
+}
+
+/// A strip of `rows` rows starting at global row `first`, with halo rows (zero outside).
+fn strip(first: usize, rows: usize, nx: usize, ny: usize) -> Vec<f64> {
+    let mut g = vec![0.0; (rows + 2) * nx];
+    for r in 0..rows + 2 {
+        let global = (first + r).wrapping_sub(1);
+        if global < ny {
+            for c in 0..nx {
+                g[r * nx + c] = initial(global, c);
+            }
+        }
+    }
+    g
+}
+
+fn interior_sum(g: &[f64], rows: usize, nx: usize) -> f64 {
+    g[nx..(rows + 1) * nx].iter().sum()
+}
+
+/// Serial reference: the whole grid on one thread; (checksum, seconds per iteration).
+fn serial(n: usize) -> (f64, f64) {
+    let mut a = strip(0, n, n, n);
+    let mut b = a.clone();
+    let t0 = Instant::now();
+    for _ in 0..ITERS {
+        step(&a, &mut b, n, n);
+        std::mem::swap(&mut a, &mut b);
+    }
+    (interior_sum(&a, n, n), t0.elapsed().as_secs_f64() / ITERS as f64)
+}
+
+/// Halo slots per rank: for each local strip, [buffer 2][side 2 (top, bottom)][n].
+fn slot(n: usize, thread: usize, buf: usize, bottom: bool) -> usize {
+    ((thread * 2 + buf) * 2 + usize::from(bottom)) * n
+}
+
+pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
+    let w = &ctx.world;
+    let n: usize = std::env::var("WEFT_STENCIL_N").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
+    let p = std::thread::available_parallelism().map_or(2, |c| c.get()).clamp(2, 16);
+    if !n.is_multiple_of(p) || n < 4 {
+        return Err(weft::Error::Config(format!("WEFT_STENCIL_N={n}: must be a multiple of {p}")));
+    }
+    let rows = n / p;
+    let halos = w.alloc_segment::<f64>(p * 4 * n)?;
+    let arrivals = w.alloc_segment::<u64>(p)?;
+    let (reference, serial_iter) = if w.rank() == 0 { serial(n) } else { (0.0, 0.0) };
+    let mut out = vec![];
+    let splits: Vec<usize> = (1..=p).filter(|r| p.is_multiple_of(*r) && *r <= w.size() as usize).collect();
+    for &ranks in &splits {
+        let threads = p / ranks;
+        for policy in EndpointPolicy::CATEGORIES {
+            ctx.progress.note(&format!("stencil {ranks}x{threads} {}", policy.name()));
+            for i in 0..p {
+                arrivals.local().write(i, 0);
+            }
+            let active = (w.rank() as usize) < ranks;
+            let mut set = w.endpoints(&EndpointConfig::new(policy, if active { threads } else { 1 }))?;
+            let res = set.resources().clone();
+            let eps = set.endpoints();
+            w.barrier()?;
+            let (mut sum, mut secs) = (0.0, 0.0);
+            if active {
+                let me = w.rank() as usize;
+                let ready = std::sync::Barrier::new(threads);
+                let results = std::thread::scope(|s| {
+                    let workers: Vec<_> = eps
+                        .into_iter()
+                        .map(|mut ep| {
+                            let (halos, arrivals, ready) = (&halos, &arrivals, &ready);
+                            s.spawn(move || -> Result<(f64, f64), weft::Error> {
+                                let t = ep.index();
+                                let g = me * threads + t;
+                                let owner = |g: usize| ((g / threads) as u32, g % threads);
+                                let expected = u64::from(g > 0) + u64::from(g + 1 < p);
+                                let mut a = strip(g * rows, rows, n, n);
+                                let mut b = a.clone();
+                                ready.wait();
+                                let t0 = Instant::now();
+                                for it in 0..ITERS {
+                                    let (cur, next) = (it % 2, (it + 1) % 2);
+                                    if it > 0 {
+                                        // Halos of this iteration arrived in buffer `cur`.
+                                        let local = halos.local();
+                                        if g > 0 {
+                                            local.copy_out(slot(n, t, cur, false), &mut a[..n]);
+                                        }
+                                        if g + 1 < p {
+                                            local.copy_out(slot(n, t, cur, true), &mut a[(rows + 1) * n..]);
+                                        }
+                                    }
+                                    step(&a, &mut b, rows, n);
+                                    std::mem::swap(&mut a, &mut b);
+                                    if it + 1 == ITERS {
+                                        break;
+                                    }
+                                    // My new first row is the upper neighbour's bottom halo, my
+                                    // last row the lower neighbour's top halo.
+                                    if g > 0 {
+                                        let (r, u) = owner(g - 1);
+                                        ep.put(halos.at(r, slot(n, u, next, true)), &a[n..2 * n])?;
+                                    }
+                                    if g + 1 < p {
+                                        let (r, d) = owner(g + 1);
+                                        ep.put(
+                                            halos.at(r, slot(n, d, next, false)),
+                                            &a[rows * n..(rows + 1) * n],
+                                        )?;
+                                    }
+                                    ep.flush()?;
+                                    for nb in [g.wrapping_sub(1), g + 1].into_iter().filter(|&x| x < p) {
+                                        let (r, x) = owner(nb);
+                                        ep.atomic_nbi(arrivals.at(r, x), AtomicOp::FetchAdd(1))?;
+                                    }
+                                    ep.flush()?;
+                                    let want = expected * (it as u64 + 1);
+                                    let flag = arrivals.local();
+                                    ep.comm()
+                                        .wait_until(|| flag.atomic(t).load(Ordering::Acquire) >= want)?;
+                                }
+                                Ok((interior_sum(&a, rows, n), t0.elapsed().as_secs_f64()))
+                            })
+                        })
+                        .collect();
+                    workers
+                        .into_iter()
+                        .map(|h| h.join().map_err(|_| weft::Error::Misuse("stencil thread panicked"))?)
+                        .collect::<Result<Vec<(f64, f64)>, weft::Error>>()
+                })?;
+                sum = results.iter().map(|r| r.0).sum();
+                secs = results.iter().map(|r| r.1).fold(0.0, f64::max);
+            } else {
+                drop(eps);
+            }
+            set.close()?;
+            // Every rank's checksum and time to rank 0.
+            let mine: Vec<u8> = [sum.to_le_bytes(), secs.to_le_bytes()].concat();
+            let all = w.exchange(&mine)?;
+            if w.rank() == 0 {
+                let f = |m: &[u8], i: usize| {
+                    f64::from_le_bytes(m[i * 8..i * 8 + 8].try_into().unwrap_or_default())
+                };
+                let total: f64 = all.iter().map(|m| f(m, 0)).sum();
+                let slowest = all[..ranks].iter().map(|m| f(m, 1)).fold(0.0, f64::max);
+                if (total - reference).abs() > 1e-9 * reference.abs() {
+                    return Err(weft::Error::Remote(format!(
+                        "stencil {ranks}x{threads} {}: checksum {total}, serial {reference}",
+                        policy.name()
+                    )));
+                }
+                let per_iter = slowest / ITERS as f64 * 1e6;
+                let mut row = Row::new(
+                    "stencil",
+                    format!("{} {ranks}x{threads} n={n}", policy.name()),
+                    0,
+                    per_iter,
+                    "us/it",
+                )
+                .vs("serial / P", serial_iter / p as f64 * 1e6);
+                row.extra = Some(json!({
+                    "ranks": ranks, "threads": threads, "category": policy.name(),
+                    "contexts": res.contexts, "slots": res.slots, "queues": res.queues,
+                    "completions": res.completions, "locks": res.locks, "resource_bytes": res.bytes,
+                }));
+                out.push(row);
+            }
+            w.barrier()?;
+        }
+    }
+    Ok(out)
+}
