@@ -264,6 +264,26 @@ const CASES: &[Case] = &[
     Case { name: "limits_and_bad_input", run: limits_and_bad_input, ranks: &[2], env: &[] },
 ];
 
+/// The endpoint applications check their own results: dgemm against direct dot products,
+/// stencil against the serial grid's checksum (8 strips over 1, 2 and 4 ranks).
+fn applications() -> Result<(), libtest_mimic::Failed> {
+    for (suite, ranks, env, rows) in [
+        ("dgemm", "2", [("WEFT_DGEMM_N", "128"), ("WEFT_MSGRATE_THREADS", "1,3")], 12),
+        ("stencil", "4", [("WEFT_STENCIL_N", "64"), ("WEFT_STENCIL_P", "8")], 18),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_weft"))
+            .args(["bench", suite, "-n", ranks, "--json"])
+            .envs(env)
+            .output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let got = text.lines().filter(|l| l.contains(&format!("\"suite\":\"{suite}\""))).count();
+        if !out.status.success() || got != rows {
+            return Err(format!("bench {suite}: {got} rows, expected {rows}\n{}", common::text(&out)).into());
+        }
+    }
+    Ok(())
+}
+
 fn main() {
     if let Ok(name) = std::env::var("WEFT_EP_CASE") {
         let Some(case) = CASES.iter().find(|c| c.name == name) else {
@@ -273,7 +293,7 @@ fn main() {
         common::exit_with((case.run)());
     }
     let args = libtest_mimic::Arguments::from_args();
-    let trials = CASES
+    let mut trials: Vec<libtest_mimic::Trial> = CASES
         .iter()
         .flat_map(|c| {
             c.ranks.iter().map(move |&n| {
@@ -283,5 +303,6 @@ fn main() {
             })
         })
         .collect();
+    trials.push(libtest_mimic::Trial::test("applications_check_their_results", applications));
     libtest_mimic::run(&args, trials).exit();
 }

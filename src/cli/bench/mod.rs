@@ -46,7 +46,8 @@ pub enum Suite {
     Dgemm,
     /// 5-point stencil, strips over ranks × threads = the cores (1×2, 2×1 on 2 cores), halo
     /// rows through each thread's endpoint, every category; beside serial time / P. Grid
-    /// `WEFT_STENCIL_N` (default 1024). Run with as many ranks as splits wanted (`-n P`).
+    /// `WEFT_STENCIL_N` (default 1024), P = `WEFT_STENCIL_P` (default the cores, at most 16).
+    /// Run with as many ranks as splits wanted (`-n P`).
     Stencil,
     /// NAS FT (class `--class`): exchange, slabs and pencils, one-sided and two-sided, each
     /// beside the bulk exchange of the same model. Not in the default set (seconds to minutes).

@@ -65,7 +65,8 @@ struct Point {
     op: Op,
     without: Without,
     cq: CqSharing,
-    /// Bytes between threads' buffers (64: a line each; 8: packed into shared lines).
+    /// Bytes between threads' buffers (64: a line each; 8: packed into shared lines; 128: a
+    /// pair of lines each, out of reach of the adjacent-line prefetcher).
     stride: usize,
 }
 
@@ -100,8 +101,8 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
     }
     let max_t = *counts.iter().max().unwrap_or(&1);
     // Targets on rank 1 (one line per thread at most) and registered sources on rank 0.
-    let target = w.alloc_segment::<u8>(max_t * 64 + 64)?;
-    let source = w.alloc_segment::<u8>(max_t * 64 + 64)?;
+    let target = w.alloc_segment::<u8>(max_t * 128 + 64)?;
+    let source = w.alloc_segment::<u8>(max_t * 128 + 64)?;
     let mut points = vec![];
     for &threads in counts {
         for policy in EndpointPolicy::CATEGORIES {
@@ -162,8 +163,10 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
         if p.cq != CqSharing::PerThread {
             metric.push_str(&format!(" cq={:?}", p.cq));
         }
-        if p.stride < 64 {
-            metric.push_str(" buffers packed");
+        match p.stride {
+            s if s < 64 => metric.push_str(" buffers packed"),
+            s if s > 64 => metric.push_str(" buffers 128 B apart"),
+            _ => {}
         }
         let mut row = Row::new(
             "msgrate",

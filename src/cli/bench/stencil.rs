@@ -73,13 +73,16 @@ fn slot(n: usize, thread: usize, buf: usize, bottom: bool) -> usize {
 pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
     let w = &ctx.world;
     let n: usize = std::env::var("WEFT_STENCIL_N").ok().and_then(|s| s.parse().ok()).unwrap_or(1024);
-    let p = std::thread::available_parallelism().map_or(2, |c| c.get()).clamp(2, 16);
+    let p = match std::env::var("WEFT_STENCIL_P").ok().and_then(|s| s.parse::<usize>().ok()) {
+        Some(p) if (1..=256).contains(&p) => p,
+        _ => std::thread::available_parallelism().map_or(2, |c| c.get()).clamp(2, 16),
+    };
     if !n.is_multiple_of(p) || n < 4 {
         return Err(weft::Error::Config(format!("WEFT_STENCIL_N={n}: must be a multiple of {p}")));
     }
     let rows = n / p;
     let halos = w.alloc_segment::<f64>(p * 4 * n)?;
-    let arrivals = w.alloc_segment::<u64>(p)?;
+    let arrivals = w.alloc_segment::<u64>(2 * p)?;
     let (reference, serial_iter) = if w.rank() == 0 { serial(n) } else { (0.0, 0.0) };
     let mut out = vec![];
     let splits: Vec<usize> = (1..=p).filter(|r| p.is_multiple_of(*r) && *r <= w.size() as usize).collect();
@@ -87,7 +90,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         let threads = p / ranks;
         for policy in EndpointPolicy::CATEGORIES {
             ctx.progress.note(&format!("stencil {ranks}x{threads} {}", policy.name()));
-            for i in 0..p {
+            for i in 0..2 * p {
                 arrivals.local().write(i, 0);
             }
             let active = (w.rank() as usize) < ranks;
@@ -108,7 +111,6 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                                 let t = ep.index();
                                 let g = me * threads + t;
                                 let owner = |g: usize| ((g / threads) as u32, g % threads);
-                                let expected = u64::from(g > 0) + u64::from(g + 1 < p);
                                 let mut a = strip(g * rows, rows, n, n);
                                 let mut b = a.clone();
                                 ready.wait();
@@ -144,15 +146,23 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                                         )?;
                                     }
                                     ep.flush()?;
-                                    for nb in [g.wrapping_sub(1), g + 1].into_iter().filter(|&x| x < p) {
-                                        let (r, x) = owner(nb);
-                                        ep.atomic_nbi(arrivals.at(r, x), AtomicOp::FetchAdd(1))?;
+                                    // One arrival counter per side: a neighbour may be an iteration
+                                    // ahead, so a shared count could hide the other's missing halo.
+                                    if g > 0 {
+                                        let (r, u) = owner(g - 1);
+                                        ep.atomic_nbi(arrivals.at(r, 2 * u + 1), AtomicOp::FetchAdd(1))?;
+                                    }
+                                    if g + 1 < p {
+                                        let (r, d) = owner(g + 1);
+                                        ep.atomic_nbi(arrivals.at(r, 2 * d), AtomicOp::FetchAdd(1))?;
                                     }
                                     ep.flush()?;
-                                    let want = expected * (it as u64 + 1);
+                                    let want = it as u64 + 1;
                                     let flag = arrivals.local();
-                                    ep.comm()
-                                        .wait_until(|| flag.atomic(t).load(Ordering::Acquire) >= want)?;
+                                    let arrived = |side: usize, exists: bool| {
+                                        !exists || flag.atomic(2 * t + side).load(Ordering::Acquire) >= want
+                                    };
+                                    ep.comm().wait_until(|| arrived(0, g > 0) && arrived(1, g + 1 < p))?;
                                 }
                                 Ok((interior_sum(&a, rows, n), t0.elapsed().as_secs_f64()))
                             })
