@@ -96,6 +96,10 @@ impl Comm {
     /// Makes progress until `cond` holds (for example a flag in a local segment that a peer
     /// sets with a put). Fails instead of hanging if a peer dies meanwhile.
     ///
+    /// A waiter that found nothing for a while sleeps on its rank's doorbell. AMs ring it;
+    /// one-sided writes do not, so the writer of a flag should call [`Comm::notify`] on the
+    /// flag's rank, or the waiter notices only at its next timeout (up to 2 ms).
+    ///
     /// ```no_run
     /// # let world = weft_runtime::World::init()?;
     /// let flags = world.alloc_segment::<u64>(1)?;
@@ -104,6 +108,24 @@ impl Comm {
     /// ```
     pub fn wait_until(&self, cond: impl FnMut() -> bool) -> Result<()> {
         self.wait(Deps::AnyDead, cond)
+    }
+
+    /// Wakes the threads of `rank` (this rank included) that sleep in a wait, for example after
+    /// a put or atomic that sets a flag one of them waits on. Costs one load when nobody sleeps.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let flags = world.alloc_segment::<u64>(1)?;
+    /// world.atomic_store(flags.at(1, 0), 1)?;
+    /// world.notify(1)?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn notify(&self, rank: u32) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::NoSuchRank { rank, size: self.size() });
+        }
+        self.fabric.notify(rank);
+        Ok(())
     }
 
     pub(crate) fn wait(&self, deps: Deps<'_>, cond: impl FnMut() -> bool) -> Result<()> {

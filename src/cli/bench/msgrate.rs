@@ -125,14 +125,16 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
                 stride: 64,
             });
         }
-        points.push(Point {
-            policy: EndpointPolicy::Dedicated,
-            threads,
-            op: Op::Put(8),
-            without: Without::Nothing,
-            cq: CqSharing::PerThread,
-            stride: 8,
-        });
+        for stride in [8, 128] {
+            points.push(Point {
+                policy: EndpointPolicy::Dedicated,
+                threads,
+                op: Op::Put(8),
+                without: Without::Nothing,
+                cq: CqSharing::PerThread,
+                stride,
+            });
+        }
         points.push(Point {
             policy: EndpointPolicy::Auto,
             threads,

@@ -157,6 +157,10 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                                         ep.atomic_nbi(arrivals.at(r, 2 * d), AtomicOp::FetchAdd(1))?;
                                     }
                                     ep.flush()?;
+                                    // Neighbours asleep in their wait learn of the flags now.
+                                    for nb in [g.wrapping_sub(1), g + 1].into_iter().filter(|&x| x < p) {
+                                        ep.comm().notify(owner(nb).0)?;
+                                    }
                                     let want = it as u64 + 1;
                                     let flag = arrivals.local();
                                     let arrived = |side: usize, exists: bool| {
