@@ -45,7 +45,7 @@ pub enum Suite {
     /// compute-only rate. Matrix order `WEFT_DGEMM_N` (default 512).
     Dgemm,
     /// 5-point stencil, strips over ranks × threads = the cores (1×2, 2×1 on 2 cores), halo
-    /// rows through each thread's endpoint, every category; beside serial time / P. Grid
+    /// rows through each thread's endpoint, every category; beside the same split with no exchange. Grid
     /// `WEFT_STENCIL_N` (default 1024), P = `WEFT_STENCIL_P` (default the cores, at most 16).
     /// Run with as many ranks as splits wanted (`-n P`).
     Stencil,

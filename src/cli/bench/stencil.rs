@@ -4,8 +4,8 @@
 //! halo rows travel: every iteration a thread puts its first and last rows into its
 //! neighbours' halo slots (in registered memory, double-buffered) through its own endpoint,
 //! then raises their arrival counters with a remote atomic, and waits for its own. Every
-//! category runs at every split. Each row sits beside the serial time divided by P, measured
-//! in this run, and the result is checked against the serial grid's checksum.
+//! category runs at every split. Each row sits beside the same split stepping its strips with
+//! no exchange, measured in this run, and the result is checked against the serial grid's checksum.
 
 use super::report::Row;
 use super::Ctx;
@@ -65,6 +65,31 @@ fn serial(n: usize) -> (f64, f64) {
     (interior_sum(&a, n, n), t0.elapsed().as_secs_f64() / ITERS as f64)
 }
 
+/// Seconds per iteration of `threads` threads stepping their own strips with no exchange.
+fn compute_only(threads: usize, rows: usize, n: usize) -> f64 {
+    let ready = std::sync::Barrier::new(threads);
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let ready = &ready;
+                s.spawn(move || {
+                    let mut a = strip(t * rows, rows, n, n);
+                    let mut b = a.clone();
+                    ready.wait();
+                    let t0 = Instant::now();
+                    for _ in 0..ITERS {
+                        step(&a, &mut b, rows, n);
+                        std::mem::swap(&mut a, &mut b);
+                    }
+                    std::hint::black_box(&a);
+                    t0.elapsed().as_secs_f64()
+                })
+            })
+            .collect();
+        workers.into_iter().map(|h| h.join().unwrap_or(0.0)).fold(0.0, f64::max) / ITERS as f64
+    })
+}
+
 /// Halo slots per rank: for each local strip, [buffer 2][side 2 (top, bottom)][n].
 fn slot(n: usize, thread: usize, buf: usize, bottom: bool) -> usize {
     ((thread * 2 + buf) * 2 + usize::from(bottom)) * n
@@ -83,11 +108,21 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
     let rows = n / p;
     let halos = w.alloc_segment::<f64>(p * 4 * n)?;
     let arrivals = w.alloc_segment::<u64>(2 * p)?;
-    let (reference, serial_iter) = if w.rank() == 0 { serial(n) } else { (0.0, 0.0) };
+    let reference = if w.rank() == 0 { serial(n).0 } else { 0.0 };
     let mut out = vec![];
     let splits: Vec<usize> = (1..=p).filter(|r| p.is_multiple_of(*r) && *r <= w.size() as usize).collect();
     for &ranks in &splits {
         let threads = p / ranks;
+        // The limit of this split: the same strips stepped by the same threads on the same
+        // ranks at once, with no halo exchange (memory bandwidth is shared, so P strips do
+        // not run P times faster than one grid).
+        w.barrier()?;
+        let mine = if (w.rank() as usize) < ranks { compute_only(threads, rows, n) } else { 0.0 };
+        let compute_iter = w
+            .exchange(&mine.to_le_bytes())?
+            .iter()
+            .map(|m| f64::from_le_bytes(m[..8].try_into().unwrap_or_default()))
+            .fold(0.0, f64::max);
         for policy in EndpointPolicy::CATEGORIES {
             ctx.progress.note(&format!("stencil {ranks}x{threads} {}", policy.name()));
             for i in 0..2 * p {
@@ -206,7 +241,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                     per_iter,
                     "us/it",
                 )
-                .vs("serial / P", serial_iter / p as f64 * 1e6);
+                .vs("same split, no exchange", compute_iter * 1e6);
                 row.extra = Some(json!({
                     "ranks": ranks, "threads": threads, "category": policy.name(),
                     "contexts": res.contexts, "slots": res.slots, "queues": res.queues,

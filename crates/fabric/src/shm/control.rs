@@ -32,6 +32,9 @@ pub struct Control {
     pub state: Line<AtomicU32>,
     wake: Line<Wake>,
     attached_line: Line<AtomicU32>,
+    /// Bumped by an endpoint slot's doorbell after it wrote messages to this rank: pollers
+    /// scan the slot inboxes only when it moved.
+    slot_bell: Line<AtomicU32>,
 }
 
 #[repr(C)]
@@ -107,6 +110,11 @@ impl Control {
     /// Counter of ranks that have mapped every inbox (used in rank 0's block at start-up).
     pub fn attached(&self) -> &AtomicU32 {
         &self.attached_line
+    }
+
+    /// The endpoint slots' doorbell of this rank.
+    pub fn slot_bell(&self) -> &AtomicU32 {
+        &self.slot_bell
     }
 }
 

@@ -522,15 +522,8 @@ impl Fabric for ShmFabric {
                     self.drain(&self.receivers[src as usize][class_index(class)], src, class, sink)?;
             }
             if class == AmClass::Request {
-                delivered += self.slot_rx.with(Ok(0), |inboxes| {
-                    let mut n = 0;
-                    for (_, inbox) in inboxes {
-                        for (src, inbound) in &inbox.rings {
-                            n += self.drain(inbound, *src, class, sink)?;
-                        }
-                    }
-                    Ok::<_, FabricError>(n)
-                })?;
+                let bell = self.control(self.rank).slot_bell();
+                delivered += self.slot_rx.poll(bell, |inbound, src| self.drain(inbound, src, class, sink))?;
             }
         }
         Ok(delivered)
