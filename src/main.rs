@@ -54,6 +54,14 @@ enum Cmd {
     },
     /// Measure weft beside this machine's limits (default suites: limits rma am).
     Bench(cli::bench::BenchArgs),
+    /// PNG figures from `weft bench --json` output (msgrate, dgemm, stencil).
+    Plot {
+        /// A file of `weft bench --json` lines.
+        input: std::path::PathBuf,
+        /// Folder for the PNG files.
+        #[arg(long, default_value = "plots")]
+        out: std::path::PathBuf,
+    },
     /// Internal: what one rank of `weft info` / `weft bench` runs.
     #[command(hide = true, name = "__rank")]
     Rank {
@@ -124,6 +132,16 @@ fn main() -> ExitCode {
         }
         Cmd::Bench(b) => match cli::bench::launch(&b) {
             Ok(code) => exit(code),
+            Err(e) => fail(e),
+        },
+        Cmd::Plot { input, out } => match cli::plot::plot(&input, &out) {
+            Ok(files) if files.is_empty() => {
+                fail(format!("{}: no msgrate, dgemm or stencil rows", input.display()))
+            }
+            Ok(files) => {
+                files.iter().for_each(|f| println!("{}", f.display()));
+                exit(0)
+            }
             Err(e) => fail(e),
         },
         Cmd::Rank { what } => {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod info;
+pub mod plot;
 pub mod run;
 
 use std::ffi::OsString;
