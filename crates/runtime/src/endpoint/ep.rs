@@ -1,6 +1,6 @@
 //! [`Endpoint`]: what one thread communicates through.
 
-use super::queue::{exec_put, send, Cq, Desc, Knobs, Queue, Small, Src, Target, SMALL};
+use super::queue::{exec_put, send, Cq, Desc, Knobs, Queue, SlotRef, Small, Src, Target, SMALL};
 use super::EndpointPolicy;
 use crate::{AmHandler, AtomicOp, Comm, Error, GlobalPtr, Pod, Result};
 use std::cell::Cell;
@@ -58,6 +58,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///     needs_sync(ep); // error: `Cell<()>` cannot be shared between threads safely
 /// }
 /// ```
+// Aligned to a pair of cache lines: endpoints of different threads (moved into their
+// closures, boxed side by side) would otherwise share the lines their counters live on.
+#[repr(align(128))]
 pub struct Endpoint<'c> {
     pub(super) comm: &'c Comm,
     pub(super) index: usize,
@@ -122,13 +125,13 @@ impl<'c> Endpoint<'c> {
             Path::Own(q, slot) => {
                 build(q);
                 if q.descs.len() >= k.postlist {
-                    q.publish(comm, slot.as_deref_mut(), &mut self.cq, k)?;
+                    q.publish(comm, &mut SlotRef::direct(slot.as_deref_mut()), &mut self.cq, k)?;
                 }
             }
             Path::SharedSlot(q, slot) => {
                 build(q);
                 if q.descs.len() >= k.postlist {
-                    q.publish(comm, lock(slot).as_deref_mut(), &mut self.cq, k)?;
+                    q.publish(comm, &mut SlotRef::shared(slot), &mut self.cq, k)?;
                 }
             }
             Path::SharedQueue(shared) => {
@@ -136,42 +139,39 @@ impl<'c> Endpoint<'c> {
                 let (q, slot) = &mut *g;
                 build(q);
                 if q.descs.len() >= k.postlist {
-                    q.publish(comm, slot.as_deref_mut(), &mut self.cq, k)?;
+                    q.publish(comm, &mut SlotRef::direct(slot.as_deref_mut()), &mut self.cq, k)?;
                 }
             }
         }
         Ok(())
     }
 
-    /// Runs `f` with the queue, the slot (locked where shared) and the completion structure.
+    /// Runs `f` with the queue, the slot (a shared one locked on first use) and the
+    /// completion structure.
     fn with_path<R>(
         &mut self,
-        f: impl FnOnce(&mut Queue, Option<&mut (dyn TxSlot + 'static)>, &mut Cq) -> Result<R>,
+        f: impl FnOnce(&mut Queue, &mut SlotRef<'_>, &mut Cq) -> Result<R>,
     ) -> Result<R> {
         match &mut self.path {
-            Path::Own(q, slot) => f(q, slot.as_deref_mut(), &mut self.cq),
-            Path::SharedSlot(q, slot) => f(q, lock(slot).as_deref_mut(), &mut self.cq),
+            Path::Own(q, slot) => f(q, &mut SlotRef::direct(slot.as_deref_mut()), &mut self.cq),
+            Path::SharedSlot(q, slot) => f(q, &mut SlotRef::shared(slot), &mut self.cq),
             Path::SharedQueue(shared) => {
                 let mut g = lock(shared);
                 let (q, slot) = &mut *g;
-                f(q, slot.as_deref_mut(), &mut self.cq)
+                let r = f(q, &mut SlotRef::direct(slot.as_deref_mut()), &mut self.cq);
+                r
             }
         }
     }
 
     /// Publishes what is queued, then runs one operation at once (payloads that are not
     /// inline are read from the caller's memory, which is free again when this returns).
-    fn now(
-        &mut self,
-        op: impl FnOnce(&'c Comm, Option<&mut (dyn TxSlot + 'static)>, &mut Queue) -> Result<()>,
-    ) -> Result<()> {
+    fn now(&mut self, op: impl FnOnce(&'c Comm, &mut SlotRef<'_>, &mut Queue) -> Result<()>) -> Result<()> {
         let (comm, k) = (self.comm, self.knobs);
-        self.with_path(|q, mut slot, cq| {
-            q.publish(comm, slot.as_deref_mut(), cq, k)?;
-            op(comm, slot.as_deref_mut(), q)?;
-            if let Some(s) = slot {
-                s.doorbell();
-            }
+        self.with_path(|q, slot, cq| {
+            q.publish(comm, slot, cq, k)?;
+            op(comm, slot, q)?;
+            slot.doorbell();
             q.count(1, cq, k);
             Ok(())
         })
@@ -270,7 +270,7 @@ impl<'c> Endpoint<'c> {
                 q.descs.push(Desc::Am { dst, handler: h.0, args: start..q.words.len(), payload: Some(p) });
             });
         }
-        self.now(|comm, slot, _| send(comm, slot, dst, h.0, args, AmPayload::Medium(payload)))
+        self.now(|comm, slot, _| send(comm, slot.get(), dst, h.0, args, AmPayload::Medium(payload)))
     }
 
     /// Sends a request AM whose payload is first written to `at` in the target's segment;
@@ -290,7 +290,7 @@ impl<'c> Endpoint<'c> {
         self.now(|comm, slot, _| {
             send(
                 comm,
-                slot,
+                slot.get(),
                 to.rank,
                 h.0,
                 args,

@@ -7,7 +7,7 @@ use crate::progress::Deps;
 use crate::{Comm, Error, Result};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use weft_fabric::{AmClass, AmOut, AmPayload, AtomicOp, Issued, RemoteRegion, TxSlot};
 
 /// A target in a segment, resolved and bounds-checked when the operation was posted.
@@ -184,13 +184,7 @@ impl Queue {
 
     /// Executes every posted operation through `slot` (or the default path), rings the
     /// doorbell once, and signals the completion structure once per `signal_every` operations.
-    pub fn publish(
-        &mut self,
-        comm: &Comm,
-        mut slot: Option<&mut (dyn TxSlot + 'static)>,
-        cq: &mut Cq,
-        k: Knobs,
-    ) -> Result<()> {
+    pub fn publish(&mut self, comm: &Comm, slot: &mut SlotRef<'_>, cq: &mut Cq, k: Knobs) -> Result<()> {
         let n = self.descs.len() as u64;
         let mut descs = std::mem::take(&mut self.descs);
         let mut result = Ok(());
@@ -207,8 +201,7 @@ impl Queue {
                         Some(p) => AmPayload::Medium(&self.arena[p]),
                         None => AmPayload::Short,
                     };
-                    send(comm, slot.as_deref_mut(), dst, handler, &self.words[args], payload)
-                        .map(|_| Outcome::Done)
+                    send(comm, slot.get(), dst, handler, &self.words[args], payload).map(|_| Outcome::Done)
                 }
             }
             .map(|o| self.record(o));
@@ -221,9 +214,7 @@ impl Queue {
         self.descs.clear();
         self.arena.clear();
         self.words.clear();
-        if let Some(s) = slot {
-            s.doorbell();
-        }
+        slot.doorbell();
         self.count(n, cq, k);
         result
     }
@@ -240,13 +231,7 @@ impl Queue {
 
     /// Publishes what is posted and completes everything: the last operations get a signaled
     /// completion, pending ones are waited for.
-    pub fn flush(
-        &mut self,
-        comm: &Comm,
-        slot: Option<&mut (dyn TxSlot + 'static)>,
-        cq: &mut Cq,
-        k: Knobs,
-    ) -> Result<()> {
+    pub fn flush(&mut self, comm: &Comm, slot: &mut SlotRef<'_>, cq: &mut Cq, k: Knobs) -> Result<()> {
         let published = self.publish(comm, slot, cq, k);
         if self.unsignaled > 0 {
             cq.signal(self.unsignaled);
@@ -271,6 +256,44 @@ impl Queue {
             Outcome::Done => {}
             Outcome::Quiet => self.needs_quiet = true,
             Outcome::Op(op) => self.pending.push(op),
+        }
+    }
+}
+
+/// An endpoint's slot for one publish: its own, or a shared one locked on first use. Puts and
+/// atomics need no slot on a load/store fabric (the CPU copy is the transfer), so a batch
+/// without AMs never takes a shared slot's lock.
+pub(super) struct SlotRef<'a> {
+    direct: Option<&'a mut (dyn TxSlot + 'static)>,
+    shared: Option<&'a Mutex<Option<Box<dyn TxSlot>>>>,
+    guard: Option<MutexGuard<'a, Option<Box<dyn TxSlot>>>>,
+}
+
+impl<'a> SlotRef<'a> {
+    /// A slot used by one queue only (`None`: a fabric without slots).
+    pub fn direct(slot: Option<&'a mut (dyn TxSlot + 'static)>) -> Self {
+        SlotRef { direct: slot, shared: None, guard: None }
+    }
+    /// A slot shared under a lock.
+    pub fn shared(slot: &'a Mutex<Option<Box<dyn TxSlot>>>) -> Self {
+        SlotRef { direct: None, shared: Some(slot), guard: None }
+    }
+    /// The slot, locked now if shared (held until this `SlotRef` goes).
+    pub fn get(&mut self) -> Option<&mut (dyn TxSlot + 'static)> {
+        if let Some(m) = self.shared {
+            let g = self.guard.get_or_insert_with(|| m.lock().unwrap_or_else(|e| e.into_inner()));
+            return g.as_deref_mut();
+        }
+        self.direct.as_deref_mut()
+    }
+    /// Rings the doorbell of a slot that was written to.
+    pub fn doorbell(&mut self) {
+        let slot = match &mut self.guard {
+            Some(g) => g.as_deref_mut(),
+            None => self.direct.as_deref_mut(),
+        };
+        if let Some(s) = slot {
+            s.doorbell();
         }
     }
 }

@@ -245,10 +245,7 @@ impl Comm {
     /// [`EndpointResources::fallback`] says so.
     pub fn endpoints(&self, cfg: &EndpointConfig) -> Result<EndpointSet<'_>> {
         cfg.check()?;
-        let (policy, measured) = match cfg.policy {
-            EndpointPolicy::Auto => auto::choose(self, cfg)?,
-            p => (p, Vec::new()),
-        };
+        let (policy, measured) = auto::resolve(self, cfg)?;
         let layout = Layout::new(policy, cfg.threads, cfg.cq, cfg.static_slots);
         let knobs = Knobs {
             postlist: cfg.postlist,
