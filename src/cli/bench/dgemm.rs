@@ -22,13 +22,13 @@ fn b_at(k: usize, j: usize) -> f64 {
     ((k * 5 + j * 11) % 13) as f64 * 0.5 - 3.0
 }
 
-/// Matrix order: `WEFT_DGEMM_N` (a multiple of 64), default 512.
+/// Matrix order: `WEFT_DGEMM_N` (a multiple of 64), default 1024.
 fn order() -> usize {
     std::env::var("WEFT_DGEMM_N")
         .ok()
         .and_then(|s| s.parse().ok())
         .filter(|n| n % TILE == 0 && *n > 0)
-        .unwrap_or(512)
+        .unwrap_or(1024)
 }
 
 /// Element offset of tile (ti, tj) in tile-major storage of an n × n matrix.

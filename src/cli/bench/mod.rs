@@ -42,7 +42,7 @@ pub enum Suite {
     Msgrate,
     /// The global-array kernel: rank 0's threads fetch tiles of A and B from rank 1, multiply
     /// and put C tiles back, each thread on its own endpoint, every category; beside the
-    /// compute-only rate. Matrix order `WEFT_DGEMM_N` (default 512).
+    /// compute-only rate. Matrix order `WEFT_DGEMM_N` (default 1024).
     Dgemm,
     /// 5-point stencil, strips over ranks × threads = the cores (1×2, 2×1 on 2 cores), halo
     /// rows through each thread's endpoint, every category; beside the same split with no exchange. Grid

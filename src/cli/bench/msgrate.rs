@@ -92,7 +92,7 @@ pub fn thread_counts() -> Vec<usize> {
     v
 }
 
-const OPS_PER_THREAD: u64 = 100_000;
+const OPS_PER_THREAD: u64 = 200_000;
 const REPS: u64 = 3;
 
 pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {

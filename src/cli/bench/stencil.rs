@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 use weft::{AtomicOp, EndpointConfig, EndpointPolicy};
 
-const ITERS: usize = 40;
+const ITERS: usize = 200;
 
 fn initial(row: usize, col: usize) -> f64 {
     ((row * 13 + col * 7) % 29) as f64 / 29.0
@@ -90,6 +90,15 @@ fn compute_only(threads: usize, rows: usize, n: usize) -> f64 {
     })
 }
 
+/// `u64`s between arrival counters: 128 bytes, so that a neighbour's increment does not take
+/// the line that other threads of the rank are polling.
+const COUNTER_STRIDE: usize = 16;
+
+/// Index of local strip `thread`'s arrival counter for `side` (0: from above, 1: from below).
+fn counter(thread: usize, side: usize) -> usize {
+    (thread * 2 + side) * COUNTER_STRIDE
+}
+
 /// Halo slots per rank: for each local strip, [buffer 2][side 2 (top, bottom)][n].
 fn slot(n: usize, thread: usize, buf: usize, bottom: bool) -> usize {
     ((thread * 2 + buf) * 2 + usize::from(bottom)) * n
@@ -107,7 +116,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
     }
     let rows = n / p;
     let halos = w.alloc_segment::<f64>(p * 4 * n)?;
-    let arrivals = w.alloc_segment::<u64>(2 * p)?;
+    let arrivals = w.alloc_segment::<u64>(2 * p * COUNTER_STRIDE)?;
     let reference = if w.rank() == 0 { serial(n).0 } else { 0.0 };
     let mut out = vec![];
     let splits: Vec<usize> = (1..=p).filter(|r| p.is_multiple_of(*r) && *r <= w.size() as usize).collect();
@@ -126,7 +135,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         for policy in EndpointPolicy::CATEGORIES {
             ctx.progress.note(&format!("stencil {ranks}x{threads} {}", policy.name()));
             for i in 0..2 * p {
-                arrivals.local().write(i, 0);
+                arrivals.local().write(counter(i / 2, i % 2), 0);
             }
             let active = (w.rank() as usize) < ranks;
             let mut set = w.endpoints(&EndpointConfig::new(policy, if active { threads } else { 1 }))?;
@@ -185,11 +194,11 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                                     // ahead, so a shared count could hide the other's missing halo.
                                     if g > 0 {
                                         let (r, u) = owner(g - 1);
-                                        ep.atomic_nbi(arrivals.at(r, 2 * u + 1), AtomicOp::FetchAdd(1))?;
+                                        ep.atomic_nbi(arrivals.at(r, counter(u, 1)), AtomicOp::FetchAdd(1))?;
                                     }
                                     if g + 1 < p {
                                         let (r, d) = owner(g + 1);
-                                        ep.atomic_nbi(arrivals.at(r, 2 * d), AtomicOp::FetchAdd(1))?;
+                                        ep.atomic_nbi(arrivals.at(r, counter(d, 0)), AtomicOp::FetchAdd(1))?;
                                     }
                                     ep.flush()?;
                                     // Neighbours asleep in their wait learn of the flags now.
@@ -199,7 +208,8 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                                     let want = it as u64 + 1;
                                     let flag = arrivals.local();
                                     let arrived = |side: usize, exists: bool| {
-                                        !exists || flag.atomic(2 * t + side).load(Ordering::Acquire) >= want
+                                        !exists
+                                            || flag.atomic(counter(t, side)).load(Ordering::Acquire) >= want
                                     };
                                     ep.comm().wait_until(|| arrived(0, g > 0) && arrived(1, g + 1 < p))?;
                                 }
