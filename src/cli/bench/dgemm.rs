@@ -101,8 +101,10 @@ fn compute_only(threads: usize, tiles: usize, nt: usize, a: &[f64], b: &[f64]) -
                 for _ in (id..tiles).step_by(threads) {
                     acc.fill(0.0);
                     for _ in 0..nt {
-                        ta.copy_from_slice(a);
-                        tb.copy_from_slice(b);
+                        // The fabric's copy, as the gets use (glibc's memcpy stalls on 4K
+                        // aliasing between same-sized buffers: ARCHITECTURE, "Copies").
+                        weft::fabric::copy::copy_slice(&mut ta, a);
+                        weft::fabric::copy::copy_slice(&mut tb, b);
                         multiply(&mut acc, &ta, &tb);
                     }
                     std::hint::black_box(&acc);
