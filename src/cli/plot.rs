@@ -79,6 +79,10 @@ fn chart(path: &Path, title: &str, xdesc: &str, ydesc: &str, series: &Series) ->
     if series.is_empty() {
         return Ok(());
     }
+    // Label the x values that occur (thread or rank counts), not decades.
+    let mut xs: Vec<f64> = series.values().flatten().map(|p| p.0).collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
     let e = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let root = BitMapBackend::new(path, (1000, 640)).into_drawing_area();
     root.fill(&WHITE).map_err(|x| e(&x))?;
@@ -87,7 +91,7 @@ fn chart(path: &Path, title: &str, xdesc: &str, ydesc: &str, series: &Series) ->
         .margin(20)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d((0.9f64..xmax * 1.15).log_scale(), 0.0..ymax * 1.1)
+        .build_cartesian_2d((0.9f64..xmax * 1.15).log_scale().with_key_points(xs), 0.0..ymax * 1.1)
         .map_err(|x| e(&x))?;
     c.configure_mesh()
         .x_desc(xdesc)
