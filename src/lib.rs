@@ -19,7 +19,7 @@
 //! ```
 pub use weft_fabric as fabric;
 pub use weft_rpc as rpc;
-pub use weft_rpc::{remote, RmaVec, RpcExt, SerializeBuffer};
+pub use weft_rpc::{remote, EndpointRpcExt, RmaVec, RpcExt, SerializeBuffer};
 pub use weft_runtime::*;
 
 /// Joins the job with default settings and the RPC layer (see [`builder`] to register AM

@@ -249,6 +249,53 @@ fn limits_and_bad_input() -> Res {
     ck(seg.local().read(0) == 7, || "the world stopped working".into())
 }
 
+weft::remote! {
+    fn add_on_endpoint(a: u64, b: u64) -> u64 {
+        a + b
+    }
+}
+
+weft::remote! {
+    fn checksum_on_endpoint(v: Vec<u8>) -> u64 {
+        v.iter().map(|&x| x as u64).sum()
+    }
+}
+
+/// Remote functions through endpoints: small calls (eager) and a 200 KB argument
+/// (rendezvous, pulled from the caller's memory) from every thread, in every category.
+fn rpc_on_endpoints() -> Res {
+    use weft::EndpointRpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let peer = (w.rank() + 1) % w.size();
+    for policy in EndpointPolicy::CATEGORIES {
+        let mut set = w.endpoints(&EndpointConfig::new(policy, THREADS)).map_err(e2s)?;
+        let eps = set.endpoints();
+        let results: Vec<Res> = std::thread::scope(|s| {
+            let handles: Vec<_> = eps
+                .into_iter()
+                .map(|mut ep| {
+                    s.spawn(move || -> Res {
+                        let i = ep.index() as u64;
+                        for k in 0..50u64 {
+                            let got = weft::block_on(ep.call(peer, add_on_endpoint, (i, k))).map_err(e2s)?;
+                            ck(got == i + k, || format!("{policy:?}: {i} + {k} = {got}"))?;
+                        }
+                        let big: Vec<u8> = (0..200_000u32).map(|x| (x % 251) as u8).collect();
+                        let want: u64 = big.iter().map(|&x| x as u64).sum();
+                        let got = weft::block_on(ep.call(peer, checksum_on_endpoint, (big,))).map_err(e2s)?;
+                        ck(got == want, || format!("{policy:?}: checksum {got}, expected {want}"))?;
+                        ep.post(peer, add_on_endpoint, (1, 2)).map_err(e2s)?.wait().map_err(e2s)
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("thread")).collect()
+        });
+        results.into_iter().collect::<Res>()?;
+        set.close().map_err(e2s)?;
+    }
+    Ok(())
+}
+
 struct Case {
     name: &'static str,
     run: fn() -> Res,
@@ -262,6 +309,7 @@ const CASES: &[Case] = &[
     Case { name: "completions", run: completions, ranks: &[2], env: &[] },
     Case { name: "repeated_sets", run: repeated_sets, ranks: &[2], env: &[] },
     Case { name: "limits_and_bad_input", run: limits_and_bad_input, ranks: &[2], env: &[] },
+    Case { name: "rpc_on_endpoints", run: rpc_on_endpoints, ranks: &[2, 4], env: &[] },
 ];
 
 /// The endpoint applications check their own results: dgemm against direct dot products,

@@ -28,7 +28,7 @@ pub mod proto;
 mod registry;
 
 pub use buffer::{Received, RmaVec, SerializeBuffer};
-pub use proto::{CallFuture, RpcExt, RpcStats, Sent};
+pub use proto::{CallFuture, EndpointRpcExt, RpcExt, RpcStats, Sent};
 pub use registry::{fn_id, BoxFuture, Registration, RemoteFn, REMOTE_FNS};
 
 #[doc(hidden)]

@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use weft_fabric::pod::AlignedBuf;
 use weft_fabric::pool::BlockPool;
-use weft_runtime::{AmHandler, AmMsg, Comm, Error, GlobalPtr, Result, RmaPool};
+use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Result, RmaPool};
 
 /// Message kind (argument 0): a call that wants a result.
 pub const CALL: u64 = 0;
@@ -297,6 +297,27 @@ impl Rpc {
         value: Box<dyn Outbound>,
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
+        self.send_via(
+            comm,
+            &mut |d, h, args, payload| comm.am_request_medium(d, h, args, payload),
+            dst,
+            head,
+            value,
+            threshold,
+        )
+    }
+
+    /// [`Rpc::send`] with the message handed to `medium` (the world's default path, or an
+    /// endpoint's).
+    fn send_via(
+        &self,
+        comm: &Comm,
+        medium: &mut Medium<'_>,
+        dst: u32,
+        head: Header,
+        value: Box<dyn Outbound>,
+        threshold: usize,
+    ) -> Result<Option<Arc<SentState>>> {
         let caps = comm.caps();
         let locate =
             PoolLocator { pool: self.pool.get(), stage: !caps.peer_read, staged: RefCell::default() };
@@ -305,7 +326,7 @@ impl Rpc {
         let max = caps.am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
             let (w, n) = Header { mode: EAGER, ack_id: 0, ..head }.encode();
-            let r = comm.am_request_medium(dst, self.msg, &w[..n], &archive.index);
+            let r = medium(dst, self.msg, &w[..n], &archive.index);
             if archive.index.capacity() <= SCRATCH_KEEP {
                 SCRATCH.with(|s| s.set(archive.index));
             }
@@ -318,7 +339,7 @@ impl Rpc {
         lock(&self.kept)
             .insert(ack, Kept { _value: value, _index: archive.index, _staged: staged, sent: sent.clone() });
         let (w, n) = Header { mode: RENDEZVOUS, ack_id: ack, ..head }.encode();
-        if let Err(e) = comm.am_request_medium(dst, self.msg, &w[..n], &desc) {
+        if let Err(e) = medium(dst, self.msg, &w[..n], &desc) {
             lock(&self.kept).remove(&ack);
             return Err(e);
         }
@@ -878,36 +899,106 @@ impl RpcExt for Comm {
         args: F::Args,
         threshold: Option<usize>,
     ) -> (Sent<'_>, CallFuture<'_, F::Output>) {
-        let fail = |e: Error| {
-            (
-                Sent { comm: self, state: None },
-                CallFuture { comm: self, rpc: None, id: 0, early: Some(e), _r: PhantomData },
-            )
-        };
-        let rpc = match crate::Rpc::of(self) {
-            Ok(r) => r,
-            Err(e) => return fail(e),
-        };
-        let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
-        lock(&rpc.calls).insert(id, CallSlot::default());
-        let th = threshold.unwrap_or_else(|| rpc.threshold());
-        match rpc.send(self, rank, call_head(CALL, F::NAME, id), Box::new(args), th) {
-            Ok(sent) => (
-                Sent { comm: self, state: sent },
-                CallFuture { comm: self, rpc: Some(rpc), id, early: None, _r: PhantomData },
-            ),
-            Err(e) => {
-                lock(&rpc.calls).remove(&id);
-                fail(e)
-            }
-        }
+        let mut medium = |d, h, a: &[u64], p: &[u8]| self.am_request_medium(d, h, a, p);
+        start_call::<F>(self, &mut medium, rank, args, threshold)
     }
 
     fn post<F: RemoteFn>(&self, rank: u32, _f: F, args: F::Args) -> Result<Sent<'_>> {
-        let rpc = crate::Rpc::of(self)?;
-        let th = rpc.threshold();
-        let sent = rpc.send(self, rank, call_head(POST, F::NAME, 0), Box::new(args), th)?;
-        Ok(Sent { comm: self, state: sent })
+        let mut medium = |d, h, a: &[u64], p: &[u8]| self.am_request_medium(d, h, a, p);
+        start_post::<F>(self, &mut medium, rank, args)
+    }
+}
+
+/// Sends one medium request AM (destination, handler, arguments, payload): the world's
+/// default path or an endpoint's.
+type Medium<'a> = dyn FnMut(u32, AmHandler, &[u64], &[u8]) -> Result<()> + 'a;
+
+/// Sends a call through `medium`; the result comes back on the world's default path.
+fn start_call<'c, F: RemoteFn>(
+    comm: &'c Comm,
+    medium: &mut Medium<'_>,
+    rank: u32,
+    args: F::Args,
+    threshold: Option<usize>,
+) -> (Sent<'c>, CallFuture<'c, F::Output>) {
+    let fail = |e: Error| {
+        (Sent { comm, state: None }, CallFuture { comm, rpc: None, id: 0, early: Some(e), _r: PhantomData })
+    };
+    let rpc = match crate::Rpc::of(comm) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
+    lock(&rpc.calls).insert(id, CallSlot::default());
+    let th = threshold.unwrap_or_else(|| rpc.threshold());
+    match rpc.send_via(comm, medium, rank, call_head(CALL, F::NAME, id), Box::new(args), th) {
+        Ok(sent) => (
+            Sent { comm, state: sent },
+            CallFuture { comm, rpc: Some(rpc), id, early: None, _r: PhantomData },
+        ),
+        Err(e) => {
+            lock(&rpc.calls).remove(&id);
+            fail(e)
+        }
+    }
+}
+
+fn start_post<'c, F: RemoteFn>(
+    comm: &'c Comm,
+    medium: &mut Medium<'_>,
+    rank: u32,
+    args: F::Args,
+) -> Result<Sent<'c>> {
+    let rpc = crate::Rpc::of(comm)?;
+    let th = rpc.threshold();
+    let sent = rpc.send_via(comm, medium, rank, call_head(POST, F::NAME, 0), Box::new(args), th)?;
+    Ok(Sent { comm, state: sent })
+}
+
+/// Calling remote functions through an [`Endpoint`]: the call leaves on the endpoint's own
+/// transmit slot (published at once, so the future can complete without a flush); results
+/// come back on the world's default path.
+///
+/// ```no_run
+/// # use weft_rpc::{remote, EndpointRpcExt};
+/// # use weft_runtime::{block_on, EndpointConfig, EndpointPolicy};
+/// remote! { fn add(a: u64, b: u64) -> u64 { a + b } }
+/// # let mut b = weft_runtime::World::builder();
+/// # weft_rpc::install(&mut b);
+/// # let world = b.init()?;
+/// let mut set = world.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 1))?;
+/// let mut ep = set.endpoints().remove(0);
+/// assert_eq!(block_on(ep.call(1, add, (2, 3)))?, 5);
+/// # Ok::<(), weft_runtime::Error>(())
+/// ```
+pub trait EndpointRpcExt<'c> {
+    /// Runs `f(args)` on `rank`; the future gives its result.
+    fn call<F: RemoteFn>(&mut self, rank: u32, f: F, args: F::Args) -> CallFuture<'c, F::Output>;
+    /// Runs `f(args)` on `rank` without a result.
+    fn post<F: RemoteFn>(&mut self, rank: u32, f: F, args: F::Args) -> Result<Sent<'c>>;
+}
+
+impl<'c> EndpointRpcExt<'c> for Endpoint<'c> {
+    fn call<F: RemoteFn>(&mut self, rank: u32, _f: F, args: F::Args) -> CallFuture<'c, F::Output> {
+        let comm = self.comm();
+        let (_, future) = {
+            let mut medium = |d, h, a: &[u64], p: &[u8]| self.am_request_medium(d, h, a, p);
+            start_call::<F>(comm, &mut medium, rank, args, None)
+        };
+        match self.flush() {
+            Ok(()) => future,
+            Err(e) => CallFuture { comm, rpc: None, id: 0, early: Some(e), _r: PhantomData },
+        }
+    }
+
+    fn post<F: RemoteFn>(&mut self, rank: u32, _f: F, args: F::Args) -> Result<Sent<'c>> {
+        let comm = self.comm();
+        let sent = {
+            let mut medium = |d, h, a: &[u64], p: &[u8]| self.am_request_medium(d, h, a, p);
+            start_post::<F>(comm, &mut medium, rank, args)?
+        };
+        self.flush()?;
+        Ok(sent)
     }
 }
 
