@@ -284,7 +284,11 @@ fn rpc_on_endpoints() -> Res {
                         let want: u64 = big.iter().map(|&x| x as u64).sum();
                         let got = weft::block_on(ep.call(peer, checksum_on_endpoint, (big,))).map_err(e2s)?;
                         ck(got == want, || format!("{policy:?}: checksum {got}, expected {want}"))?;
-                        ep.post(peer, add_on_endpoint, (1, 2)).map_err(e2s)?.wait().map_err(e2s)
+                        ep.post(peer, add_on_endpoint, (1, 2)).map_err(e2s)?.wait().map_err(e2s)?;
+                        // Every call and the post went through this endpoint (its completion
+                        // counter saw them), not the world's default path.
+                        let done = ep.completed();
+                        ck(done >= 52, || format!("{policy:?}: the endpoint completed {done} operations"))
                     })
                 })
                 .collect();
