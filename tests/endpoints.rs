@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::Case;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use weft::{AtomicOp, CqSharing, EndpointConfig, EndpointPolicy, Error, World};
@@ -63,7 +65,7 @@ fn categories() -> Res {
         let sums_before = tally.sum.load(Ordering::Acquire);
         let mut set = w.endpoints(&cfg).map_err(e2s)?;
         let res = set.resources().clone();
-        ck(res.layout.threads == THREADS && res.queues >= 1, || format!("{policy:?}: {res}"))?;
+        ck(res.layout.threads == THREADS && res.layout.queues >= 1, || format!("{policy:?}: {res}"))?;
         let eps = set.endpoints();
         ck(eps.len() == THREADS, || format!("{} endpoints", eps.len()))?;
         let posted: Vec<Result<(usize, u64, u64), Error>> = std::thread::scope(|s| {
@@ -300,13 +302,6 @@ fn rpc_on_endpoints() -> Res {
     Ok(())
 }
 
-struct Case {
-    name: &'static str,
-    run: fn() -> Res,
-    ranks: &'static [u32],
-    env: &'static [(&'static str, &'static str)],
-}
-
 const CASES: &[Case] = &[
     Case { name: "categories", run: categories, ranks: &[2, 4], env: &[] },
     Case { name: "categories_am_path", run: categories, ranks: &[2], env: &[("WEFT_RMA", "am")] },
@@ -345,16 +340,7 @@ fn main() {
         common::exit_with((case.run)());
     }
     let args = libtest_mimic::Arguments::from_args();
-    let mut trials: Vec<libtest_mimic::Trial> = CASES
-        .iter()
-        .flat_map(|c| {
-            c.ranks.iter().map(move |&n| {
-                libtest_mimic::Trial::test(format!("{}_{n}ranks", c.name), move || {
-                    common::run_job("WEFT_EP_CASE", c.name, n, c.env).map_err(Into::into)
-                })
-            })
-        })
-        .collect();
+    let mut trials = common::trials("WEFT_EP_CASE", CASES);
     trials.push(libtest_mimic::Trial::test("applications_check_their_results", applications));
     libtest_mimic::run(&args, trials).exit();
 }

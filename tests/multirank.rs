@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::Case;
+
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -911,13 +913,6 @@ fn vis_transfers() -> Res {
     w.barrier().map_err(e2s)
 }
 
-struct Case {
-    name: &'static str,
-    run: fn() -> Res,
-    ranks: &'static [u32],
-    env: &'static [(&'static str, &'static str)],
-}
-
 const CASES: &[Case] = &[
     Case { name: "put_get_sizes", run: put_get_sizes, ranks: &[2, 4], env: &[] },
     Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
@@ -974,10 +969,6 @@ const CASES: &[Case] = &[
         env: &[("WEFT_COLL_SMALL_BYTES", "100000000")],
     },
 ];
-
-fn run_case(case: &Case, n: u32) -> Result<(), libtest_mimic::Failed> {
-    common::run_job("WEFT_TEST_CASE", case.name, n, case.env).map_err(Into::into)
-}
 
 /// A rank killed with SIGKILL: the launcher names it within 2 s and nothing stays in /dev/shm.
 fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
@@ -1039,14 +1030,7 @@ fn main() {
         common::exit_with(run());
     }
     let args = libtest_mimic::Arguments::from_args();
-    let mut trials = vec![];
-    for case in CASES {
-        for &n in case.ranks {
-            trials.push(libtest_mimic::Trial::test(format!("{}_{n}ranks", case.name), move || {
-                run_case(case, n)
-            }));
-        }
-    }
+    let mut trials = common::trials("WEFT_TEST_CASE", CASES);
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_2ranks", || killed_rank_reported(2)));
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_4ranks", || killed_rank_reported(4)));
     trials.push(libtest_mimic::Trial::test("launcher_errors", launcher_errors));

@@ -66,12 +66,12 @@ fn print_endpoints(table: &[weft::EndpointResources], ranks: u32) {
         println!(
             "  {:<24} {:>8} {:>7} {:>5} {:>7} {:>12} {:>6} {:>10}",
             name,
-            r.contexts,
-            r.slots,
-            r.idle_slots,
-            r.queues,
-            r.completions,
-            r.locks,
+            r.layout.contexts,
+            r.layout.slots(),
+            r.layout.idle_slots(),
+            r.layout.queues,
+            r.layout.cqs,
+            r.layout.locks(),
             kib(r.bytes)
         );
         if let Some(why) = &r.fallback {

@@ -70,3 +70,28 @@ pub fn run_job(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> Result<()
     }
     Ok(())
 }
+
+/// One multi-process test: the rank program `run`, started with each count in `ranks` and the
+/// extra environment `env`.
+#[allow(dead_code)]
+pub struct Case {
+    pub name: &'static str,
+    pub run: fn() -> Result<(), String>,
+    pub ranks: &'static [u32],
+    pub env: &'static [(&'static str, &'static str)],
+}
+
+/// One trial per case and rank count, each a job whose ranks find their case in `var`.
+#[allow(dead_code)]
+pub fn trials(var: &'static str, cases: &'static [Case]) -> Vec<libtest_mimic::Trial> {
+    cases
+        .iter()
+        .flat_map(|c| {
+            c.ranks.iter().map(move |&n| {
+                libtest_mimic::Trial::test(format!("{}_{n}ranks", c.name), move || {
+                    run_job(var, c.name, n, c.env).map_err(Into::into)
+                })
+            })
+        })
+        .collect()
+}

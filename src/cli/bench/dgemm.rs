@@ -162,28 +162,15 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
             let mut secs = 0.0;
             if w.rank() == 0 {
                 let t0 = Instant::now();
-                std::thread::scope(|s| -> Result<(), weft::Error> {
-                    let workers: Vec<_> = eps
-                        .into_iter()
-                        .map(|mut ep| {
-                            let mats = (&a, &b, &c);
-                            s.spawn(move || -> Result<(), weft::Error> {
-                                let mut bufs =
-                                    [vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS]];
-                                loop {
-                                    let t = ep.atomic(counter, AtomicOp::FetchAdd(1))? as usize;
-                                    if t >= tiles {
-                                        return ep.flush();
-                                    }
-                                    tile_job(&mut ep, mats, n, t, &mut bufs)?;
-                                }
-                            })
-                        })
-                        .collect();
-                    for wk in workers {
-                        wk.join().map_err(|_| weft::Error::Misuse("dgemm thread panicked"))??;
+                super::on_own_threads(eps, |mut ep| {
+                    let mut bufs = [vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS]];
+                    loop {
+                        let t = ep.atomic(counter, AtomicOp::FetchAdd(1))? as usize;
+                        if t >= tiles {
+                            return ep.flush();
+                        }
+                        tile_job(&mut ep, (&a, &b, &c), n, t, &mut bufs)?;
                     }
-                    Ok(())
                 })?;
                 secs = t0.elapsed().as_secs_f64();
             } else {
@@ -196,13 +183,9 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
             w.barrier()?;
             if w.rank() == 0 {
                 let metric = format!("{} T={threads} n={n}", policy.name());
-                let mut row = Row::new("dgemm", metric, 0, flops / secs / 1e9, "GFLOP/s")
+                let row = Row::new("dgemm", metric, 0, flops / secs / 1e9, "GFLOP/s")
                     .vs("compute + local copies", compute);
-                row.extra = Some(json!({
-                    "threads": threads, "category": policy.name(), "seconds": secs,
-                    "contexts": res.contexts, "slots": res.slots, "queues": res.queues,
-                    "completions": res.completions, "locks": res.locks, "resource_bytes": res.bytes,
-                }));
+                let row = row.with_resources(&res, json!({ "threads": threads, "seconds": secs }));
                 rows.push(row);
             }
         }

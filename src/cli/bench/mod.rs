@@ -204,6 +204,22 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
     ctx.world.barrier()
 }
 
+/// Runs `work` on each endpoint in a thread of its own (the endpoint moves into it); returns
+/// the results in endpoint order, the first error, or an error if a thread panicked.
+pub fn on_own_threads<'c, T: Send>(
+    eps: Vec<weft::Endpoint<'c>>,
+    work: impl Fn(weft::Endpoint<'c>) -> Result<T, weft::Error> + Sync,
+) -> Result<Vec<T>, weft::Error> {
+    std::thread::scope(|s| {
+        let work = &work;
+        let threads: Vec<_> = eps.into_iter().map(|ep| s.spawn(move || work(ep))).collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().map_err(|_| weft::Error::Misuse("a benchmark thread panicked"))?)
+            .collect()
+    })
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())

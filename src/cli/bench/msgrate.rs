@@ -191,16 +191,12 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
         if let Some(b) = base {
             row = row.vs("T x 1-thread rate", b * p.threads as f64 / 1e6);
         }
-        row.extra = Some(json!({
-            "threads": p.threads,
-            "category": res.layout.policy.name(),
-            "feature": p.without.name(),
-            "cq": format!("{:?}", p.cq),
-            "contexts": res.contexts, "slots": res.slots, "idle_slots": res.idle_slots,
-            "queues": res.queues, "completions": res.completions, "locks": res.locks,
-            "resource_bytes": res.bytes,
-            "measured": res.measured.iter().map(|(p, r)| json!({"category": p.name(), "rate": r})).collect::<Vec<_>>(),
-        }));
+        let measured: Vec<_> =
+            res.measured.iter().map(|(p, r)| json!({"category": p.name(), "rate": r})).collect();
+        let row = row.with_resources(
+            &res,
+            json!({ "threads": p.threads, "feature": p.without.name(), "cq": format!("{:?}", p.cq), "measured": measured }),
+        );
         rows.push(row);
     }
     Ok(rows)
@@ -232,43 +228,31 @@ fn point(
             let start_line = Barrier::new(p.threads);
             let dones = h.dones.load(Ordering::Acquire);
             let t0 = os::now_ns();
-            eps = std::thread::scope(|s| {
-                let workers: Vec<_> = eps
-                    .into_iter()
-                    .map(|mut ep| {
-                        let start_line = &start_line;
-                        s.spawn(move || -> Result<weft::Endpoint<'_>, weft::Error> {
-                            let i = ep.index();
-                            let dst = target.at(1, i * p.stride);
-                            start_line.wait();
-                            match p.op {
-                                Op::Put(b) if p.without == Without::Inline => {
-                                    let src = source.at(0, i * p.stride);
-                                    for _ in 0..OPS_PER_THREAD {
-                                        ep.put_from(dst, src, b)?;
-                                    }
-                                }
-                                Op::Put(b) => {
-                                    let data = [7u8; 8];
-                                    for _ in 0..OPS_PER_THREAD {
-                                        ep.put(dst, &data[..b])?;
-                                    }
-                                }
-                                Op::ShortAm => {
-                                    for k in 0..OPS_PER_THREAD {
-                                        ep.am_request_short(1, h.count, &[k])?;
-                                    }
-                                }
-                            }
-                            ep.flush()?;
-                            Ok(ep)
-                        })
-                    })
-                    .collect();
-                workers
-                    .into_iter()
-                    .map(|wk| wk.join().map_err(|_| weft::Error::Misuse("msgrate thread panicked"))?)
-                    .collect::<Result<Vec<_>, weft::Error>>()
+            eps = super::on_own_threads(eps, |mut ep| {
+                let i = ep.index();
+                let dst = target.at(1, i * p.stride);
+                start_line.wait();
+                match p.op {
+                    Op::Put(b) if p.without == Without::Inline => {
+                        let src = source.at(0, i * p.stride);
+                        for _ in 0..OPS_PER_THREAD {
+                            ep.put_from(dst, src, b)?;
+                        }
+                    }
+                    Op::Put(b) => {
+                        let data = [7u8; 8];
+                        for _ in 0..OPS_PER_THREAD {
+                            ep.put(dst, &data[..b])?;
+                        }
+                    }
+                    Op::ShortAm => {
+                        for k in 0..OPS_PER_THREAD {
+                            ep.am_request_short(1, h.count, &[k])?;
+                        }
+                    }
+                }
+                ep.flush()?;
+                Ok(ep)
             })?;
             if p.op == Op::ShortAm {
                 // Rank 1 says when it has handled every message.

@@ -45,6 +45,22 @@ impl Row {
             extra: None,
         }
     }
+    /// Adds what a point's endpoints held (category, counts, bytes) and the suite's own
+    /// `details` (a JSON object) to the row's JSON.
+    pub fn with_resources(mut self, res: &weft::EndpointResources, details: serde_json::Value) -> Row {
+        let l = &res.layout;
+        let mut extra = serde_json::json!({
+            "category": l.policy.name(),
+            "contexts": l.contexts, "slots": l.slots(), "idle_slots": l.idle_slots(),
+            "queues": l.queues, "completions": l.cqs, "locks": l.locks(),
+            "resource_bytes": res.bytes,
+        });
+        if let (Some(all), serde_json::Value::Object(more)) = (extra.as_object_mut(), details) {
+            all.extend(more);
+        }
+        self.extra = Some(extra);
+        self
+    }
     pub fn vs(mut self, limit_name: &'static str, limit: f64) -> Row {
         self.limit = Some(limit);
         self.limit_name = Some(limit_name);

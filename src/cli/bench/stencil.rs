@@ -11,6 +11,7 @@ use super::report::Row;
 use super::Ctx;
 use serde_json::json;
 use std::sync::atomic::Ordering;
+use std::sync::Barrier;
 use std::time::Instant;
 use weft::{AtomicOp, EndpointConfig, EndpointPolicy};
 
@@ -55,21 +56,34 @@ fn interior_sum(g: &[f64], rows: usize, nx: usize) -> f64 {
     g[nx..(rows + 1) * nx].iter().sum()
 }
 
-/// Serial reference: the whole grid on one thread; (checksum, seconds per iteration).
-fn serial(n: usize) -> (f64, f64) {
+/// Serial reference: the checksum of the whole grid stepped on one thread.
+fn serial(n: usize) -> f64 {
     let mut a = strip(0, n, n, n);
     let mut b = a.clone();
-    let t0 = Instant::now();
     for _ in 0..ITERS {
         step(&a, &mut b, n, n);
         std::mem::swap(&mut a, &mut b);
     }
-    (interior_sum(&a, n, n), t0.elapsed().as_secs_f64() / ITERS as f64)
+    interior_sum(&a, n, n)
+}
+
+/// Waits at `ready`, runs `iteration(it)` for every `it < ITERS`, and returns the seconds per
+/// iteration after the first `WARMUP`.
+fn timed<E>(ready: &Barrier, mut iteration: impl FnMut(usize) -> Result<(), E>) -> Result<f64, E> {
+    ready.wait();
+    let mut t0 = Instant::now();
+    for it in 0..ITERS {
+        if it == WARMUP {
+            t0 = Instant::now();
+        }
+        iteration(it)?;
+    }
+    Ok(t0.elapsed().as_secs_f64() / (ITERS - WARMUP) as f64)
 }
 
 /// Seconds per iteration of `threads` threads stepping their own strips with no exchange.
 fn compute_only(threads: usize, rows: usize, n: usize) -> f64 {
-    let ready = std::sync::Barrier::new(threads);
+    let ready = Barrier::new(threads);
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
@@ -77,21 +91,17 @@ fn compute_only(threads: usize, rows: usize, n: usize) -> f64 {
                 s.spawn(move || {
                     let mut a = strip(t * rows, rows, n, n);
                     let mut b = a.clone();
-                    ready.wait();
-                    let mut t0 = Instant::now();
-                    for it in 0..ITERS {
-                        if it == WARMUP {
-                            t0 = Instant::now();
-                        }
+                    let per_iter = timed(ready, |_| {
                         step(&a, &mut b, rows, n);
                         std::mem::swap(&mut a, &mut b);
-                    }
+                        Ok::<(), std::convert::Infallible>(())
+                    });
                     std::hint::black_box(&a);
-                    t0.elapsed().as_secs_f64()
+                    per_iter.unwrap_or_else(|e| match e {})
                 })
             })
             .collect();
-        workers.into_iter().map(|h| h.join().unwrap_or(0.0)).fold(0.0, f64::max) / (ITERS - WARMUP) as f64
+        workers.into_iter().map(|h| h.join().unwrap_or(0.0)).fold(0.0, f64::max)
     })
 }
 
@@ -122,7 +132,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
     let rows = n / p;
     let halos = w.alloc_segment::<f64>(p * 4 * n)?;
     let arrivals = w.alloc_segment::<u64>(2 * p * COUNTER_STRIDE)?;
-    let reference = if w.rank() == 0 { serial(n).0 } else { 0.0 };
+    let reference = if w.rank() == 0 { serial(n) } else { 0.0 };
     let mut out = vec![];
     let splits: Vec<usize> = (1..=p).filter(|r| p.is_multiple_of(*r) && *r <= w.size() as usize).collect();
     for &ranks in &splits {
@@ -147,97 +157,76 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
             let res = set.resources().clone();
             let eps = set.endpoints();
             w.barrier()?;
-            let (mut sum, mut secs) = (0.0, 0.0);
+            let (mut sum, mut per_iter) = (0.0, 0.0);
             if active {
                 let me = w.rank() as usize;
-                let ready = std::sync::Barrier::new(threads);
-                let results = std::thread::scope(|s| {
-                    let workers: Vec<_> = eps
-                        .into_iter()
-                        .map(|mut ep| {
-                            let (halos, arrivals, ready) = (&halos, &arrivals, &ready);
-                            s.spawn(move || -> Result<(f64, f64), weft::Error> {
-                                let t = ep.index();
-                                let g = me * threads + t;
-                                let owner = |g: usize| ((g / threads) as u32, g % threads);
-                                let mut a = strip(g * rows, rows, n, n);
-                                let mut b = a.clone();
-                                ready.wait();
-                                let mut t0 = Instant::now();
-                                for it in 0..ITERS {
-                                    if it == WARMUP {
-                                        t0 = Instant::now();
-                                    }
-                                    let (cur, next) = (it % 2, (it + 1) % 2);
-                                    if it > 0 {
-                                        // Halos of this iteration arrived in buffer `cur`.
-                                        let local = halos.local();
-                                        if g > 0 {
-                                            local.copy_out(slot(n, t, cur, false), &mut a[..n]);
-                                        }
-                                        if g + 1 < p {
-                                            local.copy_out(slot(n, t, cur, true), &mut a[(rows + 1) * n..]);
-                                        }
-                                    }
-                                    step(&a, &mut b, rows, n);
-                                    std::mem::swap(&mut a, &mut b);
-                                    if it + 1 == ITERS {
-                                        break;
-                                    }
-                                    // My new first row is the upper neighbour's bottom halo, my
-                                    // last row the lower neighbour's top halo.
-                                    if g > 0 {
-                                        let (r, u) = owner(g - 1);
-                                        ep.put(halos.at(r, slot(n, u, next, true)), &a[n..2 * n])?;
-                                    }
-                                    if g + 1 < p {
-                                        let (r, d) = owner(g + 1);
-                                        ep.put(
-                                            halos.at(r, slot(n, d, next, false)),
-                                            &a[rows * n..(rows + 1) * n],
-                                        )?;
-                                    }
-                                    ep.flush()?;
-                                    // One arrival counter per side: a neighbour may be an iteration
-                                    // ahead, so a shared count could hide the other's missing halo.
-                                    if g > 0 {
-                                        let (r, u) = owner(g - 1);
-                                        ep.atomic_nbi(arrivals.at(r, counter(u, 1)), AtomicOp::FetchAdd(1))?;
-                                    }
-                                    if g + 1 < p {
-                                        let (r, d) = owner(g + 1);
-                                        ep.atomic_nbi(arrivals.at(r, counter(d, 0)), AtomicOp::FetchAdd(1))?;
-                                    }
-                                    ep.flush()?;
-                                    // Neighbours asleep in their wait learn of the flags now.
-                                    for nb in [g.wrapping_sub(1), g + 1].into_iter().filter(|&x| x < p) {
-                                        ep.comm().notify(owner(nb).0)?;
-                                    }
-                                    let want = it as u64 + 1;
-                                    let flag = arrivals.local();
-                                    let arrived = |side: usize, exists: bool| {
-                                        !exists
-                                            || flag.atomic(counter(t, side)).load(Ordering::Acquire) >= want
-                                    };
-                                    ep.comm().wait_until(|| arrived(0, g > 0) && arrived(1, g + 1 < p))?;
-                                }
-                                Ok((interior_sum(&a, rows, n), t0.elapsed().as_secs_f64()))
-                            })
-                        })
-                        .collect();
-                    workers
-                        .into_iter()
-                        .map(|h| h.join().map_err(|_| weft::Error::Misuse("stencil thread panicked"))?)
-                        .collect::<Result<Vec<(f64, f64)>, weft::Error>>()
+                let ready = Barrier::new(threads);
+                let results = super::on_own_threads(eps, |mut ep| {
+                    let t = ep.index();
+                    let g = me * threads + t;
+                    let owner = |g: usize| ((g / threads) as u32, g % threads);
+                    let mut a = strip(g * rows, rows, n, n);
+                    let mut b = a.clone();
+                    let per_iter = timed(&ready, |it| {
+                        let (cur, next) = (it % 2, (it + 1) % 2);
+                        if it > 0 {
+                            // Halos of this iteration arrived in buffer `cur`.
+                            let local = halos.local();
+                            if g > 0 {
+                                local.copy_out(slot(n, t, cur, false), &mut a[..n]);
+                            }
+                            if g + 1 < p {
+                                local.copy_out(slot(n, t, cur, true), &mut a[(rows + 1) * n..]);
+                            }
+                        }
+                        step(&a, &mut b, rows, n);
+                        std::mem::swap(&mut a, &mut b);
+                        if it + 1 == ITERS {
+                            return Ok(());
+                        }
+                        // My new first row is the upper neighbour's bottom halo, my
+                        // last row the lower neighbour's top halo.
+                        if g > 0 {
+                            let (r, u) = owner(g - 1);
+                            ep.put(halos.at(r, slot(n, u, next, true)), &a[n..2 * n])?;
+                        }
+                        if g + 1 < p {
+                            let (r, d) = owner(g + 1);
+                            ep.put(halos.at(r, slot(n, d, next, false)), &a[rows * n..(rows + 1) * n])?;
+                        }
+                        ep.flush()?;
+                        // One arrival counter per side: a neighbour may be an iteration
+                        // ahead, so a shared count could hide the other's missing halo.
+                        if g > 0 {
+                            let (r, u) = owner(g - 1);
+                            ep.atomic_nbi(arrivals.at(r, counter(u, 1)), AtomicOp::FetchAdd(1))?;
+                        }
+                        if g + 1 < p {
+                            let (r, d) = owner(g + 1);
+                            ep.atomic_nbi(arrivals.at(r, counter(d, 0)), AtomicOp::FetchAdd(1))?;
+                        }
+                        ep.flush()?;
+                        // Neighbours asleep in their wait learn of the flags now.
+                        for nb in [g.wrapping_sub(1), g + 1].into_iter().filter(|&x| x < p) {
+                            ep.comm().notify(owner(nb).0)?;
+                        }
+                        let want = it as u64 + 1;
+                        let flag = arrivals.local();
+                        let arrived = |side: usize, exists: bool| {
+                            !exists || flag.atomic(counter(t, side)).load(Ordering::Acquire) >= want
+                        };
+                        ep.comm().wait_until(|| arrived(0, g > 0) && arrived(1, g + 1 < p))
+                    })?;
+                    Ok((interior_sum(&a, rows, n), per_iter))
                 })?;
                 sum = results.iter().map(|r| r.0).sum();
-                secs = results.iter().map(|r| r.1).fold(0.0, f64::max);
+                per_iter = results.iter().map(|r| r.1).fold(0.0, f64::max);
             } else {
                 drop(eps);
             }
             set.close()?;
             // Every rank's checksum and time to rank 0.
-            let mine: Vec<u8> = [sum.to_le_bytes(), secs.to_le_bytes()].concat();
+            let mine: Vec<u8> = [sum.to_le_bytes(), per_iter.to_le_bytes()].concat();
             let all = w.exchange(&mine)?;
             if w.rank() == 0 {
                 let f = |m: &[u8], i: usize| {
@@ -251,8 +240,8 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                         policy.name()
                     )));
                 }
-                let per_iter = slowest / (ITERS - WARMUP) as f64 * 1e6;
-                let mut row = Row::new(
+                let per_iter = slowest * 1e6;
+                let row = Row::new(
                     "stencil",
                     format!("{} {ranks}x{threads} n={n}", policy.name()),
                     0,
@@ -260,11 +249,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                     "us/it",
                 )
                 .vs("same split, no exchange", compute_iter * 1e6);
-                row.extra = Some(json!({
-                    "ranks": ranks, "threads": threads, "category": policy.name(),
-                    "contexts": res.contexts, "slots": res.slots, "queues": res.queues,
-                    "completions": res.completions, "locks": res.locks, "resource_bytes": res.bytes,
-                }));
+                let row = row.with_resources(&res, json!({ "ranks": ranks, "threads": threads }));
                 out.push(row);
             }
             w.barrier()?;

@@ -229,6 +229,35 @@ impl ShmFabric {
         regions.get(id as usize)?.clone()
     }
 
+    /// The region a registration descriptor (id, len) names: this rank's own mapping, or a
+    /// fresh mapping of the peer's file (the caller keeps it alive). Its size must match.
+    fn map_region(&self, rank: Rank, desc: &[u8]) -> FabricResult<(u32, Arc<Mapping>)> {
+        if desc.len() != 12 || rank >= self.size {
+            return Err(FabricError::Malformed {
+                what: format!("region descriptor of {} bytes for rank {rank}", desc.len()),
+            });
+        }
+        let id = u32::from_le_bytes(desc[..4].try_into().unwrap_or_default());
+        let len = u64::from_le_bytes(desc[4..].try_into().unwrap_or_default()) as usize;
+        if rank == self.rank {
+            return match self.local_map(id) {
+                Some(m) if m.len() == len => Ok((id, m)),
+                _ => Err(FabricError::Malformed { what: format!("no local region {id} of {len} bytes") }),
+            };
+        }
+        let name = region_name(&self.job, rank, id);
+        let map = os::open_shared(&name)?.ok_or_else(|| FabricError::Peer {
+            rank,
+            reason: format!("has not published region {id} ({name})"),
+        })?;
+        if map.len() != len {
+            return Err(FabricError::Mismatch {
+                what: format!("{name} is {} bytes, descriptor says {len}", map.len()),
+            });
+        }
+        Ok((id, Arc::new(map)))
+    }
+
     /// Delivers up to 64 messages from one ring (bounded so that one busy sender cannot
     /// starve the others).
     fn drain(
@@ -389,39 +418,12 @@ impl Fabric for ShmFabric {
     }
 
     fn attach(&self, rank: Rank, desc: &[u8]) -> FabricResult<RemoteRegion> {
-        if desc.len() != 12 || rank >= self.size {
-            return Err(FabricError::Malformed {
-                what: format!("region descriptor of {} bytes for rank {rank}", desc.len()),
-            });
+        let (id, map) = self.map_region(rank, desc)?;
+        let (len, addr) = (map.len(), map.as_ptr() as u64);
+        if rank != self.rank {
+            self.remote_maps.lock().unwrap_or_else(|e| e.into_inner()).push(map);
         }
-        let id = u32::from_le_bytes(desc[..4].try_into().unwrap_or_default());
-        let len = u64::from_le_bytes(desc[4..].try_into().unwrap_or_default()) as usize;
-        let addr = if rank == self.rank {
-            let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
-            match regions.get(id as usize) {
-                Some(Some(m)) if m.len() == len => m.as_ptr(),
-                _ => {
-                    return Err(FabricError::Malformed {
-                        what: format!("no local region {id} of {len} bytes"),
-                    })
-                }
-            }
-        } else {
-            let name = region_name(&self.job, rank, id);
-            let map = os::open_shared(&name)?.ok_or_else(|| FabricError::Peer {
-                rank,
-                reason: format!("has not published region {id} ({name})"),
-            })?;
-            if map.len() != len {
-                return Err(FabricError::Mismatch {
-                    what: format!("{name} is {} bytes, descriptor says {len}", map.len()),
-                });
-            }
-            let p = map.as_ptr();
-            self.remote_maps.lock().unwrap_or_else(|e| e.into_inner()).push(Arc::new(map));
-            p
-        };
-        Ok(RemoteRegion { rank, id, len, addr: addr as u64, key: 0 })
+        Ok(RemoteRegion { rank, id, len, addr, key: 0 })
     }
 
     fn seal(&self, region: &LocalRegion) -> FabricResult<()> {
@@ -573,18 +575,10 @@ impl Fabric for ShmFabric {
         let mut maps = Vec::with_capacity(inboxes.len());
         for (r, d) in inboxes.iter().enumerate() {
             let r = r as Rank;
-            let (id, len, depth) = slots::parse_desc(r, d)?;
-            let map = if r == self.rank {
-                self.local_map(id)
-            } else {
-                // Held by the slots only, so closing them unmaps it.
-                os::open_shared(&region_name(&self.job, r, id))?.map(Arc::new)
-            };
-            let map = map.ok_or_else(|| FabricError::Peer {
-                rank: r,
-                reason: format!("has not published slot inbox {id}"),
-            })?;
-            if map.len() != len || len != slots::inbox_bytes(total, depth) {
+            let (region, depth) = slots::split_desc(r, d)?;
+            // Peers' inboxes are held by the slots only, so closing them unmaps them.
+            let (_, map) = self.map_region(r, region)?;
+            if map.len() != slots::inbox_bytes(total, depth) {
                 return Err(FabricError::Mismatch {
                     what: format!(
                         "rank {r}'s slot inbox is {} bytes, expected {}",

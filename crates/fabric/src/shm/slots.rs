@@ -168,21 +168,18 @@ pub(super) fn inbox_desc(region_desc: &[u8], depth: usize) -> Vec<u8> {
     d
 }
 
-/// A parsed slot inbox descriptor: (region id, region bytes, ring depth).
-pub(super) fn parse_desc(rank: Rank, d: &[u8]) -> FabricResult<(u32, usize, usize)> {
-    let bad = || FabricError::Malformed {
-        what: format!("slot inbox descriptor of {} bytes from rank {rank}", d.len()),
+/// Splits a slot inbox descriptor into the region's descriptor and the ring depth.
+pub(super) fn split_desc(rank: Rank, d: &[u8]) -> FabricResult<(&[u8], usize)> {
+    let depth = match d {
+        [.., a, b, c, e] if d.len() == DESC_BYTES => u32::from_le_bytes([*a, *b, *c, *e]) as usize,
+        _ => 0,
     };
-    if d.len() != DESC_BYTES {
-        return Err(bad());
-    }
-    let word = |i: usize| u32::from_le_bytes(d[i..i + 4].try_into().unwrap_or_default());
-    let len = u64::from_le_bytes(d[4..12].try_into().unwrap_or_default()) as usize;
-    let depth = word(12) as usize;
     if !depth.is_power_of_two() || depth < 64 {
-        return Err(bad());
+        return Err(FabricError::Malformed {
+            what: format!("slot inbox descriptor of {} bytes from rank {rank}", d.len()),
+        });
     }
-    Ok((word(0), len, depth))
+    Ok((&d[..DESC_BYTES - 4], depth))
 }
 
 /// One endpoint slot: a ring to every rank in that rank's slot inbox.

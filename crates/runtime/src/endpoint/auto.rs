@@ -108,11 +108,8 @@ fn choose(comm: &Comm, cfg: &EndpointConfig) -> Result<(EndpointPolicy, Vec<(End
     let region = comm.fabric.register(cfg.threads * 128)?;
     let target = comm.fabric.attach(comm.rank(), &region.desc)?;
     comm.fabric.seal(&region)?;
-    let knobs = Knobs {
-        postlist: cfg.postlist,
-        signal_every: cfg.signal_every as u64,
-        inline_max: cfg.inline_max.max(8),
-    };
+    // The 8 B puts it measures are inline, as in the paper's runs.
+    let knobs = Knobs { inline_max: cfg.inline_max.max(8), ..cfg.knobs() };
     // Rounds over all categories, best of each: noise (other processes, the other ranks
     // calibrating at the same time) then hits every category alike.
     let mut measured: Vec<(EndpointPolicy, f64)> =

@@ -68,9 +68,8 @@ pub struct Endpoint<'c> {
     pub(super) path: Path,
     pub(super) cq: Cq,
     pub(super) knobs: Knobs,
-    /// The last target resolved: its region and its segment's size, and the segment id.
-    pub(super) last: Option<(weft_fabric::RemoteRegion, usize)>,
-    pub(super) last_seg: u32,
+    /// The last target resolved, and its segment's size in bytes.
+    pub(super) last: Option<(Target, usize)>,
     pub(super) _one_thread: PhantomData<Cell<()>>,
 }
 
@@ -103,19 +102,18 @@ impl<'c> Endpoint<'c> {
     /// so a stream of operations to one segment checks only alignment and bounds.
     fn target<T>(&mut self, p: GlobalPtr<T>, len: usize) -> Result<Target> {
         let off = p.byte_offset();
-        if let Some((region, seg_bytes)) =
-            self.last.filter(|(r, _)| r.rank == p.rank() && self.last_seg == p.segment_id())
+        if let Some((last, seg_bytes)) =
+            self.last.filter(|(t, _)| t.rank == p.rank() && t.seg == p.segment_id())
         {
             let aligned = off.is_multiple_of(std::mem::align_of::<T>());
             if aligned && off.checked_add(len).is_some_and(|end| end <= seg_bytes) {
-                return Ok(Target { rank: p.rank(), seg: self.last_seg, region, off });
+                return Ok(Target { off, ..last });
             }
         }
         let (seg, off) = self.comm.resolve(p, len)?;
-        let region = *seg.remote(p.rank())?;
-        self.last = Some((region, seg.bytes));
-        self.last_seg = seg.id;
-        Ok(Target { rank: p.rank(), seg: seg.id, region, off })
+        let target = Target { rank: p.rank(), seg: seg.id, region: *seg.remote(p.rank())?, off };
+        self.last = Some((target, seg.bytes));
+        Ok(target)
     }
 
     /// Queues one operation built by `build`; publishes when the posting list is full.

@@ -187,6 +187,15 @@ impl EndpointConfig {
         self
     }
 
+    /// The per-endpoint features as the posting path uses them.
+    fn knobs(&self) -> queue::Knobs {
+        queue::Knobs {
+            postlist: self.postlist,
+            signal_every: self.signal_every as u64,
+            inline_max: self.inline_max,
+        }
+    }
+
     pub(crate) fn check(&self) -> crate::Result<()> {
         let bad = |what: String| Err(crate::Error::Config(what));
         if self.threads == 0 || self.threads > 4096 {

@@ -210,8 +210,8 @@ impl Queue {
                 break;
             }
         }
+        // `drain` left `descs` empty (an error drops the rest); keep its allocation.
         self.descs = descs;
-        self.descs.clear();
         self.arena.clear();
         self.words.clear();
         slot.doorbell();

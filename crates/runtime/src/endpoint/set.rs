@@ -26,20 +26,9 @@ pub struct EndpointSet<'c> {
 /// msgrate`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct EndpointResources {
-    /// The layout (category, counts, mapping of endpoints).
+    /// The layout: category, contexts, slots (idle ones too), queues, completion structures,
+    /// locks, and which endpoint uses which.
     pub layout: Layout,
-    /// Fabric contexts (shared memory: slot inbox regions per rank).
-    pub contexts: usize,
-    /// Transmit slots allocated (shared memory: a ring to every rank each).
-    pub slots: usize,
-    /// Slots allocated that no endpoint uses.
-    pub idle_slots: usize,
-    /// Software queues.
-    pub queues: usize,
-    /// Completion structures.
-    pub completions: usize,
-    /// Locks on the posting path.
-    pub locks: usize,
     /// Bytes: slot rings in every rank's inboxes, posting lists, completion lines.
     pub bytes: u64,
     /// Set when the fabric has no transmit slots: endpoint AMs use the world's default path.
@@ -51,12 +40,6 @@ pub struct EndpointResources {
 impl EndpointResources {
     pub(super) fn new(layout: Layout, ranks: usize, cfg: &EndpointConfig) -> Self {
         EndpointResources {
-            contexts: layout.contexts,
-            slots: layout.slots(),
-            idle_slots: layout.idle_slots(),
-            queues: layout.queues,
-            completions: layout.cqs,
-            locks: layout.locks(),
             bytes: layout.bytes(ranks, ring_bytes(cfg), queue_bytes(cfg)),
             layout,
             fallback: None,
@@ -72,12 +55,12 @@ impl std::fmt::Display for EndpointResources {
             "{} × {}: {} contexts, {} slots ({} idle), {} queues, {} completion structures, {} locks, {} KiB",
             self.layout.policy.name(),
             self.layout.threads,
-            self.contexts,
-            self.slots,
-            self.idle_slots,
-            self.queues,
-            self.completions,
-            self.locks,
+            self.layout.contexts,
+            self.layout.slots(),
+            self.layout.idle_slots(),
+            self.layout.queues,
+            self.layout.cqs,
+            self.layout.locks(),
             self.bytes.div_ceil(1024)
         )?;
         if let Some(why) = &self.fallback {
@@ -201,7 +184,6 @@ pub(super) fn build<'c>(
                 cq: cq(i),
                 knobs,
                 last: None,
-                last_seg: 0,
                 _one_thread: PhantomData,
             }
         })
@@ -247,11 +229,7 @@ impl Comm {
         cfg.check()?;
         let (policy, measured) = auto::resolve(self, cfg)?;
         let layout = Layout::new(policy, cfg.threads, cfg.cq, cfg.static_slots);
-        let knobs = Knobs {
-            postlist: cfg.postlist,
-            signal_every: cfg.signal_every as u64,
-            inline_max: cfg.inline_max,
-        };
+        let knobs = cfg.knobs();
         let n = self.size() as usize;
         // Every rank's slot count per context.
         let mine: Vec<u8> = layout.slots_per_context.iter().flat_map(|&s| (s as u32).to_le_bytes()).collect();
