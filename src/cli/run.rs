@@ -3,6 +3,8 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 use weft_fabric::os;
@@ -78,18 +80,28 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     let job = new_job_id();
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut forwarders = Vec::new();
+    // One start-up channel per rank (`WEFT_BOOT_FD`), answered by `boot::serve`: network
+    // fabrics exchange their endpoint addresses through it.
+    let mut boot_ends = Vec::new();
     for rank in 0..spec.ranks {
+        let (ours, theirs) =
+            UnixStream::pair().map_err(|e| format!("cannot create the start-up channel: {e}"))?;
         let mut cmd = Command::new(&spec.program);
+        os::inherit_fd(&mut cmd, theirs.as_raw_fd());
         cmd.args(&spec.args)
             .env("WEFT_RANK", rank.to_string())
             .env("WEFT_SIZE", spec.ranks.to_string())
             .env("WEFT_JOB", &job)
+            .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() });
         if spec.label {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        match os::spawn_tied_to_parent(&mut cmd) {
+        let spawned = os::spawn_tied_to_parent(&mut cmd);
+        drop(theirs);
+        boot_ends.push(ours);
+        match spawned {
             Ok(mut child) => {
                 if let Some(o) = child.stdout.take() {
                     forwarders.push(forward(rank, o, false));
@@ -109,6 +121,8 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             }
         }
     }
+    // Ends by itself once a rank exits (and with it the exchange).
+    drop(weft_fabric::boot::serve(boot_ends));
     let started = Instant::now();
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; spec.ranks as usize];
     let mut stopping: Option<Instant> = None;

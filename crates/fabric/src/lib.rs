@@ -17,7 +17,10 @@
 //! - [`shm::ShmFabric`]: processes of one node, through shared-memory files mapped by every
 //!   rank. RMA and atomics are direct loads and stores; AMs travel through lock-free rings.
 
+pub mod boot;
 pub mod copy;
+#[cfg(feature = "ofi")]
+pub mod ofi;
 pub mod os;
 pub mod pod;
 pub mod pool;

@@ -54,21 +54,20 @@ fn path_of(name: &str) -> FabricResult<CString> {
 }
 
 fn map_fd(fd: libc::c_int, len: usize, what: &str) -> FabricResult<Mapping> {
+    map_raw(fd, len, libc::MAP_SHARED | libc::MAP_POPULATE, what)
+}
+
+/// `mmap` of `len` read-write bytes anywhere in the address space; `fd` is -1 for anonymous
+/// mappings (`MAP_ANONYMOUS` in `flags`).
+fn map_raw(fd: libc::c_int, len: usize, flags: libc::c_int, what: &str) -> FabricResult<Mapping> {
     if len == 0 {
         return Ok(Mapping { ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), len: 0 });
     }
-    // SAFETY: fd is an open descriptor of a file at least `len` bytes long; we ask for a fresh
-    // shared mapping anywhere in the address space, so no existing memory is affected.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_POPULATE,
-            fd,
-            0,
-        )
-    };
+    // SAFETY: fd is -1 (anonymous) or an open descriptor of a file at least `len` bytes long;
+    // we ask for a fresh mapping anywhere in the address space, so no existing memory is
+    // affected.
+    let p =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, flags, fd, 0) };
     if p == libc::MAP_FAILED {
         return Err(FabricError::last_os(format!("mmap of {len} bytes for {what}")));
     }
@@ -351,3 +350,55 @@ impl Mapping {
 
 /// SIGTERM, for launchers.
 pub const SIGTERM: i32 = libc::SIGTERM;
+
+/// A private, zero-filled anonymous mapping of `len` bytes (page-aligned), for memory that a
+/// network fabric registers with its NIC.
+pub fn map_anonymous(len: usize) -> FabricResult<Mapping> {
+    map_raw(-1, len, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, "anonymous memory")
+}
+
+/// Lets the child started by `cmd` inherit descriptor `fd` under the same number (Rust opens
+/// every descriptor close-on-exec): for the launcher's start-up socket.
+pub fn inherit_fd(cmd: &mut std::process::Command, fd: std::os::fd::RawFd) {
+    use std::os::unix::process::CommandExt;
+    let hook = move || {
+        // SAFETY: fcntl on a descriptor number touches no memory and is async-signal-safe.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and only calls fcntl.
+    unsafe { cmd.pre_exec(hook) };
+}
+
+/// An identity of the host this process runs on, equal for processes that can share memory
+/// and reach each other's `/proc`: the kernel's boot id, plus the network namespace (so that
+/// namespaces standing for hosts in tests count as different hosts).
+pub fn host_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let netns = std::fs::read_link("/proc/self/ns/net").map(|p| p.display().to_string()).unwrap_or_default();
+    format!("{}/{}", boot.trim(), netns)
+}
+
+/// Takes ownership of inherited descriptor `fd` as a Unix stream socket (the launcher's
+/// start-up channel), after checking that it is an open socket.
+pub fn unix_stream_from_fd(fd: std::os::fd::RawFd) -> FabricResult<std::os::unix::net::UnixStream> {
+    use std::os::fd::FromRawFd;
+    let mut st: libc::stat = zeroed_stat();
+    // SAFETY: fstat writes into the valid out-parameter st; fd is just a number here.
+    if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(FabricError::last_os(format!("start-up descriptor {fd}")));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(FabricError::Malformed { what: format!("start-up descriptor {fd} is not a socket") });
+    }
+    // SAFETY: fd is an open socket inherited from the launcher for this purpose, and nothing
+    // else in the process owns it: the stream becomes its only owner.
+    Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
+}
+
+fn zeroed_stat() -> libc::stat {
+    // SAFETY: libc::stat is plain old data for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}

@@ -24,6 +24,10 @@ pub struct Caps {
     /// [`crate::Fabric::read_peer`] works: a peer's unregistered memory can be read (the
     /// kernel's cross-memory attach on one node).
     pub peer_read: bool,
+    /// One-sided operations toward a rank complete only while that rank's CPU makes progress
+    /// (libfabric providers with `FI_PROGRESS_MANUAL` data progress, such as tcp): the
+    /// runtime then starts a progress thread unless the user chose otherwise.
+    pub target_progress: bool,
 }
 
 /// Memory this rank registered; peers attach it through [`LocalRegion::desc`].

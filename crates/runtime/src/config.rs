@@ -3,8 +3,11 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `WEFT_RANK`, `WEFT_SIZE`, `WEFT_JOB` | set by the launcher (`weft run`): this rank, the number of ranks, the job id | a job of one rank |
+//! | `WEFT_FABRIC` | `shm` (processes of one node, shared memory) or `ofi` (libfabric; needs the `ofi` feature and a start-up channel: `weft run`) | shm |
+//! | `WEFT_OFI_PROVIDER` | libfabric provider for `ofi` (`tcp`, `shm`, `verbs`, `efa`, `cxi`, ...) | the first that offers RDM messages and RMA |
+//! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
 //! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
-//! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 0 |
+//! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 1 where the fabric needs target progress, else 0 |
 //! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when the job has more ranks than this node has cores |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
@@ -25,6 +28,20 @@ pub enum RmaPath {
     ActiveMessages,
 }
 
+/// Which fabric carries the job's traffic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FabricChoice {
+    /// Shared memory between the processes of one node.
+    Shm,
+    /// libfabric, with an optional provider and domain name.
+    Ofi {
+        /// Provider name (`WEFT_OFI_PROVIDER`).
+        provider: Option<String>,
+        /// Domain name (`WEFT_OFI_DOMAIN`).
+        domain: Option<String>,
+    },
+}
+
 /// Resolved configuration of a world (see the module documentation for the variables).
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -34,10 +51,16 @@ pub struct Config {
     pub size: u32,
     /// Job id.
     pub job: String,
+    /// The fabric.
+    pub fabric: FabricChoice,
     /// Bytes of each AM ring.
     pub ring_bytes: usize,
-    /// Run a progress thread.
+    /// Run a progress thread. Unless set by the builder or `WEFT_PROGRESS_THREAD`, it is on
+    /// exactly when the fabric needs the target's CPU to complete one-sided operations
+    /// ([`weft_fabric::Caps::target_progress`]), so that puts and gets stay one-sided.
     pub progress_thread: bool,
+    /// Whether `progress_thread` was chosen by the user (else the fabric decides).
+    pub progress_thread_chosen: bool,
     /// Spin time of waits before backing off.
     pub spin: Duration,
     /// RMA implementation.
@@ -154,15 +177,25 @@ impl Config {
             "WEFT_PEER_CHECK_MS",
             parse("WEFT_PEER_CHECK_MS", "a number of milliseconds")?.unwrap_or(10),
         )?;
+        let fabric = match var("WEFT_FABRIC").as_deref().map(str::trim) {
+            None | Some("shm") => FabricChoice::Shm,
+            Some("ofi") => {
+                FabricChoice::Ofi { provider: var("WEFT_OFI_PROVIDER"), domain: var("WEFT_OFI_DOMAIN") }
+            }
+            Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
+        };
+        let progress_thread = match o.progress_thread {
+            Some(b) => Some(b),
+            None => parse_bool("WEFT_PROGRESS_THREAD")?,
+        };
         Ok(Config {
             rank,
             size,
             job,
+            fabric,
             ring_bytes: ring_kib as usize * 1024,
-            progress_thread: match o.progress_thread {
-                Some(b) => b,
-                None => parse_bool("WEFT_PROGRESS_THREAD")?.unwrap_or(false),
-            },
+            progress_thread: progress_thread.unwrap_or(false),
+            progress_thread_chosen: progress_thread.is_some(),
             spin: Duration::from_micros(spin_us),
             rma,
             init_timeout: Duration::from_secs(positive("WEFT_INIT_TIMEOUT_S", init_s)?),

@@ -47,7 +47,7 @@ mod vis;
 mod world;
 
 pub use am::{AmHandler, AmMsg};
-pub use config::{Config, RmaPath};
+pub use config::{Config, FabricChoice, RmaPath};
 pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};
 pub use error::{Error, Result};
 pub use ext::{ProgressHook, RmaPool, StartHook};

@@ -2,7 +2,7 @@
 
 use crate::am::{internal, HandlerEntry, HandlerFn};
 use crate::collective::CollectiveState;
-use crate::config::{Config, Overrides, RmaPath};
+use crate::config::{Config, FabricChoice, Overrides, RmaPath};
 use crate::ops::OpTable;
 use crate::segment::SegmentTable;
 use crate::{AmHandler, AmMsg, Error, Result};
@@ -75,15 +75,44 @@ impl Builder {
     /// Joins the job: connects to every rank and checks that all registered the same handlers.
     pub fn init(&mut self) -> Result<World> {
         let cfg = Config::resolve(&self.overrides)?;
-        let fabric = ShmFabric::init(ShmConfig {
+        let fabric = open_fabric(&cfg)?;
+        let user = std::mem::take(&mut self.handlers);
+        World::start(fabric, cfg, user, std::mem::take(&mut self.ext))
+    }
+}
+
+/// Opens the fabric the configuration names.
+fn open_fabric(cfg: &Config) -> Result<Box<dyn Fabric>> {
+    match &cfg.fabric {
+        FabricChoice::Shm => Ok(Box::new(ShmFabric::init(ShmConfig {
             job: cfg.job.clone(),
             rank: cfg.rank,
             size: cfg.size,
             ring_bytes: cfg.ring_bytes,
             init_timeout: cfg.init_timeout,
-        })?;
-        let user = std::mem::take(&mut self.handlers);
-        World::start(Box::new(fabric), cfg, user, std::mem::take(&mut self.ext))
+        })?)),
+        #[cfg(feature = "ofi")]
+        FabricChoice::Ofi { provider, domain } => {
+            use weft_fabric::boot::{Bootstrap, LauncherBoot, Solo};
+            use weft_fabric::ofi::{OfiConfig, OfiFabric, Wanted};
+            let launcher = LauncherBoot::from_env(cfg.rank, cfg.size, cfg.init_timeout)?;
+            let boot: &dyn Bootstrap = match &launcher {
+                Some(b) => b,
+                None if cfg.size == 1 => &Solo,
+                None => {
+                    return Err(Error::Config(
+                        "WEFT_FABRIC=ofi needs a start-up channel: start the job with `weft run`".into(),
+                    ))
+                }
+            };
+            let wanted = Wanted { provider: provider.clone(), domain: domain.clone() };
+            let op_timeout = cfg.init_timeout;
+            Ok(Box::new(OfiFabric::init(OfiConfig { wanted, op_timeout }, boot)?))
+        }
+        #[cfg(not(feature = "ofi"))]
+        FabricChoice::Ofi { .. } => Err(Error::Config(
+            "WEFT_FABRIC=ofi: this build has no libfabric support (build with `--features ofi`)".into(),
+        )),
     }
 }
 
@@ -133,6 +162,10 @@ impl World {
         mut ext: crate::ext::Extensions,
     ) -> Result<World> {
         let caps = fabric.caps();
+        let mut cfg = cfg;
+        if !cfg.progress_thread_chosen && caps.target_progress {
+            cfg.progress_thread = true;
+        }
         let mut handlers = internal::handlers();
         handlers.extend(user);
         if handlers.len() > u16::MAX as usize {

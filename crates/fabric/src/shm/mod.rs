@@ -401,6 +401,7 @@ impl Fabric for ShmFabric {
             am_max_medium: self.max_medium,
             am_max_long: usize::MAX,
             peer_read: true,
+            target_progress: false,
         }
     }
 

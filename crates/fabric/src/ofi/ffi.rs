@@ -1,0 +1,605 @@
+//! The libfabric objects of one rank — fabric, domain, address vector, completion queue and
+//! one reliable-datagram endpoint — opened from `fi_getinfo`'s answer, and the calls on them.
+//! Every `unsafe` block of the libfabric fabric is here or in `ofi/mod.rs`'s memory access.
+
+use crate::{FabricError, FabricResult};
+use std::ffi::{c_void, CStr, CString};
+use std::ptr::null_mut;
+use weft_ofi_sys as sys;
+
+/// libfabric API version weft asks for (1.17, Debian 12's).
+const API: u32 = sys::FI_VERSION(1, 17);
+
+/// `-FI_EAGAIN` as returned by data-path calls.
+pub const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
+const EAVAIL: isize = -(sys::FI_EAVAIL as isize);
+
+/// libfabric's text for error `code` (positive or negative).
+pub fn strerror(code: i64) -> String {
+    // SAFETY: fi_strerror returns a pointer to a static NUL-terminated string for any code.
+    unsafe { CStr::from_ptr(sys::fi_strerror(code.unsigned_abs() as i32)) }.to_string_lossy().into_owned()
+}
+
+/// Turns a negative libfabric return into an error naming the call.
+pub fn check(ret: i64, what: &str) -> FabricResult<()> {
+    if ret < 0 {
+        return Err(FabricError::Os { what: format!("{what}: {}", strerror(ret)), errno: (-ret) as i32 });
+    }
+    Ok(())
+}
+
+/// What was negotiated with the provider.
+#[derive(Clone, Debug)]
+pub struct Negotiated {
+    pub provider: String,
+    pub fabric_name: String,
+    pub domain_name: String,
+    pub caps: u64,
+    pub mr_mode: u32,
+    pub inject: usize,
+    pub max_msg: usize,
+    pub tx_size: usize,
+    pub rx_size: usize,
+    /// Sends are delivered after the writes issued before them (`FI_ORDER_SAW`).
+    pub send_after_write: bool,
+    /// Operations complete only once visible at the target (`FI_DELIVERY_COMPLETE`).
+    pub delivery_complete: bool,
+    /// The provider needs calls to make progress (`FI_PROGRESS_MANUAL`).
+    pub manual_progress: bool,
+    /// The completion queue has a wait object (`fi_cq_sread` works).
+    pub cq_wait: bool,
+}
+
+impl Negotiated {
+    /// Local buffers must be registered (`FI_MR_LOCAL`).
+    pub fn mr_local(&self) -> bool {
+        self.mr_mode & sys::FI_MR_LOCAL != 0
+    }
+    /// Remote addresses are virtual addresses (`FI_MR_VIRT_ADDR`), not offsets.
+    pub fn virt_addr(&self) -> bool {
+        self.mr_mode & sys::FI_MR_VIRT_ADDR != 0
+    }
+    /// Memory registrations are bound to the endpoint (`FI_MR_ENDPOINT`).
+    pub fn mr_endpoint(&self) -> bool {
+        self.mr_mode & sys::FI_MR_ENDPOINT != 0
+    }
+    /// Native atomics (`FI_ATOMIC`).
+    pub fn atomics(&self) -> bool {
+        self.caps & sys::FI_ATOMIC as u64 != 0
+    }
+    /// The memory-registration modes, for `weft info`.
+    pub fn mr_mode_names(&self) -> String {
+        let names = [
+            (sys::FI_MR_LOCAL, "local"),
+            (sys::FI_MR_VIRT_ADDR, "virt_addr"),
+            (sys::FI_MR_ALLOCATED, "allocated"),
+            (sys::FI_MR_PROV_KEY, "prov_key"),
+            (sys::FI_MR_ENDPOINT, "endpoint"),
+        ];
+        let v: Vec<_> = names.iter().filter(|(b, _)| self.mr_mode & b != 0).map(|(_, n)| *n).collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(",")
+        }
+    }
+}
+
+/// Where to look for a provider.
+#[derive(Clone, Debug, Default)]
+pub struct Wanted {
+    /// Provider name (`WEFT_OFI_PROVIDER`), e.g. "tcp", "shm", "verbs".
+    pub provider: Option<String>,
+    /// Domain name (`WEFT_OFI_DOMAIN`), e.g. "lo" or a NIC.
+    pub domain: Option<String>,
+}
+
+/// The open objects. Closed in reverse order of opening on drop; memory registrations must
+/// be closed before (see [`Mr`]).
+pub struct Objects {
+    fabric: *mut sys::fid_fabric,
+    domain: *mut sys::fid_domain,
+    av: *mut sys::fid_av,
+    cq: *mut sys::fid_cq,
+    ep: *mut sys::fid_ep,
+    pub neg: Negotiated,
+}
+
+// SAFETY: the domain is opened with FI_THREAD_SAFE, so libfabric serialises concurrent calls
+// on these objects itself; the pointers are only handed to libfabric.
+unsafe impl Send for Objects {}
+// SAFETY: as above.
+unsafe impl Sync for Objects {}
+
+fn cstr(p: *const std::os::raw::c_char) -> String {
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: libfabric's attribute strings are NUL-terminated and live as long as the info.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+/// A `fi_info` list returned by `fi_getinfo`, freed on drop.
+struct InfoList(*mut sys::fi_info);
+impl Drop for InfoList {
+    fn drop(&mut self) {
+        // SAFETY: the list came from fi_getinfo / fi_allocinfo and is freed once.
+        unsafe { sys::fi_freeinfo(self.0) };
+    }
+}
+
+/// Asks libfabric for RDM endpoints with messages and RMA (and atomics when `atomics`).
+fn getinfo(w: &Wanted, atomics: bool, delivery: bool) -> FabricResult<InfoList> {
+    // SAFETY: fi_allocinfo returns a zeroed fi_info with its attribute structs allocated (or
+    // null on failure, checked); the fields set below are plain values, and prov_name is a
+    // malloc'd copy that fi_freeinfo releases.
+    unsafe {
+        let hints = InfoList(sys::fi_allocinfo());
+        if hints.0.is_null() {
+            return Err(FabricError::Os { what: "fi_allocinfo".into(), errno: 12 });
+        }
+        let h = &mut *hints.0;
+        h.caps = (sys::FI_MSG | sys::FI_TAGGED | sys::FI_RMA) as u64;
+        if atomics {
+            h.caps |= sys::FI_ATOMIC as u64;
+        }
+        h.mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
+        (*h.ep_attr).type_ = sys::FI_EP_RDM;
+        let d = &mut *h.domain_attr;
+        d.threading = sys::FI_THREAD_SAFE;
+        d.mr_mode = (sys::FI_MR_LOCAL
+            | sys::FI_MR_VIRT_ADDR
+            | sys::FI_MR_ALLOCATED
+            | sys::FI_MR_PROV_KEY
+            | sys::FI_MR_ENDPOINT) as i32;
+        d.av_type = sys::FI_AV_TABLE;
+        if delivery {
+            (*h.tx_attr).op_flags = sys::FI_DELIVERY_COMPLETE as u64;
+        }
+        if let Some(p) = &w.provider {
+            let c = CString::new(p.as_str())
+                .map_err(|_| FabricError::Malformed { what: format!("provider name {p:?}") })?;
+            (*h.fabric_attr).prov_name = libc::strdup(c.as_ptr());
+        }
+        let mut out = null_mut();
+        let ret = sys::fi_getinfo(API, std::ptr::null(), std::ptr::null(), 0, hints.0, &mut out);
+        check(ret as i64, "fi_getinfo")?;
+        Ok(InfoList(out))
+    }
+}
+
+impl Objects {
+    /// Finds a provider and opens its objects; the endpoint is enabled.
+    pub fn open(w: &Wanted) -> FabricResult<Objects> {
+        // Prefer native atomics and delivery-complete semantics; step down when refused.
+        let mut last = None;
+        for (atomics, delivery) in [(true, true), (false, true), (true, false), (false, false)] {
+            match getinfo(w, atomics, delivery) {
+                Ok(list) => match Self::open_from(&list, w, delivery) {
+                    Ok(Some(o)) => return Ok(o),
+                    Ok(None) => {}
+                    Err(e) => last = Some(e),
+                },
+                Err(e) => last = Some(e),
+            }
+        }
+        let what = format!(
+            "no libfabric RDM provider with messages and RMA{}{}",
+            w.provider.as_ref().map(|p| format!(", provider {p}")).unwrap_or_default(),
+            w.domain.as_ref().map(|d| format!(", domain {d}")).unwrap_or_default()
+        );
+        Err(match last {
+            Some(FabricError::Os { what: w2, errno }) => {
+                FabricError::Os { what: format!("{what} ({w2})"), errno }
+            }
+            _ => FabricError::Mismatch { what },
+        })
+    }
+
+    fn open_from(list: &InfoList, w: &Wanted, delivery: bool) -> FabricResult<Option<Objects>> {
+        let mut p = list.0;
+        while !p.is_null() {
+            // SAFETY: p walks the list fi_getinfo returned, which stays alive during this loop.
+            let info = unsafe { &mut *p };
+            // SAFETY: every info from fi_getinfo has its attribute structs set.
+            let domain_name = cstr(unsafe { &*info.domain_attr }.name);
+            if w.domain.as_ref().is_none_or(|d| *d == domain_name) {
+                return Self::open_info(info, delivery).map(Some);
+            }
+            p = info.next;
+        }
+        Ok(None)
+    }
+
+    fn open_info(info: &mut sys::fi_info, delivery: bool) -> FabricResult<Objects> {
+        // SAFETY: attribute pointers of a fi_getinfo answer are valid.
+        let (fa, da, ta, ra, ea) = unsafe {
+            (&*info.fabric_attr, &*info.domain_attr, &*info.tx_attr, &*info.rx_attr, &*info.ep_attr)
+        };
+        let neg = Negotiated {
+            provider: cstr(fa.prov_name),
+            fabric_name: cstr(fa.name),
+            domain_name: cstr(da.name),
+            caps: info.caps,
+            mr_mode: da.mr_mode as u32,
+            inject: ta.inject_size,
+            max_msg: ea.max_msg_size,
+            tx_size: ta.size.max(1),
+            rx_size: ra.size.max(1),
+            send_after_write: ta.msg_order & sys::FI_ORDER_SAW as u64 != 0,
+            delivery_complete: delivery,
+            manual_progress: da.data_progress == sys::FI_PROGRESS_MANUAL,
+            cq_wait: false,
+        };
+        let mut o = Objects {
+            fabric: null_mut(),
+            domain: null_mut(),
+            av: null_mut(),
+            cq: null_mut(),
+            ep: null_mut(),
+            neg,
+        };
+        // SAFETY: each call gets valid attribute pointers from the same info and out-pointers
+        // into `o`; a failure leaves the objects opened so far in `o`, which Drop closes.
+        unsafe {
+            check(sys::fi_fabric(info.fabric_attr, &mut o.fabric, null_mut()) as i64, "fi_fabric")?;
+            check(sys::fi_domain(o.fabric, info, &mut o.domain, null_mut()) as i64, "fi_domain")?;
+            let mut av_attr = sys::fi_av_attr { type_: sys::FI_AV_TABLE, ..Default::default() };
+            check(sys::fi_av_open(o.domain, &mut av_attr, &mut o.av, null_mut()) as i64, "fi_av_open")?;
+            let mut cq_attr = sys::fi_cq_attr {
+                // Room for every transmit and receive that can be outstanding: never overrun.
+                size: o.neg.tx_size + o.neg.rx_size + 64,
+                format: sys::FI_CQ_FORMAT_DATA,
+                wait_obj: sys::FI_WAIT_UNSPEC,
+                ..Default::default()
+            };
+            if sys::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, null_mut()) == 0 {
+                o.neg.cq_wait = true;
+            } else {
+                cq_attr.wait_obj = sys::FI_WAIT_NONE;
+                check(sys::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, null_mut()) as i64, "fi_cq_open")?;
+            }
+            check(sys::fi_endpoint(o.domain, info, &mut o.ep, null_mut()) as i64, "fi_endpoint")?;
+            check(sys::fi_ep_bind(o.ep, &mut (*o.av).fid, 0) as i64, "fi_ep_bind(av)")?;
+            let flags = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+            check(sys::fi_ep_bind(o.ep, &mut (*o.cq).fid, flags) as i64, "fi_ep_bind(cq)")?;
+            check(sys::fi_enable(o.ep) as i64, "fi_enable")?;
+        }
+        Ok(o)
+    }
+
+    /// This endpoint's address, for peers' address vectors.
+    pub fn name(&self) -> FabricResult<Vec<u8>> {
+        let mut buf = vec![0u8; 256];
+        let mut len = buf.len();
+        // SAFETY: buf holds len bytes; fi_getname writes at most len and updates it.
+        let ret = unsafe { sys::fi_getname(&mut (*self.ep).fid, buf.as_mut_ptr().cast(), &mut len) };
+        check(ret as i64, "fi_getname")?;
+        buf.truncate(len);
+        Ok(buf)
+    }
+
+    /// Inserts peers' addresses (in rank order); returns their `fi_addr_t`s.
+    pub fn insert(&self, addrs: &[Vec<u8>]) -> FabricResult<Vec<u64>> {
+        let mut out = Vec::with_capacity(addrs.len());
+        for a in addrs {
+            let mut fa: sys::fi_addr_t = 0;
+            // SAFETY: a is one address in the provider's format (checked by the provider);
+            // fa is a valid out-parameter for one address.
+            let n = unsafe { sys::fi_av_insert(self.av, a.as_ptr().cast(), 1, &mut fa, 0, null_mut()) };
+            if n != 1 {
+                return Err(FabricError::Malformed {
+                    what: format!("peer address of {} bytes refused by fi_av_insert", a.len()),
+                });
+            }
+            out.push(fa);
+        }
+        Ok(out)
+    }
+
+    /// Checks that the provider offers fetching atomics on `u64` for every weft operation.
+    pub fn atomics_valid(&self) -> bool {
+        let fetch =
+            [sys::FI_ATOMIC_READ, sys::FI_ATOMIC_WRITE, sys::FI_SUM, sys::FI_BAND, sys::FI_BOR, sys::FI_BXOR];
+        let mut count = 0usize;
+        // SAFETY: the *valid calls only query the provider; count is a valid out-parameter.
+        unsafe {
+            fetch.iter().all(|&op| {
+                sys::fi_fetch_atomicvalid(self.ep, sys::FI_UINT64, op, &mut count) == 0 && count >= 1
+            }) && sys::fi_compare_atomicvalid(self.ep, sys::FI_UINT64, sys::FI_CSWAP, &mut count) == 0
+                && count >= 1
+        }
+    }
+
+    /// Registers `[addr, addr + len)` for local and remote access.
+    pub fn register(&self, addr: usize, len: usize, requested_key: u64) -> FabricResult<Mr> {
+        let access = (sys::FI_READ
+            | sys::FI_WRITE
+            | sys::FI_REMOTE_READ
+            | sys::FI_REMOTE_WRITE
+            | sys::FI_SEND
+            | sys::FI_RECV) as u64;
+        let mut mr = null_mut();
+        // SAFETY: the range is memory this process mapped and keeps mapped until the Mr is
+        // closed (the caller's invariant); out-pointer valid.
+        unsafe {
+            let ret = sys::fi_mr_reg(
+                self.domain,
+                addr as *const c_void,
+                len,
+                access,
+                0,
+                requested_key,
+                0,
+                &mut mr,
+                null_mut(),
+            );
+            check(ret as i64, "fi_mr_reg")?;
+            let m = Mr(mr);
+            if self.neg.mr_endpoint() {
+                check(sys::fi_mr_bind(mr, &mut (*self.ep).fid, 0) as i64, "fi_mr_bind")?;
+                check(sys::fi_mr_enable(mr) as i64, "fi_mr_enable")?;
+            }
+            Ok(m)
+        }
+    }
+
+    /// Posts a receive for messages tagged `tag` into `buf` (registered, `desc`).
+    pub fn post_recv(&self, buf: usize, len: usize, desc: usize, tag: u64, ctx: *mut c_void) -> isize {
+        // SAFETY: buf..buf+len is registered memory owned by the fabric, not touched until
+        // the completion for ctx is read; ctx points to a live operation context.
+        unsafe {
+            sys::fi_trecv(
+                self.ep,
+                buf as *mut c_void,
+                len,
+                desc as *mut c_void,
+                sys::FI_ADDR_UNSPEC,
+                tag,
+                0,
+                ctx,
+            )
+        }
+    }
+
+    /// Sends `bytes` small enough to inject: no completion, buffer reusable at return.
+    pub fn inject(&self, bytes: &[u8], dst: u64, tag: u64) -> isize {
+        // SAFETY: bytes is a live slice of at most inject_size bytes (the caller checks).
+        unsafe { sys::fi_tinject(self.ep, bytes.as_ptr().cast(), bytes.len(), dst, tag) }
+    }
+
+    /// Sends `len` bytes at `buf` (registered, `desc`), completing `ctx`.
+    pub fn send(&self, buf: usize, len: usize, desc: usize, dst: u64, tag: u64, ctx: *mut c_void) -> isize {
+        // SAFETY: the buffer stays untouched until ctx completes (a staging slot owned by ctx).
+        unsafe { sys::fi_tsend(self.ep, buf as *const c_void, len, desc as *mut c_void, dst, tag, ctx) }
+    }
+
+    /// Writes `len` bytes at local `buf` to (`dst`, `addr`, `key`); `inject` copies the source
+    /// before returning (only for up to inject_size bytes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &self,
+        buf: usize,
+        len: usize,
+        desc: usize,
+        dst: u64,
+        addr: u64,
+        key: u64,
+        inject: bool,
+        ctx: *mut c_void,
+    ) -> isize {
+        let iov = sys::iovec { iov_base: buf as *mut c_void, iov_len: len };
+        let mut d = desc as *mut c_void;
+        let rma = sys::fi_rma_iov { addr, len, key };
+        let msg = sys::fi_msg_rma {
+            msg_iov: &iov,
+            desc: &mut d,
+            iov_count: 1,
+            addr: dst,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: ctx,
+            data: 0,
+        };
+        let mut flags = sys::FI_COMPLETION as u64;
+        if inject {
+            flags |= sys::FI_INJECT as u64;
+        }
+        if self.neg.delivery_complete {
+            flags |= sys::FI_DELIVERY_COMPLETE as u64;
+        }
+        // SAFETY: msg and what it points to live across the call; the source stays valid
+        // until ctx completes unless inject (copied before return).
+        unsafe { sys::fi_writemsg(self.ep, &msg, flags) }
+    }
+
+    /// Reads `len` bytes at (`src`, `addr`, `key`) into local `buf` (registered if the
+    /// provider needs it), completing `ctx`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read(
+        &self,
+        buf: usize,
+        len: usize,
+        desc: usize,
+        src: u64,
+        addr: u64,
+        key: u64,
+        ctx: *mut c_void,
+    ) -> isize {
+        // SAFETY: buf..buf+len stays valid and untouched until ctx completes (the caller waits).
+        unsafe { sys::fi_read(self.ep, buf as *mut c_void, len, desc as *mut c_void, src, addr, key, ctx) }
+    }
+
+    /// Fetching atomic `op` on the `u64` at (`dst`, `addr`, `key`): operand at `slot`, compare
+    /// value at `slot + 8`, result to `slot + 16` (registered staging memory, `desc`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic(
+        &self,
+        slot: usize,
+        desc: usize,
+        dst: u64,
+        addr: u64,
+        key: u64,
+        op: sys::fi_op,
+        ctx: *mut c_void,
+    ) -> isize {
+        let d = desc as *mut c_void;
+        // SAFETY: the three words lie in a staging slot owned by ctx until it completes.
+        unsafe {
+            if op == sys::FI_CSWAP {
+                sys::fi_compare_atomic(
+                    self.ep,
+                    slot as *const c_void,
+                    1,
+                    d,
+                    (slot + 8) as *const c_void,
+                    d,
+                    (slot + 16) as *mut c_void,
+                    d,
+                    dst,
+                    addr,
+                    key,
+                    sys::FI_UINT64,
+                    op,
+                    ctx,
+                )
+            } else {
+                sys::fi_fetch_atomic(
+                    self.ep,
+                    slot as *const c_void,
+                    1,
+                    d,
+                    (slot + 16) as *mut c_void,
+                    d,
+                    dst,
+                    addr,
+                    key,
+                    sys::FI_UINT64,
+                    op,
+                    ctx,
+                )
+            }
+        }
+    }
+
+    /// Reads up to `out.len()` completions; errors come back as `Err(entry)`.
+    pub fn cq_read(&self, out: &mut [sys::fi_cq_data_entry]) -> Result<usize, sys::fi_cq_err_entry> {
+        // SAFETY: out holds out.len() entries of the CQ's format (FI_CQ_FORMAT_DATA).
+        let n = unsafe { sys::fi_cq_read(self.cq, out.as_mut_ptr().cast(), out.len()) };
+        self.cq_result(n)
+    }
+
+    /// As [`Objects::cq_read`], sleeping up to `ms` milliseconds for the first completion.
+    pub fn cq_sread(
+        &self,
+        out: &mut [sys::fi_cq_data_entry],
+        ms: i32,
+    ) -> Result<usize, sys::fi_cq_err_entry> {
+        // SAFETY: as cq_read; the CQ has a wait object (neg.cq_wait, checked by the caller).
+        let n =
+            unsafe { sys::fi_cq_sread(self.cq, out.as_mut_ptr().cast(), out.len(), std::ptr::null(), ms) };
+        self.cq_result(n)
+    }
+
+    fn cq_result(&self, n: isize) -> Result<usize, sys::fi_cq_err_entry> {
+        if n > 0 {
+            return Ok(n as usize);
+        }
+        if n == EAVAIL {
+            let mut e = sys::fi_cq_err_entry::default();
+            // SAFETY: e is a valid error entry to fill.
+            if unsafe { sys::fi_cq_readerr(self.cq, &mut e, 0) } > 0 {
+                return Err(e);
+            }
+        }
+        Ok(0)
+    }
+}
+
+impl Objects {
+    /// Closes the endpoint: nothing arrives into (or leaves from) registered memory after
+    /// this returns, so the registrations and the memory behind them can go. Idempotent.
+    pub fn close_endpoint(&mut self) {
+        if !self.ep.is_null() {
+            // SAFETY: the endpoint was opened once by open_info; it is closed once and its
+            // pointer cleared, so Drop does not close it again.
+            unsafe { sys::fi_close(&mut (*self.ep).fid) };
+            self.ep = null_mut();
+        }
+    }
+}
+
+impl Drop for Objects {
+    fn drop(&mut self) {
+        // SAFETY: each object was opened once by open_info and is closed once here, children
+        // before parents; null ones were never opened.
+        unsafe {
+            if !self.ep.is_null() {
+                sys::fi_close(&mut (*self.ep).fid);
+            }
+            if !self.cq.is_null() {
+                sys::fi_close(&mut (*self.cq).fid);
+            }
+            if !self.av.is_null() {
+                sys::fi_close(&mut (*self.av).fid);
+            }
+            if !self.domain.is_null() {
+                sys::fi_close(&mut (*self.domain).fid);
+            }
+            if !self.fabric.is_null() {
+                sys::fi_close(&mut (*self.fabric).fid);
+            }
+        }
+    }
+}
+
+/// A memory registration; closed on drop (which must happen before the domain closes).
+pub struct Mr(*mut sys::fid_mr);
+
+// SAFETY: a registration handle is only passed to libfabric, which is thread-safe here.
+unsafe impl Send for Mr {}
+// SAFETY: as above.
+unsafe impl Sync for Mr {}
+
+impl Mr {
+    /// The key peers use to reach it.
+    pub fn key(&self) -> u64 {
+        // SAFETY: self.0 is an open registration.
+        unsafe { sys::fi_mr_key(self.0) }
+    }
+    /// The local descriptor for operations on it (as an address-sized integer).
+    pub fn desc(&self) -> usize {
+        // SAFETY: as above.
+        unsafe { sys::fi_mr_desc(self.0) as usize }
+    }
+}
+
+impl Drop for Mr {
+    fn drop(&mut self) {
+        // SAFETY: opened once by Objects::register, closed once here.
+        unsafe { sys::fi_close(&mut (*self.0).fid) };
+    }
+}
+
+/// An operation context as libfabric wants it: `fi_context2` scratch space first.
+#[repr(C)]
+pub struct Context<T> {
+    _scratch: sys::fi_context2,
+    pub op: T,
+}
+
+impl<T> Context<T> {
+    /// Boxes `op` with its scratch space; the pointer goes to libfabric.
+    pub fn into_raw(op: T) -> *mut c_void {
+        Box::into_raw(Box::new(Context { _scratch: sys::fi_context2 { internal: [null_mut(); 8] }, op }))
+            .cast()
+    }
+    /// Takes back a context made by [`Context::into_raw`] once its completion was read.
+    ///
+    /// # Safety
+    /// `p` must come from `into_raw::<T>` and be taken back exactly once.
+    pub unsafe fn from_raw(p: *mut c_void) -> Box<Context<T>> {
+        // SAFETY: the caller's contract.
+        unsafe { Box::from_raw(p.cast()) }
+    }
+}
