@@ -402,6 +402,8 @@ fn threads_and_progress() -> Res {
     }
     w.barrier().map_err(e2s)?;
     let total = w.atomic_load(counter.at(0, 0)).map_err(e2s)?;
+    // Rank 0's memory must outlive the others' reads (it goes with rank 0 on a network).
+    w.barrier().map_err(e2s)?;
     ck(total == threads * 2000 * n as u64, || format!("counter {total}"))
 }
 

@@ -46,8 +46,8 @@ pub struct Negotiated {
     pub delivery_complete: bool,
     /// The provider needs calls to make progress (`FI_PROGRESS_MANUAL`).
     pub manual_progress: bool,
-    /// The completion queue has a wait object (`fi_cq_sread` works).
-    pub cq_wait: bool,
+    /// The completion queue has a file descriptor to sleep on (`FI_WAIT_FD`).
+    pub cq_wait_fd: bool,
 }
 
 impl Negotiated {
@@ -102,6 +102,8 @@ pub struct Objects {
     av: *mut sys::fid_av,
     cq: *mut sys::fid_cq,
     ep: *mut sys::fid_ep,
+    /// The CQ's wait file descriptor, or -1 (owned by the CQ).
+    wait_fd: i32,
     pub neg: Negotiated,
 }
 
@@ -229,7 +231,7 @@ impl Objects {
             send_after_write: ta.msg_order & sys::FI_ORDER_SAW as u64 != 0,
             delivery_complete: delivery,
             manual_progress: da.data_progress == sys::FI_PROGRESS_MANUAL,
-            cq_wait: false,
+            cq_wait_fd: false,
         };
         let mut o = Objects {
             fabric: null_mut(),
@@ -237,6 +239,7 @@ impl Objects {
             av: null_mut(),
             cq: null_mut(),
             ep: null_mut(),
+            wait_fd: -1,
             neg,
         };
         // SAFETY: each call gets valid attribute pointers from the same info and out-pointers
@@ -250,11 +253,17 @@ impl Objects {
                 // Room for every transmit and receive that can be outstanding: never overrun.
                 size: o.neg.tx_size + o.neg.rx_size + 64,
                 format: sys::FI_CQ_FORMAT_DATA,
-                wait_obj: sys::FI_WAIT_UNSPEC,
+                wait_obj: sys::FI_WAIT_FD,
                 ..Default::default()
             };
             if sys::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, null_mut()) == 0 {
-                o.neg.cq_wait = true;
+                let mut fd: i32 = -1;
+                let ret =
+                    sys::fi_control(&mut (*o.cq).fid, sys::FI_GETWAIT as i32, (&mut fd as *mut i32).cast());
+                if ret == 0 && fd >= 0 {
+                    o.wait_fd = fd;
+                    o.neg.cq_wait_fd = true;
+                }
             } else {
                 cq_attr.wait_obj = sys::FI_WAIT_NONE;
                 check(sys::fi_cq_open(o.domain, &mut cq_attr, &mut o.cq, null_mut()) as i64, "fi_cq_open")?;
@@ -489,16 +498,24 @@ impl Objects {
         self.cq_result(n)
     }
 
-    /// As [`Objects::cq_read`], sleeping up to `ms` milliseconds for the first completion.
-    pub fn cq_sread(
-        &self,
-        out: &mut [sys::fi_cq_data_entry],
-        ms: i32,
-    ) -> Result<usize, sys::fi_cq_err_entry> {
-        // SAFETY: as cq_read; the CQ has a wait object (neg.cq_wait, checked by the caller).
-        let n =
-            unsafe { sys::fi_cq_sread(self.cq, out.as_mut_ptr().cast(), out.len(), std::ptr::null(), ms) };
-        self.cq_result(n)
+    /// Sleeps until the completion queue may have something to read, at most `ms`
+    /// milliseconds, without holding anything: other threads keep reading the queue meanwhile
+    /// (libfabric's `fi_trywait` protocol). Returns false at once where the CQ has no wait
+    /// file descriptor.
+    pub fn wait(&self, ms: i32) -> bool {
+        if self.wait_fd < 0 {
+            return false;
+        }
+        let mut cq_fid = self.cq.cast::<sys::fid>();
+        // SAFETY: fabric and cq are open; fi_trywait reads one fid pointer from the array.
+        if unsafe { sys::fi_trywait(self.fabric, &mut cq_fid, 1) } != 0 {
+            // Completions are waiting (or the provider needs a read first): do not sleep.
+            return true;
+        }
+        let mut p = libc::pollfd { fd: self.wait_fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: p is one valid pollfd; the descriptor belongs to the open CQ.
+        unsafe { libc::poll(&mut p, 1, ms) };
+        true
     }
 
     fn cq_result(&self, n: isize) -> Result<usize, sys::fi_cq_err_entry> {

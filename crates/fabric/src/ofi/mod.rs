@@ -8,7 +8,7 @@
 //! | get | `fi_read` into the destination (or a staging slot under `FI_MR_LOCAL`), waited for |
 //! | atomics | `fi_fetch_atomic` / `fi_compare_atomic` on `FI_UINT64` where every op is valid, else the runtime's AM path |
 //! | AM | `fi_inject` / `fi_send` of a header + args + payload ([`wire`]) into pre-posted, recycled receive buffers; long AMs write first and rely on `FI_ORDER_SAW`, or carry the payload (or wait for the write) without it |
-//! | completions | one CQ (`FI_CQ_FORMAT_DATA`) for transmits and receives, sized for every outstanding operation so it cannot overrun; `fi_cq_sread` to sleep |
+//! | completions | one CQ (`FI_CQ_FORMAT_DATA`) for transmits and receives, sized for every outstanding operation so it cannot overrun; sleeping on its wait descriptor (`FI_WAIT_FD`, `fi_trywait`) without holding it |
 //! | start-up | endpoint names, host identities and pids through a [`Bootstrap`] all-gather, `fi_av_insert` into an `FI_AV_TABLE` |
 //!
 //! Every message carries the job key from the start-up exchange; messages with another key
@@ -1216,12 +1216,11 @@ impl Fabric for OfiFabric {
         if self.has_incoming() {
             return;
         }
-        if self.obj.neg.cq_wait {
-            if let Ok(_g) = self.cq_lock.try_lock() {
-                let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-                let _ = self.poll_locked(|o, out| o.cq_sread(out, ms));
-                return;
-            }
+        // Sleep on the CQ's descriptor without holding the CQ lock, so that threads waiting
+        // for their own completions keep reading the queue.
+        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
+        if self.obj.wait(ms) {
+            return;
         }
         std::thread::sleep(timeout.min(Duration::from_micros(100)));
     }
@@ -1266,7 +1265,9 @@ impl Fabric for OfiFabric {
             return;
         }
         for r in (0..self.size).filter(|&r| r != self.rank) {
-            if !matches!(self.peer_state(r), PeerState::Dead(_)) {
+            // A peer that left (finalized or dead) reads nothing more: no message to it, as
+            // the provider may retry a connection to a closed endpoint until the timeout.
+            if matches!(self.peer_state(r), PeerState::Running) {
                 let _ = self.send_control(r, Control::Finalized);
             }
         }
@@ -1280,7 +1281,7 @@ impl Fabric for OfiFabric {
         vec![
             res(
                 format!(
-                    "libfabric provider {} (fabric {}, domain {}; mr_mode {}; inject {} B; {} progress; {}{}{})",
+                    "libfabric provider {} (fabric {}, domain {}; mr_mode {}; inject {} B; {} progress; {}{}{}{})",
                     neg.provider,
                     neg.fabric_name,
                     neg.domain_name,
@@ -1290,6 +1291,7 @@ impl Fabric for OfiFabric {
                     if self.atomics { "native atomics" } else { "atomics through AMs" },
                     if neg.send_after_write { ", send-after-write order" } else { "" },
                     if neg.delivery_complete { ", delivery-complete" } else { "" },
+                    if neg.cq_wait_fd { ", CQ wait descriptor" } else { ", no CQ wait descriptor (short sleeps)" },
                 ),
                 1,
                 0,
