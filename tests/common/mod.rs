@@ -23,14 +23,33 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// Starts `n` ranks of this test executable through `weft run`, with `var=case` naming the
-/// rank program; returns the output, how long the job took, and the launcher's pid.
+/// True when jobs start under Open MPI's `mpirun` (`WEFT_TEST_LAUNCHER=mpirun`; ranks meet
+/// through PMIx, which needs a build with the `pmix` feature) instead of `weft run`.
+#[allow(dead_code)]
+pub fn under_mpirun() -> bool {
+    std::env::var("WEFT_TEST_LAUNCHER").is_ok_and(|v| v == "mpirun")
+}
+
+/// Starts `n` ranks of this test executable through `weft run` (or `mpirun`, see
+/// [`under_mpirun`]), with `var=case` naming the rank program; returns the output, how long
+/// the job took, and the launcher's pid.
 #[allow(dead_code)]
 pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
     let exe = std::env::current_exe().expect("test executable");
     let t = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_weft"))
-        .args(["run", "-n", &n.to_string(), "--timeout", "120", "--"])
+    let mut cmd = if under_mpirun() {
+        let mut c = Command::new("mpirun");
+        c.args(["-n", &n.to_string(), "--allow-run-as-root", "--oversubscribe", "--timeout", "120"]);
+        for k in std::iter::once(var).chain(env.iter().map(|(k, _)| *k)) {
+            c.args(["-x", k]);
+        }
+        c
+    } else {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+        c.args(["run", "-n", &n.to_string(), "--timeout", "120", "--"]);
+        c
+    };
+    let child = cmd
         .arg(exe)
         .env(var, case)
         .envs(env.iter().copied())

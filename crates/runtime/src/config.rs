@@ -16,6 +16,7 @@
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
 //! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two) | 32768 |
 
+use crate::startup::Identity;
 use crate::{Error, Result};
 use std::time::Duration;
 
@@ -124,10 +125,14 @@ fn positive(name: &str, v: u64) -> Result<u64> {
 }
 
 impl Config {
-    pub(crate) fn resolve(o: &Overrides) -> Result<Config> {
+    pub(crate) fn resolve(o: &Overrides, launched: Option<&Identity>) -> Result<Config> {
         let size: Option<u32> = parse("WEFT_SIZE", "a positive number of ranks")?;
         let rank: Option<u32> = parse("WEFT_RANK", "a rank number")?;
         let (rank, size, job) = match (rank, size, var("WEFT_JOB")) {
+            (None, None, None) if launched.is_some() => {
+                let l = launched.expect("checked");
+                (l.rank, l.size, l.job.clone())
+            }
             (None, None, None) => {
                 (0, 1, format!("solo{}x{:x}", std::process::id(), weft_fabric::os::now_ns()))
             }
@@ -177,13 +182,23 @@ impl Config {
             "WEFT_PEER_CHECK_MS",
             parse("WEFT_PEER_CHECK_MS", "a number of milliseconds")?.unwrap_or(10),
         )?;
-        let fabric = match var("WEFT_FABRIC").as_deref().map(str::trim) {
-            None | Some("shm") => FabricChoice::Shm,
-            Some("ofi") => {
-                FabricChoice::Ofi { provider: var("WEFT_OFI_PROVIDER"), domain: var("WEFT_OFI_DOMAIN") }
-            }
-            Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
-        };
+        let multi_node = launched.is_some_and(|l| l.multi_node);
+        let fabric =
+            match var("WEFT_FABRIC").as_deref().map(str::trim) {
+                // Ranks on several nodes need the network.
+                None if multi_node => {
+                    FabricChoice::Ofi { provider: var("WEFT_OFI_PROVIDER"), domain: var("WEFT_OFI_DOMAIN") }
+                }
+                Some("shm") if multi_node => return Err(Error::Config(
+                    "WEFT_FABRIC=shm, but the launcher placed ranks on several nodes: use WEFT_FABRIC=ofi"
+                        .into(),
+                )),
+                None | Some("shm") => FabricChoice::Shm,
+                Some("ofi") => {
+                    FabricChoice::Ofi { provider: var("WEFT_OFI_PROVIDER"), domain: var("WEFT_OFI_DOMAIN") }
+                }
+                Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
+            };
         let progress_thread = match o.progress_thread {
             Some(b) => Some(b),
             None => parse_bool("WEFT_PROGRESS_THREAD")?,

@@ -42,6 +42,7 @@ mod ops;
 mod progress;
 mod rma;
 mod segment;
+mod startup;
 mod team;
 mod vis;
 mod world;

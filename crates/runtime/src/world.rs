@@ -5,6 +5,7 @@ use crate::collective::CollectiveState;
 use crate::config::{Config, FabricChoice, Overrides, RmaPath};
 use crate::ops::OpTable;
 use crate::segment::SegmentTable;
+use crate::startup::Startup;
 use crate::{AmHandler, AmMsg, Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -74,15 +75,17 @@ impl Builder {
     }
     /// Joins the job: connects to every rank and checks that all registered the same handlers.
     pub fn init(&mut self) -> Result<World> {
-        let cfg = Config::resolve(&self.overrides)?;
-        let fabric = open_fabric(&cfg)?;
+        let startup = Startup::detect()?;
+        let cfg = Config::resolve(&self.overrides, startup.identity().as_ref())?;
+        let fabric = open_fabric(&cfg, &startup)?;
         let user = std::mem::take(&mut self.handlers);
         World::start(fabric, cfg, user, std::mem::take(&mut self.ext))
     }
 }
 
 /// Opens the fabric the configuration names.
-fn open_fabric(cfg: &Config) -> Result<Box<dyn Fabric>> {
+#[cfg_attr(not(feature = "ofi"), allow(unused_variables))]
+fn open_fabric(cfg: &Config, startup: &Startup) -> Result<Box<dyn Fabric>> {
     match &cfg.fabric {
         FabricChoice::Shm => Ok(Box::new(ShmFabric::init(ShmConfig {
             job: cfg.job.clone(),
@@ -96,12 +99,15 @@ fn open_fabric(cfg: &Config) -> Result<Box<dyn Fabric>> {
             use weft_fabric::boot::{Bootstrap, LauncherBoot, Solo};
             use weft_fabric::ofi::{OfiConfig, OfiFabric, Wanted};
             let launcher = LauncherBoot::from_env(cfg.rank, cfg.size, cfg.init_timeout)?;
-            let boot: &dyn Bootstrap = match &launcher {
-                Some(b) => b,
-                None if cfg.size == 1 => &Solo,
-                None => {
+            let boot: &dyn Bootstrap = match (&launcher, startup.bootstrap()) {
+                (Some(b), _) => b,
+                (None, Some(b)) => b,
+                (None, None) if cfg.size == 1 => &Solo,
+                (None, None) => {
                     return Err(Error::Config(
-                        "WEFT_FABRIC=ofi needs a start-up channel: start the job with `weft run`".into(),
+                        "WEFT_FABRIC=ofi needs a start-up channel: start the job with `weft run`, \
+                         or with mpirun / srun in a build with the `pmix` feature"
+                            .into(),
                     ))
                 }
             };

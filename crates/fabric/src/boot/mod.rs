@@ -7,10 +7,13 @@
 //!   (`WEFT_BOOT_FD`) and answers all-gathers on the other ([`serve`]), as MPICH's Hydra does
 //!   with `PMI_FD`. It works through any exec wrapper that keeps descriptors open (such as
 //!   `ip netns exec`).
-//! - PMIx (`mpirun`, `srun --mpi=pmix`), with the `pmix` feature: see `crate::pmix`.
+//! - [`pmix::PmixBoot`] (`mpirun`, `srun --mpi=pmix`), with the `pmix` feature.
 //!
 //! Frames are little-endian: a contribution is `len: u32, bytes`; an answer is `n: u32`, then
 //! `n` contributions in rank order. Sizes are checked before anything is allocated.
+
+#[cfg(feature = "pmix")]
+pub mod pmix;
 
 use crate::{FabricError, FabricResult, Rank};
 use std::io::{Read, Write};
@@ -30,6 +33,12 @@ pub trait Bootstrap: Send + Sync {
     /// Contributes `data` (at most [`MAX_CONTRIBUTION`] bytes) and returns every rank's
     /// contribution, in rank order. Collective: every rank calls it the same number of times.
     fn allgather(&self, data: &[u8]) -> FabricResult<Vec<Vec<u8>>>;
+}
+
+/// True when this process was started by a PMIx launcher (`mpirun`, `srun --mpi=pmix`): the
+/// launcher's server told it its namespace and rank.
+pub fn launched_by_pmix() -> bool {
+    std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
 }
 
 fn io_err(what: &str, e: std::io::Error) -> FabricError {

@@ -1,0 +1,95 @@
+//! How this process learns its place in the job: from `weft run`'s variables (`WEFT_RANK`,
+//! `WEFT_SIZE`, `WEFT_JOB`, and the start-up channel `WEFT_BOOT_FD`), from the PMIx server of
+//! `mpirun` / `srun --mpi=pmix` (feature `pmix`), or alone (rank 0 of 1).
+
+use crate::error::Result;
+use weft_fabric::boot::Bootstrap;
+
+/// Who started the job.
+pub(crate) enum Startup {
+    /// `weft run`, or nobody (a one-rank job): identity from the environment.
+    Env,
+    /// A PMIx launcher.
+    #[cfg(feature = "pmix")]
+    Pmix(Box<weft_fabric::boot::pmix::PmixBoot>),
+}
+
+/// Rank, size and job name as a launcher gave them.
+pub(crate) struct Identity {
+    pub rank: u32,
+    pub size: u32,
+    pub job: String,
+    /// The job spans more than this node.
+    pub multi_node: bool,
+}
+
+impl Startup {
+    /// Finds the launcher. `weft run`'s variables win over PMIx (a `weft run` inside an
+    /// allocation); a PMIx launch in a build without the `pmix` feature is an error rather
+    /// than N one-rank jobs.
+    pub(crate) fn detect() -> Result<Startup> {
+        if std::env::var_os("WEFT_RANK").is_some() || !weft_fabric::boot::launched_by_pmix() {
+            return Ok(Startup::Env);
+        }
+        #[cfg(feature = "pmix")]
+        {
+            Ok(Startup::Pmix(Box::new(weft_fabric::boot::pmix::PmixBoot::init()?)))
+        }
+        #[cfg(not(feature = "pmix"))]
+        Err(crate::Error::Config(
+            "started by a PMIx launcher (mpirun or srun) but this build has no PMIx support: \
+             build with `--features pmix` (or `cluster`), or start the job with `weft run`"
+                .into(),
+        ))
+    }
+
+    /// The identity the launcher gave, where it is not in the environment.
+    pub(crate) fn identity(&self) -> Option<Identity> {
+        match self {
+            Startup::Env => None,
+            #[cfg(feature = "pmix")]
+            Startup::Pmix(p) => Some(Identity {
+                rank: p.rank(),
+                size: p.size(),
+                job: job_name(p.namespace()),
+                multi_node: p.local_size() < p.size(),
+            }),
+        }
+    }
+
+    /// The out-of-band all-gather for network fabrics, if this launcher offers one.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    pub(crate) fn bootstrap(&self) -> Option<&dyn Bootstrap> {
+        match self {
+            Startup::Env => None,
+            #[cfg(feature = "pmix")]
+            Startup::Pmix(p) => Some(&**p),
+        }
+    }
+}
+
+/// A job name usable in file names (letters and digits, at most 64) from a launcher's
+/// namespace, which may hold any characters; distinct namespaces stay distinct (hashed).
+#[cfg_attr(not(feature = "pmix"), allow(dead_code))]
+pub(crate) fn job_name(namespace: &str) -> String {
+    let clean: String = namespace.chars().filter(|c| c.is_ascii_alphanumeric()).take(40).collect();
+    // FNV-1a over the whole namespace keeps names apart that the filter would merge.
+    let h =
+        namespace.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+    format!("p{clean}x{h:x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_names_are_clean_and_distinct() {
+        let a = job_name("prterun-vm-1234@1");
+        let b = job_name("prterun-vm-1234@2");
+        assert_ne!(a, b);
+        for n in [&a, &b, &job_name(&"x/".repeat(100))] {
+            assert!(n.len() <= 64 && n.chars().all(|c| c.is_ascii_alphanumeric()), "{n}");
+        }
+    }
+}
