@@ -343,6 +343,21 @@ fn early_exit() -> Res {
     ck(t.elapsed() < Duration::from_secs(3), || format!("detection took {:?}", t.elapsed()))
 }
 
+/// Rank 1 vanishes without finalizing (as with a lost node; its exit status 0 does not make the
+/// launcher stop the job): the others' barrier fails within a few seconds, on any host.
+fn vanished_rank() -> Res {
+    let w = World::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 1 {
+        // Ends the process without running destructors: the World is never finalized.
+        std::process::exit(0);
+    }
+    let t = Instant::now();
+    let r = w.barrier();
+    ck(matches!(&r, Err(Error::PeerFailed { .. })), || format!("barrier with a vanished rank: {r:?}"))?;
+    ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))
+}
+
 /// Rank 1 is killed with SIGKILL while the others wait on it (checked by the driver).
 fn killed_rank() -> Res {
     let w = World::init().map_err(e2s)?;
@@ -933,6 +948,7 @@ const CASES: &[Case] = &[
     Case { name: "bad_input", run: bad_input, ranks: &[2, 4], env: &[] },
     Case { name: "handler_mismatch", run: handler_mismatch, ranks: &[2], env: &[] },
     Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
+    Case { name: "vanished_rank", run: vanished_rank, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_bad_input", run: rpc_bad_input, ranks: &[2, 4], env: &[] },

@@ -47,6 +47,10 @@ pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, D
     } else {
         let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
         c.args(["run", "-n", &n.to_string(), "--timeout", "120", "--"]);
+        // An exec wrapper for every rank (the two-host namespace test places ranks with it).
+        if let Ok(w) = std::env::var("WEFT_TEST_WRAPPER") {
+            c.arg(w);
+        }
         c
     };
     let child = cmd

@@ -58,6 +58,13 @@ const TAG_REPLY: u64 = 2;
 /// of requests waits at the sender instead of piling up in the receiver's memory).
 const REQUEST_CREDITS: u32 = 32;
 const CREDIT_BATCH: u32 = REQUEST_CREDITS / 2;
+/// While a rank waits on a peer on another host, a probe message goes to it this often: a
+/// peer whose process is gone refuses it, which marks it dead (same-host peers are checked
+/// through /proc instead).
+const PROBE_INTERVAL_NS: u64 = 500_000_000;
+/// A peer whose endpoint refuses probes (the provider answers `-FI_EAGAIN`: it cannot
+/// reconnect, as when the process or its host is gone) for this long is reported dead.
+const PROBE_REFUSED_NS: u64 = 2_000_000_000;
 const RX_BYTES: usize = (wire::HEADER + 8 * crate::AM_MAX_ARGS + MAX_MEDIUM + 4095) & !4095;
 
 /// Start-up parameters.
@@ -107,11 +114,32 @@ impl Tracker {
 
 /// An operation in flight; boxed into a libfabric context.
 enum Op {
-    Recv { slot: u32 },
-    Send { slot: Option<u32>, dst: Rank },
-    Write { slot: Option<u32>, dst: Rank, track: Arc<Tracker> },
-    Read { dst: Rank, track: Arc<Tracker> },
-    Atomic { slot: u32, dst: Rank, track: Arc<Tracker> },
+    Recv {
+        slot: u32,
+    },
+    Send {
+        slot: Option<u32>,
+        dst: Rank,
+    },
+    /// A liveness probe in a small slot.
+    Probe {
+        slot: u32,
+        dst: Rank,
+    },
+    Write {
+        slot: Option<u32>,
+        dst: Rank,
+        track: Arc<Tracker>,
+    },
+    Read {
+        dst: Rank,
+        track: Arc<Tracker>,
+    },
+    Atomic {
+        slot: u32,
+        dst: Rank,
+        track: Arc<Tracker>,
+    },
 }
 
 /// What an incoming AM carries, copied out of its receive buffer.
@@ -180,6 +208,12 @@ pub struct OfiFabric {
     owed: Vec<AtomicU32>,
     /// A credit return could not be sent; `progress` retries.
     owed_retry: AtomicBool,
+    /// When the last liveness probe went to each peer (`os::now_ns`), and whether it is in
+    /// flight.
+    probed_at: Vec<AtomicU64>,
+    probing: Vec<AtomicBool>,
+    /// Since when probes to each peer have been refused (0: the last one was accepted).
+    refused_since: Vec<AtomicU64>,
     failed: Mutex<Vec<Option<String>>>,
     rejected: AtomicU64,
     delivering: AtomicUsize,
@@ -264,6 +298,9 @@ impl OfiFabric {
             credits: (0..size).map(|_| AtomicU32::new(REQUEST_CREDITS)).collect(),
             owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
             owed_retry: AtomicBool::new(false),
+            probed_at: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            probing: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            refused_since: (0..size).map(|_| AtomicU64::new(0)).collect(),
             failed: Mutex::new(vec![None; size as usize]),
             rejected: AtomicU64::new(0),
             delivering: AtomicUsize::new(0),
@@ -446,6 +483,13 @@ impl OfiFabric {
                 }
                 if let Err(why) = res {
                     self.mark_failed(dst, format!("a message to it failed: {why}"));
+                }
+            }
+            Op::Probe { slot, dst } => {
+                self.smalls.give(slot);
+                self.probing[dst as usize].store(false, Ordering::Release);
+                if let Err(why) = res {
+                    self.mark_failed(dst, format!("unreachable: {why}"));
                 }
             }
             Op::Write { slot, dst, track } => {
@@ -920,6 +964,54 @@ impl OfiFabric {
         Ok(true)
     }
 
+    /// Sends a liveness probe (a `Wake`) to `dst` unless one is in flight or went out less
+    /// than [`PROBE_INTERVAL_NS`] ago; its failure marks `dst` dead (see `finish`).
+    fn probe(&self, dst: Rank) {
+        let d = dst as usize;
+        let now = os::now_ns();
+        if now.saturating_sub(self.probed_at[d].load(Ordering::Acquire)) < PROBE_INTERVAL_NS
+            || self.probing[d].swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        self.probed_at[d].store(now, Ordering::Release);
+        let Some(slot) = self.smalls.take() else {
+            self.probing[d].store(false, Ordering::Release);
+            return;
+        };
+        let msg = self.control_message(Control::Wake, 0);
+        let at = self.smalls.addr(slot);
+        // SAFETY: the small slot (64 bytes ≥ a header) is ours until the probe completes.
+        unsafe { std::slice::from_raw_parts_mut(at as *mut u8, msg.len()) }.copy_from_slice(&msg);
+        let ctx = Context::into_raw(Op::Probe { slot, dst });
+        let ret = self.obj.send(at, msg.len(), self.stage.mr.desc(), self.addrs[d], TAG_REPLY, ctx);
+        if ret < 0 {
+            // SAFETY: refused, so the context is ours again.
+            drop(unsafe { Context::<Op>::from_raw(ctx) });
+            self.smalls.give(slot);
+            self.probing[d].store(false, Ordering::Release);
+            let since =
+                match self.refused_since[d].compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => now,
+                    Err(t) => t,
+                };
+            if ret != EAGAIN {
+                self.mark_failed(dst, format!("unreachable: {}", ffi::strerror(ret as i64)));
+            } else if now - since >= PROBE_REFUSED_NS {
+                self.mark_failed(
+                    dst,
+                    format!(
+                        "its endpoint refused connections for {} s (process or host gone)",
+                        (now - since) / 1_000_000_000
+                    ),
+                );
+            }
+            return;
+        }
+        self.refused_since[d].store(0, Ordering::Release);
+        self.inflight.fetch_add(1, Ordering::AcqRel);
+    }
+
     fn control_message(&self, c: Control, value: u64) -> [u8; wire::HEADER] {
         let h = Header {
             key: self.key,
@@ -1243,8 +1335,12 @@ impl Fabric for OfiFabric {
             return PeerState::Dead(why);
         }
         let (host, pid) = &self.hosts[r];
-        if *host == self.hosts[self.rank as usize].0 && !os::process_alive(*pid) {
-            return PeerState::Dead(format!("process {pid} is gone"));
+        if *host == self.hosts[self.rank as usize].0 {
+            if !os::process_alive(*pid) {
+                return PeerState::Dead(format!("process {pid} is gone"));
+            }
+        } else {
+            self.probe(rank);
         }
         PeerState::Running
     }
