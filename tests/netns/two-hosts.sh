@@ -40,3 +40,21 @@ done
 echo "hosts: weft-h0 (10.77.0.1, weftv0) <-> weft-h1 (10.77.0.2, weftv1)"
 WEFT_TEST_WRAPPER=$here/rank-wrapper.sh WEFT_FABRIC=ofi WEFT_OFI_PROVIDER=tcp \
     cargo test --features cluster --test multirank "$@"
+# The fabric each placement gets: one rank per host talks libfabric only; two per host talk
+# shared memory to the neighbour and libfabric across (the hybrid fabric), or libfabric to
+# everyone when WEFT_SAME_HOST=ofi.
+weft=target/debug/weft
+expect() {
+    local n=$1 want=$2 out got
+    shift 2
+    out=$(env "$@" WEFT_FABRIC=ofi WEFT_OFI_PROVIDER=tcp \
+        $weft run -n "$n" -- "$here/rank-wrapper.sh" $weft __rank info --segment-kib 64 --threads 1)
+    got=$(awk '{ sub(/^\[0\] /, "") } $1 == "fabric" { print $2 }' <<<"$out")
+    if [ "$got" != "$want" ]; then
+        echo "$n ranks on two hosts $*: expected fabric $want, got:"; echo "$out"; exit 1
+    fi
+    echo "$n ranks on two hosts $*: fabric $want"
+}
+expect 2 ofi
+expect 4 ofi+shm
+expect 4 ofi WEFT_SAME_HOST=ofi

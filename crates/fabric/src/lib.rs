@@ -16,9 +16,14 @@
 //! Fabrics available:
 //! - [`shm::ShmFabric`]: processes of one node, through shared-memory files mapped by every
 //!   rank. RMA and atomics are direct loads and stores; AMs travel through lock-free rings.
+//! - [`ofi::OfiFabric`] (feature `ofi`): libfabric, for ranks on other hosts.
+//! - [`hybrid::HybridFabric`] (feature `ofi`): shared memory to the ranks of this host and
+//!   libfabric to the others, chosen per peer.
 
 pub mod boot;
 pub mod copy;
+#[cfg(feature = "ofi")]
+pub mod hybrid;
 #[cfg(feature = "ofi")]
 pub mod ofi;
 pub mod os;
@@ -85,6 +90,15 @@ pub trait Fabric: Send + Sync + 'static {
         len: usize,
         token: u64,
     ) -> FabricResult<Issued>;
+
+    /// Whether atomics on `rank`'s memory should go through [`Fabric::atomic`]. `false` sends
+    /// them through AMs executed by the target's CPU: what a fabric asks for when its native
+    /// atomics to that peer would not be atomic with respect to other ranks reaching the same
+    /// memory another way (a NIC's atomics against a neighbour's CPU atomics).
+    fn native_atomics_to(&self, rank: Rank) -> bool {
+        let _ = rank;
+        self.caps().atomics
+    }
 
     /// Completes remotely every put and atomic this process issued with token 0 that
     /// returned [`Issued::Pending`] (OpenSHMEM's quiet).

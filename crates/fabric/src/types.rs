@@ -55,6 +55,11 @@ impl LocalRegion {
     pub fn new(id: u32, mapping: std::sync::Arc<crate::os::Mapping>, desc: Vec<u8>) -> Self {
         LocalRegion { id, addr: mapping.as_ptr() as usize, len: mapping.len(), desc, _keep: mapping }
     }
+    /// The memory behind the region.
+    #[cfg(feature = "ofi")]
+    pub(crate) fn mapping(&self) -> &std::sync::Arc<crate::os::Mapping> {
+        &self._keep
+    }
     /// Start of the region in this process.
     pub fn as_ptr(&self) -> *mut u8 {
         self.addr as *mut u8

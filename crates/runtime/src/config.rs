@@ -6,6 +6,7 @@
 //! | `WEFT_FABRIC` | `shm` (processes of one node, shared memory) or `ofi` (libfabric; needs the `ofi` feature and a start-up channel: `weft run`) | shm |
 //! | `WEFT_OFI_PROVIDER` | libfabric provider for `ofi` (`tcp`, `shm`, `verbs`, `efa`, `cxi`, ...) | the first that offers RDM messages and RMA |
 //! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
+//! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
 //! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
 //! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 1 where the fabric needs target progress, else 0 |
 //! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when the job has more ranks than this node has cores |
@@ -40,6 +41,9 @@ pub enum FabricChoice {
         provider: Option<String>,
         /// Domain name (`WEFT_OFI_DOMAIN`).
         domain: Option<String>,
+        /// Ranks of one host talk through shared memory (`WEFT_SAME_HOST=shm`, the default)
+        /// rather than through libfabric (`ofi`).
+        same_host_shm: bool,
     },
 }
 
@@ -110,6 +114,20 @@ fn parse_bool(name: &str) -> Result<Option<bool>> {
         Some("0" | "false" | "no" | "off") => Ok(Some(false)),
         Some(v) => Err(Error::Config(format!("{name}={v:?}: expected 0 or 1"))),
     }
+}
+
+/// `WEFT_FABRIC=ofi` with its `WEFT_OFI_*` and `WEFT_SAME_HOST` settings.
+fn ofi_choice() -> Result<FabricChoice> {
+    let same_host_shm = match var("WEFT_SAME_HOST").as_deref().map(str::trim) {
+        None | Some("shm") => true,
+        Some("ofi") => false,
+        Some(v) => return Err(Error::Config(format!("WEFT_SAME_HOST={v:?}: expected shm or ofi"))),
+    };
+    Ok(FabricChoice::Ofi {
+        provider: var("WEFT_OFI_PROVIDER"),
+        domain: var("WEFT_OFI_DOMAIN"),
+        same_host_shm,
+    })
 }
 
 /// True if `ranks` ranks (all on this node: the shared-memory fabric) outnumber its cores.
@@ -186,17 +204,13 @@ impl Config {
         let fabric =
             match var("WEFT_FABRIC").as_deref().map(str::trim) {
                 // Ranks on several nodes need the network.
-                None if multi_node => {
-                    FabricChoice::Ofi { provider: var("WEFT_OFI_PROVIDER"), domain: var("WEFT_OFI_DOMAIN") }
-                }
+                None if multi_node => ofi_choice()?,
                 Some("shm") if multi_node => return Err(Error::Config(
                     "WEFT_FABRIC=shm, but the launcher placed ranks on several nodes: use WEFT_FABRIC=ofi"
                         .into(),
                 )),
                 None | Some("shm") => FabricChoice::Shm,
-                Some("ofi") => {
-                    FabricChoice::Ofi { provider: var("WEFT_OFI_PROVIDER"), domain: var("WEFT_OFI_DOMAIN") }
-                }
+                Some("ofi") => ofi_choice()?,
                 Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
             };
         let progress_thread = match o.progress_thread {

@@ -30,19 +30,44 @@ impl Comm {
         if !self.native_rma {
             return self.am_put(dst.rank(), seg.id, off, bytes).map(Started::Pending);
         }
-        match self.fabric.put(seg.remote(dst.rank())?, off, bytes, 0)? {
-            Issued::Done(_) => Ok(Started::Done(0)),
-            // Untracked native operations are completed by the fabric's quiet.
-            Issued::Pending => {
-                self.fabric.quiet()?;
-                Ok(Started::Done(0))
+        let region = seg.remote(dst.rank())?;
+        if self.caps.load_store {
+            // Shared memory: the copy is complete when the call returns.
+            return match self.fabric.put(region, off, bytes, 0)? {
+                Issued::Done(_) => Ok(Started::Done(0)),
+                Issued::Pending => self.fabric.quiet().map(|_| Started::Done(0)).map_err(Into::into),
+            };
+        }
+        // A network: the put completes later, reported with its own token, so a handle or an
+        // NBI sync waits for exactly its operations.
+        self.tracked(dst.rank(), |token| self.fabric.put(region, off, bytes, token))
+    }
+
+    /// Issues one fabric operation with a fresh completion token and returns what to wait on.
+    fn tracked(
+        &self,
+        rank: u32,
+        issue: impl FnOnce(u64) -> weft_fabric::FabricResult<Issued>,
+    ) -> Result<Started> {
+        let state = OpState::new(rank, 1, 0);
+        let token = self.ops.register(&state);
+        match issue(token) {
+            Ok(Issued::Done(v)) => {
+                self.ops.complete(token, v, Ok(()));
+                Ok(Started::Done(v))
+            }
+            Ok(Issued::Pending) => Ok(Started::Pending(state)),
+            Err(e) => {
+                // Forget the token: nothing will complete it.
+                self.ops.complete(token, 0, Err(e.clone().into()));
+                Err(e.into())
             }
         }
     }
 
     fn start_atomic(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<Started> {
         let (seg, off) = self.resolve(p, 8)?;
-        if !self.native_atomics {
+        if !self.native_atomics || !self.fabric.native_atomics_to(p.rank()) {
             return self.am_atomic(p.rank(), seg.id, off, op).map(Started::Pending);
         }
         let region = seg.remote(p.rank())?;
@@ -55,15 +80,7 @@ impl Comm {
                 })),
             };
         }
-        let state = OpState::new(p.rank(), 1, 0);
-        let token = self.ops.register(&state);
-        match self.fabric.atomic(region, off, op, token)? {
-            Issued::Done(v) => {
-                self.ops.complete(token, v, Ok(()));
-                Ok(Started::Done(v))
-            }
-            Issued::Pending => Ok(Started::Pending(state)),
-        }
+        self.tracked(p.rank(), |token| self.fabric.atomic(region, off, op, token))
     }
 
     fn finish(&self, s: Started) -> Result<u64> {

@@ -95,7 +95,7 @@ fn open_fabric(cfg: &Config, startup: &Startup) -> Result<Box<dyn Fabric>> {
             init_timeout: cfg.init_timeout,
         })?)),
         #[cfg(feature = "ofi")]
-        FabricChoice::Ofi { provider, domain } => {
+        FabricChoice::Ofi { provider, domain, same_host_shm } => {
             use weft_fabric::boot::{Bootstrap, LauncherBoot, Solo};
             use weft_fabric::ofi::{OfiConfig, OfiFabric, Wanted};
             let launcher = LauncherBoot::from_env(cfg.rank, cfg.size, cfg.init_timeout)?;
@@ -113,7 +113,18 @@ fn open_fabric(cfg: &Config, startup: &Startup) -> Result<Box<dyn Fabric>> {
             };
             let wanted = Wanted { provider: provider.clone(), domain: domain.clone() };
             let op_timeout = cfg.init_timeout;
-            Ok(Box::new(OfiFabric::init(OfiConfig { wanted, op_timeout }, boot)?))
+            let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout }, boot)?;
+            // Every rank makes the same choice: region descriptors differ between the two.
+            if !*same_host_shm || !ofi.hosts_shared() {
+                return Ok(Box::new(ofi));
+            }
+            use weft_fabric::hybrid::{HybridConfig, HybridFabric};
+            let hybrid = HybridConfig {
+                job: cfg.job.clone(),
+                ring_bytes: cfg.ring_bytes,
+                init_timeout: cfg.init_timeout,
+            };
+            Ok(Box::new(HybridFabric::init(ofi, hybrid)?))
         }
         #[cfg(not(feature = "ofi"))]
         FabricChoice::Ofi { .. } => Err(Error::Config(

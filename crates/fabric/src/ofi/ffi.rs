@@ -500,22 +500,21 @@ impl Objects {
 
     /// Sleeps until the completion queue may have something to read, at most `ms`
     /// milliseconds, without holding anything: other threads keep reading the queue meanwhile
-    /// (libfabric's `fi_trywait` protocol). Returns false at once where the CQ has no wait
-    /// file descriptor.
-    pub fn wait(&self, ms: i32) -> bool {
+    /// (libfabric's `fi_trywait` protocol). `Some(true)` when something may be ready,
+    /// `Some(false)` when `ms` passed, `None` at once where the CQ has no wait descriptor.
+    pub fn wait(&self, ms: i32) -> Option<bool> {
         if self.wait_fd < 0 {
-            return false;
+            return None;
         }
         let mut cq_fid = self.cq.cast::<sys::fid>();
         // SAFETY: fabric and cq are open; fi_trywait reads one fid pointer from the array.
         if unsafe { sys::fi_trywait(self.fabric, &mut cq_fid, 1) } != 0 {
             // Completions are waiting (or the provider needs a read first): do not sleep.
-            return true;
+            return Some(true);
         }
         let mut p = libc::pollfd { fd: self.wait_fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: p is one valid pollfd; the descriptor belongs to the open CQ.
-        unsafe { libc::poll(&mut p, 1, ms) };
-        true
+        Some(unsafe { libc::poll(&mut p, 1, ms) } > 0)
     }
 
     fn cq_result(&self, n: isize) -> Result<usize, sys::fi_cq_err_entry> {

@@ -218,6 +218,8 @@ pub struct OfiFabric {
     rejected: AtomicU64,
     delivering: AtomicUsize,
     done: AtomicBool,
+    /// Ranks on this host are reached through another fabric (see `leave_same_host_peers`).
+    same_host_elsewhere: bool,
     op_timeout: Duration,
     // Dropped last: every registration above must close before the domain.
     obj: Objects,
@@ -305,6 +307,7 @@ impl OfiFabric {
             rejected: AtomicU64::new(0),
             delivering: AtomicUsize::new(0),
             done: AtomicBool::new(false),
+            same_host_elsewhere: false,
             op_timeout: if cfg.op_timeout.is_zero() { Duration::from_secs(60) } else { cfg.op_timeout },
             obj,
         };
@@ -319,6 +322,62 @@ impl OfiFabric {
     /// The provider chosen, for `weft info` and benchmark labels.
     pub fn provider(&self) -> &str {
         &self.obj.neg.provider
+    }
+
+    /// Registers memory mapped elsewhere (by another fabric) as region `id`, of which `len`
+    /// bytes are reachable: how the hybrid fabric makes one segment reachable both through
+    /// shared memory and through the network. `id` must not be registered already.
+    pub fn register_mapping(&self, id: u32, map: Arc<Mapping>, len: usize) -> FabricResult<LocalRegion> {
+        self.register_at(Some(id), map, len)
+    }
+
+    /// Registers `map` as region `id`, or as the next unused id.
+    fn register_at(&self, id: Option<u32>, map: Arc<Mapping>, len: usize) -> FabricResult<LocalRegion> {
+        let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        let id = id.unwrap_or(regions.len() as u32);
+        if regions.get(id as usize).is_some_and(Option::is_some) || len > map.len() {
+            return Err(FabricError::Mismatch {
+                what: format!("region {id} of {len} bytes registered twice or too long"),
+            });
+        }
+        let mr = self.obj.register(map.as_ptr() as usize, map.len(), region_key(id))?;
+        let base = if self.obj.neg.virt_addr() { map.as_ptr() as u64 } else { 0 };
+        let mut desc = id.to_le_bytes().to_vec();
+        desc.extend_from_slice(&(len as u64).to_le_bytes());
+        desc.extend_from_slice(&base.to_le_bytes());
+        desc.extend_from_slice(&mr.key().to_le_bytes());
+        if regions.len() <= id as usize {
+            regions.resize_with(id as usize + 1, || None);
+        }
+        regions[id as usize] = Some(Reg { map: map.clone(), mr });
+        Ok(LocalRegion::new(id, map, desc))
+    }
+
+    /// The ranks on this rank's host (itself included), in rank order: processes that could
+    /// share memory instead of going through the network.
+    pub fn same_host_ranks(&self) -> Vec<Rank> {
+        let mine = &self.hosts[self.rank as usize].0;
+        (0..self.size).filter(|&r| self.hosts[r as usize].0 == *mine).collect()
+    }
+
+    /// True when some host of the job runs more than one rank (the same answer on every
+    /// rank): whether shared memory could carry part of the traffic.
+    pub fn hosts_shared(&self) -> bool {
+        let mut hosts: Vec<&str> = self.hosts.iter().map(|(h, _)| h.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.windows(2).any(|w| w[0] == w[1])
+    }
+
+    /// From now on this fabric carries no traffic to ranks on this host (another fabric does):
+    /// it sends them nothing when it finalizes.
+    pub fn leave_same_host_peers(&mut self) {
+        self.same_host_elsewhere = true;
+    }
+
+    /// Sleeps until the completion queue may hold something or `timeout` passes: `Some(true)`
+    /// when something may be ready, `None` when the provider offers no wait descriptor.
+    pub fn wait_ready(&self, timeout: Duration) -> Option<bool> {
+        self.obj.wait(timeout.as_millis().clamp(1, i32::MAX as u128) as i32)
     }
 
     fn post_recv(&self, slot: u32) -> FabricResult<()> {
@@ -1079,17 +1138,8 @@ impl Fabric for OfiFabric {
     }
 
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {
-        let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
-        let id = regions.len() as u32;
-        let reg = register_map(&self.obj, len, region_key(id))?;
-        let base = if self.obj.neg.virt_addr() { reg.map.as_ptr() as u64 } else { 0 };
-        let mut desc = id.to_le_bytes().to_vec();
-        desc.extend_from_slice(&(len as u64).to_le_bytes());
-        desc.extend_from_slice(&base.to_le_bytes());
-        desc.extend_from_slice(&reg.mr.key().to_le_bytes());
-        let region = LocalRegion::new(id, reg.map.clone(), desc);
-        regions.push(Some(reg));
-        Ok(region)
+        let map = Arc::new(os::map_anonymous(len.max(1).next_multiple_of(4096))?);
+        self.register_at(None, map, len)
     }
 
     fn deregister(&self, region: &LocalRegion) {
@@ -1310,11 +1360,9 @@ impl Fabric for OfiFabric {
         }
         // Sleep on the CQ's descriptor without holding the CQ lock, so that threads waiting
         // for their own completions keep reading the queue.
-        let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;
-        if self.obj.wait(ms) {
-            return;
+        if self.wait_ready(timeout).is_none() {
+            std::thread::sleep(timeout.min(Duration::from_micros(100)));
         }
-        std::thread::sleep(timeout.min(Duration::from_micros(100)));
     }
 
     fn notify(&self, rank: Rank) {
@@ -1360,7 +1408,9 @@ impl Fabric for OfiFabric {
         if self.done.swap(true, Ordering::AcqRel) {
             return;
         }
-        for r in (0..self.size).filter(|&r| r != self.rank) {
+        let me = &self.hosts[self.rank as usize].0;
+        let elsewhere = |r: Rank| self.same_host_elsewhere && self.hosts[r as usize].0 == *me;
+        for r in (0..self.size).filter(|&r| r != self.rank && !elsewhere(r)) {
             // A peer that left (finalized or dead) reads nothing more: no message to it, as
             // the provider may retry a connection to a closed endpoint until the timeout.
             if matches!(self.peer_state(r), PeerState::Running) {

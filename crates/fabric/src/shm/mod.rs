@@ -219,6 +219,27 @@ impl ShmFabric {
     /// costing a line transfer per message. The race it would close (a receiver going to sleep
     /// just as the message lands) costs at most that receiver's sleep timeout (≤ 2 ms), and
     /// the window is a few nanoseconds wide.
+    /// First step of a sleep in [`Fabric::wait_incoming`], split out for fabrics built on
+    /// this one: from now on [`Fabric::notify`] of this rank rings its doorbell. Returns the
+    /// doorbell's value; check for work, then [`ShmFabric::sleep`] with it, then
+    /// [`ShmFabric::sleep_end`].
+    pub fn sleep_begin(&self) -> u32 {
+        let c = self.control(self.rank);
+        c.sleepers.fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        c.doorbell.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until the doorbell moves from `seen` or `timeout` passes.
+    pub fn sleep(&self, seen: u32, timeout: Duration) {
+        os::futex_wait(&self.control(self.rank).doorbell, seen, timeout);
+    }
+
+    /// Ends a sleep begun with [`ShmFabric::sleep_begin`].
+    pub fn sleep_end(&self) {
+        self.control(self.rank).sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
     fn ring_doorbell(&self, dst: Rank) {
         ring_doorbell(self.control(dst));
     }
@@ -608,14 +629,11 @@ impl Fabric for ShmFabric {
     }
 
     fn wait_incoming(&self, timeout: Duration) {
-        let c = self.control(self.rank);
-        let seen = c.doorbell.load(Ordering::Acquire);
-        c.sleepers.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        let seen = self.sleep_begin();
         if !self.has_incoming() {
-            os::futex_wait(&c.doorbell, seen, timeout);
+            self.sleep(seen, timeout);
         }
-        c.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.sleep_end();
     }
 
     fn peer_state(&self, rank: Rank) -> PeerState {

@@ -60,7 +60,7 @@ pub(super) fn exec_put(comm: &Comm, to: &Target, src: Src<'_>) -> Result<Outcome
 
 /// Executes an atomic whose result is discarded now.
 pub(super) fn exec_atomic(comm: &Comm, to: &Target, op: AtomicOp) -> Result<Outcome> {
-    if !comm.native_atomics {
+    if !comm.native_atomics || !comm.fabric.native_atomics_to(to.rank) {
         return Ok(Outcome::Op(comm.am_atomic(to.rank, to.seg, to.off, op)?));
     }
     let issued = comm.fabric.atomic(&to.region, to.off, op, 0)?;
