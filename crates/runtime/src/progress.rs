@@ -25,6 +25,25 @@ pub(crate) enum Deps<'a> {
 const YIELD_WINDOW: Duration = Duration::from_millis(1);
 /// Longest single sleep of a waiting thread.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
+/// How long the progress thread stands aside before it looks again whether an application
+/// thread still waits (and so makes progress itself).
+const STAND_ASIDE: Duration = Duration::from_micros(500);
+
+/// Counts a thread in [`Comm::waiting`] while it lives.
+struct Waiting<'a>(&'a Comm);
+
+impl<'a> Waiting<'a> {
+    fn enter(comm: &'a Comm) -> Self {
+        comm.waiting.fetch_add(1, Ordering::AcqRel);
+        Waiting(comm)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Spin, then yield, then sleep on the fabric's doorbell with growing timeouts.
 pub(crate) struct Backoff {
@@ -139,6 +158,9 @@ impl Comm {
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
         let mut backoff = Backoff::new(self);
+        // A thread waiting here delivers everything and sleeps on the fabric's doorbell, which
+        // arriving traffic rings: the progress thread has nothing to add meanwhile.
+        let _waiting = (set == PollSet::All).then(|| Waiting::enter(self));
         loop {
             if cond() {
                 return Ok(());
@@ -207,6 +229,13 @@ impl Comm {
     pub(crate) fn progress_loop(&self) {
         let mut backoff = Backoff::new(self);
         while !self.stop.load(Ordering::Acquire) {
+            if self.waiting.load(Ordering::Acquire) > 0 {
+                // Stand aside: on few cores a second poller only takes the core (and the
+                // completion queue) from the thread that waits for the next message.
+                std::thread::park_timeout(STAND_ASIDE);
+                backoff.reset();
+                continue;
+            }
             let hooks = self.run_hooks().unwrap_or_else(|e| {
                 self.record_error(e);
                 0

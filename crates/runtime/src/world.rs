@@ -150,6 +150,9 @@ pub struct Comm {
     pub(crate) has_error: AtomicBool,
     pub(crate) error: Mutex<Option<Error>>,
     pub(crate) stop: AtomicBool,
+    /// Application threads inside a wait that delivers everything (the progress thread
+    /// stands aside while there is one).
+    pub(crate) waiting: std::sync::atomic::AtomicUsize,
     pub(crate) ext: crate::ext::Extensions,
 }
 
@@ -207,6 +210,7 @@ impl World {
             has_error: AtomicBool::new(false),
             error: Mutex::new(None),
             stop: AtomicBool::new(false),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
             ext,
             cfg,
         });

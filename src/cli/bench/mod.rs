@@ -8,6 +8,7 @@ mod dgemm;
 mod ft;
 mod limits;
 mod msgrate;
+mod net;
 mod report;
 mod rma;
 mod rpc;
@@ -49,6 +50,11 @@ pub enum Suite {
     /// `WEFT_STENCIL_N` (default 1024), P = `WEFT_STENCIL_P` (default the cores, at most 16).
     /// Run with as many ranks as splits wanted (`-n P`).
     Stencil,
+    /// A network fabric beside libfabric's `fi_pingpong` on the same provider, measured in the
+    /// same run: 8 B put latency and empty AM round trip beside its round trip, 1 MiB put
+    /// bandwidth beside its bandwidth. Run with `--fabric ofi --provider tcp` (build with
+    /// `--features ofi`). Not in the default set.
+    Net,
     /// NAS FT (class `--class`): exchange, slabs and pencils, one-sided and two-sided, each
     /// beside the bulk exchange of the same model. Not in the default set (seconds to minutes).
     Ft,
@@ -56,7 +62,7 @@ pub enum Suite {
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Suites to run (default: all but ft, msgrate, dgemm and stencil).
+    /// Suites to run (default: all but ft, msgrate, dgemm, stencil and net).
     #[arg(value_enum)]
     pub suites: Vec<Suite>,
     /// Number of ranks.
@@ -68,6 +74,36 @@ pub struct BenchArgs {
     /// NAS FT problem class for the ft suite: S, W, A, B or C.
     #[arg(long, default_value = "A")]
     pub class: weft_ft::Class,
+    /// Fabric of the ranks (sets `WEFT_FABRIC`); `ofi` also sends the traffic between ranks
+    /// of this host through libfabric (`WEFT_SAME_HOST=ofi`), which is what a network
+    /// benchmark on one machine needs.
+    #[arg(long)]
+    pub fabric: Option<String>,
+    /// libfabric provider with `--fabric ofi` (sets `WEFT_OFI_PROVIDER`; `fi_pingpong` uses it too).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// libfabric domain with `--fabric ofi` (sets `WEFT_OFI_DOMAIN`, e.g. `lo`).
+    #[arg(long)]
+    pub domain: Option<String>,
+}
+
+impl BenchArgs {
+    /// The fabric settings for the ranks' environment.
+    fn fabric_env(&self) -> Vec<(String, String)> {
+        let mut env = vec![];
+        if let Some(f) = &self.fabric {
+            env.push(("WEFT_FABRIC".to_string(), f.clone()));
+            if f == "ofi" {
+                env.push(("WEFT_SAME_HOST".to_string(), "ofi".to_string()));
+            }
+        }
+        for (var, v) in [("WEFT_OFI_PROVIDER", &self.provider), ("WEFT_OFI_DOMAIN", &self.domain)] {
+            if let Some(v) = v {
+                env.push((var.to_string(), v.clone()));
+            }
+        }
+        env
+    }
 }
 
 /// Starts the ranks of a benchmark run.
@@ -79,11 +115,13 @@ pub fn launch(args: &BenchArgs) -> Result<i32, String> {
         a.push("--json".into());
     }
     a.extend(["--class".into(), args.class.to_string().into()]);
-    let mut env = vec![];
+    let mut env = args.fabric_env();
+    let mut files = vec![];
     if args.suites.is_empty() || args.suites.contains(&Suite::Coll) {
-        env.extend(peer_collectives(args.n));
+        let peer = peer_collectives(args.n);
+        files.extend(peer.iter().map(|(_, path)| path.clone()));
+        env.extend(peer);
     }
-    let files: Vec<String> = env.iter().map(|(_, path)| path.clone()).collect();
     let r = super::self_launch(args.n, a, env);
     files.iter().for_each(|f| drop(std::fs::remove_file(f)));
     r
@@ -157,7 +195,9 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
         Suite::value_variants()
             .iter()
             .copied()
-            .filter(|&s| !matches!(s, Suite::Ft | Suite::Msgrate | Suite::Dgemm | Suite::Stencil))
+            .filter(|&s| {
+                !matches!(s, Suite::Ft | Suite::Msgrate | Suite::Dgemm | Suite::Stencil | Suite::Net)
+            })
             .collect()
     } else {
         args.suites.clone()
@@ -176,6 +216,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Msgrate => rows.extend(msgrate::run(&ctx, &msgrate::thread_counts())?),
             Suite::Dgemm => rows.extend(dgemm::run(&ctx, &msgrate::thread_counts())?),
             Suite::Stencil => rows.extend(stencil::run(&ctx)?),
+            Suite::Net => rows.extend(net::run(&ctx)?),
             Suite::Ft => ft_rows = ft::run(&ctx, &ft, args.class)?,
         }
     }

@@ -1,0 +1,171 @@
+//! `net` suite: weft on a network fabric beside libfabric's own `fi_pingpong` (Debian's
+//! libfabric-bin), measured in the same run with the same provider and domain: rank 0 runs
+//! `fi_pingpong`'s server and client between its own measurements, while rank 1 sleeps.
+//!
+//! Pairs, each the same amount of network work:
+//! - a blocking 8 B put (complete when the data is at the target: one round trip) beside
+//!   `fi_pingpong`'s 8 B round trip;
+//! - an empty AM request/reply beside the same round trip;
+//! - the bandwidth of 1 MiB puts issued one at a time, each complete before the next, beside
+//!   `fi_pingpong`'s 1 MiB ping-pong bandwidth (bytes over one-way time: no completion trip).
+
+use super::report::{ns_per_op, size_name, Row};
+use super::Ctx;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const SMALL: u64 = 8;
+const LARGE: u64 = 1 << 20;
+/// Alternations of weft and `fi_pingpong` runs; each figure is the median.
+const ROUNDS: usize = 5;
+
+fn free_port() -> Result<u16, String> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("no free port: {e}"))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| e.to_string())
+}
+
+fn fi_pingpong(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Command {
+    let mut c = Command::new("fi_pingpong");
+    c.args(["-p", provider, "-e", "rdm", "-I", &iters.to_string(), "-S", &bytes.to_string()]);
+    if let Some(d) = domain {
+        c.args(["-d", d]);
+    }
+    c.stdin(Stdio::null()).stderr(Stdio::piped()).stdout(Stdio::piped());
+    c
+}
+
+/// Waits for `child` at most `limit`, killing it after that.
+fn wait_output(mut child: Child, limit: Duration) -> Result<std::process::Output, String> {
+    let start = Instant::now();
+    while child.try_wait().map_err(|e| e.to_string())?.is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("fi_pingpong did not finish in {} s", limit.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.wait_with_output().map_err(|e| e.to_string())
+}
+
+/// One `fi_pingpong` run: µs per one-way transfer of `bytes`.
+fn pingpong(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Result<f64, String> {
+    let port = free_port()?.to_string();
+    let server = fi_pingpong(provider, domain, bytes, iters)
+        .args(["-B", &port])
+        .spawn()
+        .map_err(|e| format!("cannot run fi_pingpong (apt-get install libfabric-bin): {e}"))?;
+    let limit = Duration::from_secs(60);
+    // The server needs a moment to listen: retry the client while it is refused.
+    let start = Instant::now();
+    let client = loop {
+        let c = fi_pingpong(provider, domain, bytes, iters).args(["-P", &port, "127.0.0.1"]).spawn();
+        let c = wait_output(c.map_err(|e| e.to_string())?, limit)?;
+        if c.status.success() || start.elapsed() > Duration::from_secs(5) {
+            break c;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let server = wait_output(server, Duration::from_secs(5));
+    let text = String::from_utf8_lossy(&client.stdout);
+    if !client.status.success() {
+        return Err(format!(
+            "fi_pingpong -p {provider} failed ({}): {}",
+            client.status,
+            String::from_utf8_lossy(&client.stderr).trim()
+        ));
+    }
+    server?;
+    // bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec
+    text.lines()
+        .filter_map(|l| l.split_whitespace().nth(6)?.parse::<f64>().ok())
+        .next()
+        .ok_or_else(|| format!("no figures in fi_pingpong's output: {text:?}"))
+}
+
+/// The provider and domain the ranks use, from the environment (set by `--provider`,
+/// `--domain`).
+fn provider_and_domain() -> (String, Option<String>) {
+    let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
+    (var("WEFT_OFI_PROVIDER").unwrap_or_else(|| "tcp".into()), var("WEFT_OFI_DOMAIN"))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
+    let w = &ctx.world;
+    let mut rows = vec![];
+    if w.size() < 2 {
+        return Ok(rows);
+    }
+    if w.info().fabric == "shm" {
+        if w.rank() == 0 {
+            eprintln!("weft bench net: the ranks use shared memory; run with --fabric ofi --provider tcp");
+        }
+        return Ok(rows);
+    }
+    let data = w.alloc_segment::<u8>(LARGE as usize)?;
+    let src = vec![3u8; LARGE as usize];
+    ctx.progress.note("net latency and bandwidth beside fi_pingpong");
+    if w.rank() == 0 {
+        let (provider, domain) = provider_and_domain();
+        let target = data.at(1, 0);
+        let h = &ctx.handlers;
+        // weft and fi_pingpong alternate (rank 1 sleeps in the barrier meanwhile), so both
+        // see the same machine conditions; each figure is the median of its rounds.
+        let (mut put8, mut am, mut big, mut fi8, mut fi_big) = (vec![], vec![], vec![], vec![], vec![]);
+        let mut peer_error = None;
+        for _ in 0..ROUNDS {
+            put8.push(ns_per_op(1, 4000, || w.put(target, &src[..SMALL as usize]))?);
+            am.push(ns_per_op(1, 4000, || {
+                let want = h.pongs.load(Ordering::Relaxed) + 1;
+                w.am_request_short(1, h.ping, &[])?;
+                w.wait_until(|| h.pongs.load(Ordering::Acquire) >= want)
+            })?);
+            big.push(ns_per_op(1, 100, || w.put(target, &src))?);
+            if peer_error.is_none() {
+                let r = pingpong(&provider, domain.as_deref(), SMALL, 5000)
+                    .and_then(|s| Ok((s, pingpong(&provider, domain.as_deref(), LARGE, 200)?)));
+                match r {
+                    Ok((s, l)) => {
+                        fi8.push(s * 1e3);
+                        fi_big.push(l * 1e3);
+                    }
+                    Err(e) => peer_error = Some(e),
+                }
+            }
+        }
+        if let Some(e) = &peer_error {
+            eprintln!("weft bench net: no fi_pingpong figures: {e}");
+        }
+        let mut small = Row::new(
+            "net",
+            format!("put latency (blocking) {}", size_name(SMALL)),
+            SMALL,
+            median(put8),
+            "ns",
+        );
+        let mut rt = Row::new("net", "empty AM request/reply round trip", 0, median(am), "ns");
+        let mut bw = Row::new(
+            "net",
+            format!("put bandwidth, one at a time, {}", size_name(LARGE)),
+            LARGE,
+            LARGE as f64 / median(big),
+            "GB/s",
+        );
+        if peer_error.is_none() {
+            // fi_pingpong reports one-way time; a blocking put or an AM round trip is two ways.
+            let (one_way_small, one_way_large) = (median(fi8), median(fi_big));
+            small = small.vs("fi_pingpong round trip", 2.0 * one_way_small);
+            rt = rt.vs("fi_pingpong round trip", 2.0 * one_way_small);
+            bw = bw.vs("fi_pingpong bandwidth", LARGE as f64 / one_way_large);
+        }
+        rows.extend([small, rt, bw]);
+    }
+    w.barrier()?;
+    Ok(rows)
+}
