@@ -46,6 +46,8 @@ struct Sleepers {
 
 struct Parts {
     me: Rank,
+    /// This rank among the ranks of its host.
+    local_me: Rank,
     size: u32,
     route: Vec<Route>,
     /// Global rank of each local rank.
@@ -134,6 +136,7 @@ impl HybridFabric {
         }
         let parts = Arc::new(Parts {
             me,
+            local_me: local,
             size,
             route,
             global,
@@ -168,13 +171,6 @@ impl Parts {
         self.sleepers.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn local_me(&self) -> Rank {
-        match self.route[self.me as usize] {
-            Route::Shm(l) => l,
-            Route::Ofi => 0,
-        }
-    }
-
     /// The watcher: while a thread sleeps on the doorbell, sleep on the network's completion
     /// descriptor and ring the doorbell when it fires.
     fn watch(&self) {
@@ -197,7 +193,7 @@ impl Parts {
                 }
             };
             if ready {
-                self.shm.notify(self.local_me());
+                self.shm.notify(self.local_me);
                 // Give the woken thread time to read the queue before looking again.
                 let s = self.sleepers();
                 let _ = self
@@ -313,7 +309,7 @@ impl Fabric for HybridFabric {
             Route::Shm(l) => p.shm.put_from(
                 &as_local(dst, l),
                 dst_offset,
-                &as_local(src, p.local_me()),
+                &as_local(src, p.local_me),
                 src_offset,
                 len,
                 token,

@@ -177,12 +177,11 @@ impl World {
 
     fn start(
         fabric: Box<dyn Fabric>,
-        cfg: Config,
+        mut cfg: Config,
         user: Vec<HandlerEntry>,
         mut ext: crate::ext::Extensions,
     ) -> Result<World> {
         let caps = fabric.caps();
-        let mut cfg = cfg;
         if !cfg.progress_thread_chosen && caps.target_progress {
             cfg.progress_thread = true;
         }

@@ -9,7 +9,7 @@
 //! - the bandwidth of 1 MiB puts issued one at a time, each complete before the next, beside
 //!   `fi_pingpong`'s 1 MiB ping-pong bandwidth (bytes over one-way time: no completion trip).
 
-use super::report::{ns_per_op, size_name, Row};
+use super::report::{median, ns_per_op, size_name, Row};
 use super::Ctx;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
@@ -89,11 +89,6 @@ fn pingpong(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Res
 fn provider_and_domain() -> (String, Option<String>) {
     let var = |v: &str| std::env::var(v).ok().filter(|s| !s.is_empty());
     (var("WEFT_OFI_PROVIDER").unwrap_or_else(|| "tcp".into()), var("WEFT_OFI_DOMAIN"))
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
 }
 
 pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {

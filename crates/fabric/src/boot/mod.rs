@@ -41,6 +41,18 @@ pub fn launched_by_pmix() -> bool {
     std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
 }
 
+/// Refuses a contribution larger than [`MAX_CONTRIBUTION`].
+fn check_contribution(data: &[u8]) -> FabricResult<()> {
+    if data.len() > MAX_CONTRIBUTION {
+        return Err(FabricError::TooLarge {
+            what: "start-up contribution",
+            len: data.len(),
+            max: MAX_CONTRIBUTION,
+        });
+    }
+    Ok(())
+}
+
 fn io_err(what: &str, e: std::io::Error) -> FabricError {
     FabricError::Os { what: what.to_string(), errno: e.raw_os_error().unwrap_or(0) }
 }
@@ -102,13 +114,7 @@ impl Bootstrap for LauncherBoot {
         self.size
     }
     fn allgather(&self, data: &[u8]) -> FabricResult<Vec<Vec<u8>>> {
-        if data.len() > MAX_CONTRIBUTION {
-            return Err(FabricError::TooLarge {
-                what: "start-up contribution",
-                len: data.len(),
-                max: MAX_CONTRIBUTION,
-            });
-        }
+        check_contribution(data)?;
         let mut s = self.stream.lock().unwrap_or_else(|e| e.into_inner());
         let lost = |e: std::io::Error| FabricError::Peer {
             rank: self.rank,

@@ -172,13 +172,7 @@ impl Bootstrap for PmixBoot {
     }
 
     fn allgather(&self, data: &[u8]) -> FabricResult<Vec<Vec<u8>>> {
-        if data.len() > MAX_CONTRIBUTION {
-            return Err(FabricError::TooLarge {
-                what: "start-up contribution",
-                len: data.len(),
-                max: MAX_CONTRIBUTION,
-            });
-        }
+        super::check_contribution(data)?;
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         let round = self.round.fetch_add(1, Ordering::AcqRel);
         let k = key(&format!("weft.ag.{round}"));

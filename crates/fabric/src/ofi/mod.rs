@@ -187,8 +187,12 @@ pub struct OfiFabric {
     size: u32,
     key: u64,
     addrs: Vec<u64>,
-    /// (host identity, pid) of every rank.
-    hosts: Vec<(String, u32)>,
+    /// Process id of every rank.
+    pids: Vec<u32>,
+    /// Whether each rank runs on this rank's host (boot id + network namespace).
+    same_host: Vec<bool>,
+    /// Whether some host runs more than one rank.
+    hosts_shared: bool,
     atomics: bool,
     regions: RwLock<Vec<Option<Reg>>>,
     stage: Reg,
@@ -265,6 +269,7 @@ impl OfiFabric {
         let all = boot.allgather(&mine)?;
         let mut names = Vec::with_capacity(all.len());
         let mut hosts = Vec::with_capacity(all.len());
+        let mut pids = Vec::with_capacity(all.len());
         for (r, c) in all.iter().enumerate() {
             let bad = || FabricError::Malformed {
                 what: format!("start-up record of rank {r} ({} bytes)", c.len()),
@@ -274,8 +279,15 @@ impl OfiFabric {
             let name = c.get(14..14 + n).ok_or_else(bad)?;
             let pid = u32::from_le_bytes(c[8..12].try_into().map_err(|_| bad())?);
             names.push(name.to_vec());
-            hosts.push((String::from_utf8_lossy(&c[14 + n..]).into_owned(), pid));
+            pids.push(pid);
+            hosts.push(&c[14 + n..]);
         }
+        let same_host: Vec<bool> = hosts.iter().map(|h| *h == hosts[rank as usize]).collect();
+        let hosts_shared = {
+            let mut sorted = hosts.clone();
+            sorted.sort_unstable();
+            sorted.windows(2).any(|w| w[0] == w[1])
+        };
         let key = u64::from_le_bytes(all[0][..8].try_into().unwrap_or_default());
         let addrs = obj.insert(&names)?;
         let fab = OfiFabric {
@@ -283,7 +295,9 @@ impl OfiFabric {
             size,
             key,
             addrs,
-            hosts,
+            pids,
+            same_host,
+            hosts_shared,
             atomics,
             regions: RwLock::new(Vec::new()),
             chunks: Slab::new(base, CHUNK, CHUNKS),
@@ -356,16 +370,13 @@ impl OfiFabric {
     /// The ranks on this rank's host (itself included), in rank order: processes that could
     /// share memory instead of going through the network.
     pub fn same_host_ranks(&self) -> Vec<Rank> {
-        let mine = &self.hosts[self.rank as usize].0;
-        (0..self.size).filter(|&r| self.hosts[r as usize].0 == *mine).collect()
+        (0..self.size).filter(|&r| self.same_host[r as usize]).collect()
     }
 
     /// True when some host of the job runs more than one rank (the same answer on every
     /// rank): whether shared memory could carry part of the traffic.
     pub fn hosts_shared(&self) -> bool {
-        let mut hosts: Vec<&str> = self.hosts.iter().map(|(h, _)| h.as_str()).collect();
-        hosts.sort_unstable();
-        hosts.windows(2).any(|w| w[0] == w[1])
+        self.hosts_shared
     }
 
     /// From now on this fabric carries no traffic to ranks on this host (another fabric does):
@@ -1382,9 +1393,9 @@ impl Fabric for OfiFabric {
         if let Some(why) = self.failed.lock().unwrap_or_else(|e| e.into_inner())[r].clone() {
             return PeerState::Dead(why);
         }
-        let (host, pid) = &self.hosts[r];
-        if *host == self.hosts[self.rank as usize].0 {
-            if !os::process_alive(*pid) {
+        let pid = self.pids[r];
+        if self.same_host[r] {
+            if !os::process_alive(pid) {
                 return PeerState::Dead(format!("process {pid} is gone"));
             }
         } else {
@@ -1408,8 +1419,7 @@ impl Fabric for OfiFabric {
         if self.done.swap(true, Ordering::AcqRel) {
             return;
         }
-        let me = &self.hosts[self.rank as usize].0;
-        let elsewhere = |r: Rank| self.same_host_elsewhere && self.hosts[r as usize].0 == *me;
+        let elsewhere = |r: Rank| self.same_host_elsewhere && self.same_host[r as usize];
         for r in (0..self.size).filter(|&r| r != self.rank && !elsewhere(r)) {
             // A peer that left (finalized or dead) reads nothing more: no message to it, as
             // the provider may retry a connection to a closed endpoint until the timeout.
