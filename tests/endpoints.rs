@@ -66,6 +66,16 @@ fn categories() -> Res {
         let mut set = w.endpoints(&cfg).map_err(e2s)?;
         let res = set.resources().clone();
         ck(res.layout.threads == THREADS && res.layout.queues >= 1, || format!("{policy:?}: {res}"))?;
+        // Shared memory and plain libfabric have transmit slots of their own: nothing may
+        // fall back to the default path there (the hybrid fabric has none yet).
+        let fabric = w.info().fabric;
+        if fabric == "shm" || fabric == "ofi" {
+            ck(res.fallback.is_none() && res.slot_kind.is_some(), || format!("{fabric}: {res}"))?;
+        }
+        if fabric == "ofi" {
+            let kind = res.slot_kind.clone().unwrap_or_default();
+            ck(kind.contains("libfabric endpoint"), || format!("a slot on ofi is {kind:?}"))?;
+        }
         let eps = set.endpoints();
         ck(eps.len() == THREADS, || format!("{} endpoints", eps.len()))?;
         let posted: Vec<Result<(usize, u64, u64), Error>> = std::thread::scope(|s| {

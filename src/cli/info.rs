@@ -51,8 +51,9 @@ fn endpoint_table(world: &World, threads: usize) -> Result<Vec<weft::EndpointRes
 fn print_endpoints(table: &[weft::EndpointResources], ranks: u32) {
     let Some(first) = table.first() else { return };
     println!(
-        "endpoints         {} per rank, postlist 32, 1 signaled completion per 64, inline ≤ 64 B; each slot is a ring to each of the {ranks} ranks",
-        first.layout.threads
+        "endpoints         {} per rank, postlist 32, 1 signaled completion per 64, inline ≤ 64 B; a slot is: {}",
+        first.layout.threads,
+        first.slot_kind.clone().unwrap_or_else(|| format!("a ring to each of the {ranks} ranks"))
     );
     println!(
         "  {:<24} {:>8} {:>7} {:>5} {:>7} {:>12} {:>6} {:>10}",

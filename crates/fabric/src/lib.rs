@@ -197,6 +197,25 @@ pub trait TxSlot: Send {
     fn am_try_send(&mut self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool>;
     /// Makes everything posted so far visible and wakes the targets that sleep.
     fn doorbell(&mut self);
+    /// Whether this slot carries puts itself ([`TxSlot::put`]). Where it does not, the
+    /// runtime issues an endpoint's puts on the world's path: what shared memory wants (the
+    /// CPU copy is the transfer, and a shared slot's lock is then never taken for puts).
+    fn carries_rma(&self) -> bool {
+        false
+    }
+    /// Posts a put of `src` (reusable when this returns) to `dst` at byte `offset` through
+    /// this slot; `more` says another operation follows at once (libfabric's `FI_MORE`, the
+    /// Postlist hint). `Ok(false)`: not for this slot (too large), issue it elsewhere.
+    fn put(&mut self, dst: &RemoteRegion, offset: usize, src: &[u8], more: bool) -> FabricResult<bool> {
+        let _ = (dst, offset, src, more);
+        Ok(false)
+    }
+    /// Makes progress on what this slot posted: `Ok(true)` once every operation posted so
+    /// far has completed (puts visible at their targets); an operation that failed is
+    /// reported here once.
+    fn complete(&mut self) -> FabricResult<bool> {
+        Ok(true)
+    }
     /// Bytes of memory and paths this slot holds (for resource accounting).
     fn resources(&self) -> Resource;
 }

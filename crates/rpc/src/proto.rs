@@ -333,9 +333,10 @@ impl Rpc {
             return r.map(|_| None);
         }
         let sent = Arc::new(SentState::default());
-        let staged = locate.staged.take();
         let ack = self.next_id.fetch_add(1, Ordering::Relaxed);
         let desc = proto_desc(&archive, max, &locate);
+        // After proto_desc, which may stage the index too.
+        let staged = locate.staged.take();
         lock(&self.kept)
             .insert(ack, Kept { _value: value, _index: archive.index, _staged: staged, sent: sent.clone() });
         let (w, n) = Header { mode: RENDEZVOUS, ack_id: ack, ..head }.encode();
@@ -667,7 +668,9 @@ fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8> {
     let mut chunks = a.chunks.clone();
     if !inline {
         let (addr, len) = (a.index.as_ptr() as u64, a.index.len() as u64);
-        chunks.push(match locate.locate(addr, len) {
+        // The index itself is pulled: from the pool, or staged into it where the fabric
+        // cannot read unregistered peer memory.
+        chunks.push(match locate.locate(addr, len).or_else(|| locate.stage(&a.index)) {
             Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
             None => ChunkRef::Pointer { addr, len },
         });

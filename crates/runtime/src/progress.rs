@@ -151,6 +151,24 @@ impl Comm {
         self.wait_with(deps, crate::am::poll_set(), cond)
     }
 
+    /// [`Comm::wait`] on a fabric call that answers `Ok(true)` when done; its error ends the
+    /// wait and is returned.
+    pub(crate) fn wait_fabric(
+        &self,
+        deps: Deps<'_>,
+        mut poll: impl FnMut() -> weft_fabric::FabricResult<bool>,
+    ) -> Result<()> {
+        let mut failed = None;
+        self.wait(deps, || match poll() {
+            Ok(done) => done,
+            Err(e) => {
+                failed = Some(e);
+                true
+            }
+        })?;
+        failed.map_or(Ok(()), |e| Err(e.into()))
+    }
+
     pub(crate) fn wait_with(
         &self,
         deps: Deps<'_>,

@@ -93,7 +93,19 @@ pub fn thread_counts() -> Vec<usize> {
 }
 
 const OPS_PER_THREAD: u64 = 200_000;
+/// On a network (no load/store) each operation costs microseconds, not nanoseconds.
+const OPS_PER_THREAD_NET: u64 = 20_000;
 const REPS: u64 = 3;
+
+/// Operations each thread posts per repetition: `WEFT_MSGRATE_OPS`, else by fabric.
+fn ops_per_thread(w: &weft::World) -> Result<u64, weft::Error> {
+    match std::env::var("WEFT_MSGRATE_OPS") {
+        Ok(v) => v.parse::<u64>().ok().filter(|&n| n > 0).ok_or_else(|| {
+            weft::Error::Config(format!("WEFT_MSGRATE_OPS={v}: expected a positive number of operations"))
+        }),
+        Err(_) => Ok(if w.caps().load_store { OPS_PER_THREAD } else { OPS_PER_THREAD_NET }),
+    }
+}
 
 pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
     let w = &ctx.world;
@@ -217,7 +229,8 @@ fn point(
     let mut set = w.endpoints(&cfg)?;
     let res = set.resources().clone();
     let eps = set.endpoints();
-    let expected = OPS_PER_THREAD * p.threads as u64;
+    let ops = ops_per_thread(w)?;
+    let expected = ops * p.threads as u64;
     let sunk0 = h.counted.load(Ordering::Acquire);
     w.barrier()?;
     let mut rate = 0.0;
@@ -235,18 +248,18 @@ fn point(
                 match p.op {
                     Op::Put(b) if p.without == Without::Inline => {
                         let src = source.at(0, i * p.stride);
-                        for _ in 0..OPS_PER_THREAD {
+                        for _ in 0..ops {
                             ep.put_from(dst, src, b)?;
                         }
                     }
                     Op::Put(b) => {
                         let data = [7u8; 8];
-                        for _ in 0..OPS_PER_THREAD {
+                        for _ in 0..ops {
                             ep.put(dst, &data[..b])?;
                         }
                     }
                     Op::ShortAm => {
-                        for k in 0..OPS_PER_THREAD {
+                        for k in 0..ops {
                             ep.am_request_short(1, h.count, &[k])?;
                         }
                     }

@@ -105,6 +105,8 @@ pub struct Objects {
     /// The CQ's wait file descriptor, or -1 (owned by the CQ).
     wait_fd: i32,
     pub neg: Negotiated,
+    /// A copy of the chosen `fi_info`, to open endpoint contexts from later.
+    info: InfoList,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE, so libfabric serialises concurrent calls
@@ -214,6 +216,11 @@ impl Objects {
     }
 
     fn open_info(info: &mut sys::fi_info, delivery: bool) -> FabricResult<Objects> {
+        // SAFETY: info is a valid fi_info of a live list; fi_dupinfo deep-copies it.
+        let kept = InfoList(unsafe { sys::fi_dupinfo(info) });
+        if kept.0.is_null() {
+            return Err(FabricError::Os { what: "fi_dupinfo".into(), errno: 12 });
+        }
         // SAFETY: attribute pointers of a fi_getinfo answer are valid.
         let (fa, da, ta, ra, ea) = unsafe {
             (&*info.fabric_attr, &*info.domain_attr, &*info.tx_attr, &*info.rx_attr, &*info.ep_attr)
@@ -241,6 +248,7 @@ impl Objects {
             ep: null_mut(),
             wait_fd: -1,
             neg,
+            info: kept,
         };
         // SAFETY: each call gets valid attribute pointers from the same info and out-pointers
         // into `o`; a failure leaves the objects opened so far in `o`, which Drop closes.
@@ -277,6 +285,11 @@ impl Objects {
         Ok(o)
     }
 
+    /// The main endpoint's data path.
+    pub fn ep(&self) -> Ep {
+        Ep { ep: self.ep, cq: self.cq, delivery_complete: self.neg.delivery_complete }
+    }
+
     /// This endpoint's address, for peers' address vectors.
     pub fn name(&self) -> FabricResult<Vec<u8>> {
         let mut buf = vec![0u8; 256];
@@ -290,20 +303,7 @@ impl Objects {
 
     /// Inserts peers' addresses (in rank order); returns their `fi_addr_t`s.
     pub fn insert(&self, addrs: &[Vec<u8>]) -> FabricResult<Vec<u64>> {
-        let mut out = Vec::with_capacity(addrs.len());
-        for a in addrs {
-            let mut fa: sys::fi_addr_t = 0;
-            // SAFETY: a is one address in the provider's format (checked by the provider);
-            // fa is a valid out-parameter for one address.
-            let n = unsafe { sys::fi_av_insert(self.av, a.as_ptr().cast(), 1, &mut fa, 0, null_mut()) };
-            if n != 1 {
-                return Err(FabricError::Malformed {
-                    what: format!("peer address of {} bytes refused by fi_av_insert", a.len()),
-                });
-            }
-            out.push(fa);
-        }
-        Ok(out)
+        av_insert(self.av, addrs)
     }
 
     /// Checks that the provider offers fetching atomics on `u64` for every weft operation.
@@ -322,37 +322,225 @@ impl Objects {
 
     /// Registers `[addr, addr + len)` for local and remote access.
     pub fn register(&self, addr: usize, len: usize, requested_key: u64) -> FabricResult<Mr> {
-        let access = (sys::FI_READ
-            | sys::FI_WRITE
-            | sys::FI_REMOTE_READ
-            | sys::FI_REMOTE_WRITE
-            | sys::FI_SEND
-            | sys::FI_RECV) as u64;
-        let mut mr = null_mut();
-        // SAFETY: the range is memory this process mapped and keeps mapped until the Mr is
-        // closed (the caller's invariant); out-pointer valid.
-        unsafe {
-            let ret = sys::fi_mr_reg(
-                self.domain,
-                addr as *const c_void,
-                len,
-                access,
-                0,
-                requested_key,
-                0,
-                &mut mr,
-                null_mut(),
-            );
-            check(ret as i64, "fi_mr_reg")?;
-            let m = Mr(mr);
-            if self.neg.mr_endpoint() {
-                check(sys::fi_mr_bind(mr, &mut (*self.ep).fid, 0) as i64, "fi_mr_bind")?;
-                check(sys::fi_mr_enable(mr) as i64, "fi_mr_enable")?;
-            }
-            Ok(m)
-        }
+        register_in(self.domain, self.neg.mr_endpoint().then_some(self.ep), addr, len, requested_key)
     }
 
+    /// Opens an endpoint context: a new domain in this fabric, with an address vector holding
+    /// `names` (every rank's main endpoint). `single_thread` asks for `FI_THREAD_DOMAIN`
+    /// (the caller serialises every use of the domain and its endpoints: no provider locks).
+    pub fn open_domain(&self, names: &[Vec<u8>], single_thread: bool) -> FabricResult<Domain> {
+        // SAFETY: self.info is a valid fi_info; fi_dupinfo deep-copies it.
+        let info = InfoList(unsafe { sys::fi_dupinfo(self.info.0) });
+        if info.0.is_null() {
+            return Err(FabricError::Os { what: "fi_dupinfo".into(), errno: 12 });
+        }
+        let mut d = Domain {
+            domain: null_mut(),
+            av: null_mut(),
+            addrs: Vec::new(),
+            mr_endpoint: self.neg.mr_endpoint(),
+            delivery_complete: self.neg.delivery_complete,
+            cq_size: self.neg.tx_size + 64,
+            info,
+        };
+        // SAFETY: the info copy and its attribute structs are valid; out-pointers point into
+        // `d`, whose Drop closes what was opened if a later step fails.
+        unsafe {
+            let i = &mut *d.info.0;
+            (*i.domain_attr).threading =
+                if single_thread { sys::FI_THREAD_DOMAIN } else { sys::FI_THREAD_SAFE };
+            check(sys::fi_domain(self.fabric, i, &mut d.domain, null_mut()) as i64, "fi_domain")?;
+            let mut av_attr = sys::fi_av_attr { type_: sys::FI_AV_TABLE, ..Default::default() };
+            check(sys::fi_av_open(d.domain, &mut av_attr, &mut d.av, null_mut()) as i64, "fi_av_open")?;
+        }
+        d.addrs = av_insert(d.av, names)?;
+        Ok(d)
+    }
+
+    /// Sleeps until the completion queue may have something to read, at most `ms`
+    /// milliseconds, without holding anything: other threads keep reading the queue meanwhile
+    /// (libfabric's `fi_trywait` protocol). `Some(true)` when something may be ready,
+    /// `Some(false)` when `ms` passed, `None` at once where the CQ has no wait descriptor.
+    pub fn wait(&self, ms: i32) -> Option<bool> {
+        if self.wait_fd < 0 {
+            return None;
+        }
+        let mut cq_fid = self.cq.cast::<sys::fid>();
+        // SAFETY: fabric and cq are open; fi_trywait reads one fid pointer from the array.
+        if unsafe { sys::fi_trywait(self.fabric, &mut cq_fid, 1) } != 0 {
+            // Completions are waiting (or the provider needs a read first): do not sleep.
+            return Some(true);
+        }
+        let mut p = libc::pollfd { fd: self.wait_fd, events: libc::POLLIN, revents: 0 };
+        // SAFETY: p is one valid pollfd; the descriptor belongs to the open CQ.
+        Some(unsafe { libc::poll(&mut p, 1, ms) } > 0)
+    }
+}
+
+/// Inserts `addrs` (in rank order) into `av`; returns their `fi_addr_t`s.
+fn av_insert(av: *mut sys::fid_av, addrs: &[Vec<u8>]) -> FabricResult<Vec<u64>> {
+    let mut out = Vec::with_capacity(addrs.len());
+    for a in addrs {
+        let mut fa: sys::fi_addr_t = 0;
+        // SAFETY: av is open; a is one address in the provider's format (checked by the
+        // provider); fa is a valid out-parameter for one address.
+        let n = unsafe { sys::fi_av_insert(av, a.as_ptr().cast(), 1, &mut fa, 0, null_mut()) };
+        if n != 1 {
+            return Err(FabricError::Malformed {
+                what: format!("peer address of {} bytes refused by fi_av_insert", a.len()),
+            });
+        }
+        out.push(fa);
+    }
+    Ok(out)
+}
+
+/// Registers `[addr, addr + len)` in `domain` for local and remote access, bound to `ep`
+/// where the provider wants registrations bound (`FI_MR_ENDPOINT`).
+fn register_in(
+    domain: *mut sys::fid_domain,
+    ep: Option<*mut sys::fid_ep>,
+    addr: usize,
+    len: usize,
+    requested_key: u64,
+) -> FabricResult<Mr> {
+    let access = (sys::FI_READ
+        | sys::FI_WRITE
+        | sys::FI_REMOTE_READ
+        | sys::FI_REMOTE_WRITE
+        | sys::FI_SEND
+        | sys::FI_RECV) as u64;
+    let mut mr = null_mut();
+    // SAFETY: domain (and ep) are open; the range is memory this process mapped and keeps
+    // mapped until the Mr is closed (the caller's invariant); out-pointer valid.
+    unsafe {
+        let ret = sys::fi_mr_reg(
+            domain,
+            addr as *const c_void,
+            len,
+            access,
+            0,
+            requested_key,
+            0,
+            &mut mr,
+            null_mut(),
+        );
+        check(ret as i64, "fi_mr_reg")?;
+        let m = Mr(mr);
+        if let Some(ep) = ep {
+            check(sys::fi_mr_bind(mr, &mut (*ep).fid, 0) as i64, "fi_mr_bind")?;
+            check(sys::fi_mr_enable(mr) as i64, "fi_mr_enable")?;
+        }
+        Ok(m)
+    }
+}
+
+/// An endpoint context (see [`Objects::open_domain`]). Its endpoints ([`TxEndpoint`]) must
+/// be closed before it.
+pub struct Domain {
+    domain: *mut sys::fid_domain,
+    av: *mut sys::fid_av,
+    /// Every rank's main endpoint in this domain's address vector.
+    pub addrs: Vec<u64>,
+    mr_endpoint: bool,
+    delivery_complete: bool,
+    cq_size: usize,
+    info: InfoList,
+}
+
+// SAFETY: the domain and address vector are only used to open endpoints and registrations,
+// which the fabric does from one thread at a time (endpoint creation is collective and
+// sequential); the data path runs on the endpoints.
+unsafe impl Send for Domain {}
+// SAFETY: as above.
+unsafe impl Sync for Domain {}
+
+impl Domain {
+    /// Opens a transmitting endpoint in this context with its own completion queue.
+    pub fn open_endpoint(&self) -> FabricResult<TxEndpoint> {
+        let mut t = TxEndpoint { ep: null_mut(), cq: null_mut(), delivery_complete: self.delivery_complete };
+        // SAFETY: domain, av and info are open/valid; out-pointers point into `t`, whose Drop
+        // closes what was opened if a later step fails.
+        unsafe {
+            let mut cq_attr = sys::fi_cq_attr {
+                // Every transmit that can be outstanding: never overrun.
+                size: self.cq_size,
+                format: sys::FI_CQ_FORMAT_DATA,
+                wait_obj: sys::FI_WAIT_NONE,
+                ..Default::default()
+            };
+            check(sys::fi_cq_open(self.domain, &mut cq_attr, &mut t.cq, null_mut()) as i64, "fi_cq_open")?;
+            check(sys::fi_endpoint(self.domain, self.info.0, &mut t.ep, null_mut()) as i64, "fi_endpoint")?;
+            check(sys::fi_ep_bind(t.ep, &mut (*self.av).fid, 0) as i64, "fi_ep_bind(av)")?;
+            let flags = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+            check(sys::fi_ep_bind(t.ep, &mut (*t.cq).fid, flags) as i64, "fi_ep_bind(cq)")?;
+            check(sys::fi_enable(t.ep) as i64, "fi_enable")?;
+        }
+        Ok(t)
+    }
+
+    /// Registers `[addr, addr + len)` in this context for `ep`'s local use.
+    pub fn register(&self, ep: &TxEndpoint, addr: usize, len: usize, requested_key: u64) -> FabricResult<Mr> {
+        register_in(self.domain, self.mr_endpoint.then_some(ep.ep), addr, len, requested_key)
+    }
+}
+
+impl Drop for Domain {
+    fn drop(&mut self) {
+        // SAFETY: opened once by open_domain, closed once here, the AV before its domain.
+        unsafe { close_in_order(&[self.av.cast(), self.domain.cast()]) }
+    }
+}
+
+/// An endpoint of a [`Domain`] with its own completion queue (one transmit slot).
+pub struct TxEndpoint {
+    ep: *mut sys::fid_ep,
+    cq: *mut sys::fid_cq,
+    delivery_complete: bool,
+}
+
+// SAFETY: a transmit endpoint is used by its owner only (`&mut` through the runtime's slot),
+// so moving it between threads is fine; its domain's threading level allows that.
+unsafe impl Send for TxEndpoint {}
+
+impl TxEndpoint {
+    /// Its data path.
+    pub fn ep(&self) -> Ep {
+        Ep { ep: self.ep, cq: self.cq, delivery_complete: self.delivery_complete }
+    }
+}
+
+impl Drop for TxEndpoint {
+    fn drop(&mut self) {
+        // SAFETY: opened once by open_endpoint, closed once here, the endpoint before its CQ.
+        unsafe { close_in_order(&[self.ep.cast(), self.cq.cast()]) }
+    }
+}
+
+/// Closes libfabric objects in order (children before parents); null ones were never opened.
+///
+/// # Safety
+/// Each pointer is null or an open object (whose first field is its `fid`) that nothing uses
+/// any more, and none is closed again.
+unsafe fn close_in_order(fids: &[*mut sys::fid]) {
+    for &f in fids {
+        if !f.is_null() {
+            // SAFETY: the caller's contract.
+            unsafe { sys::fi_close(f) };
+        }
+    }
+}
+
+/// The data path of one endpoint and the CQ its transmits complete in: a copyable view of
+/// objects owned by [`Objects`] or an [`TxEndpoint`], valid while they are open.
+#[derive(Clone, Copy)]
+pub struct Ep {
+    ep: *mut sys::fid_ep,
+    cq: *mut sys::fid_cq,
+    delivery_complete: bool,
+}
+
+impl Ep {
     /// Posts a receive for messages tagged `tag` into `buf` (registered, `desc`).
     pub fn post_recv(&self, buf: usize, len: usize, desc: usize, tag: u64, ctx: *mut c_void) -> isize {
         // SAFETY: buf..buf+len is registered memory owned by the fabric, not touched until
@@ -384,7 +572,8 @@ impl Objects {
     }
 
     /// Writes `len` bytes at local `buf` to (`dst`, `addr`, `key`); `inject` copies the source
-    /// before returning (only for up to inject_size bytes).
+    /// before returning (only for up to inject_size bytes); `more` hints that another operation
+    /// follows at once (`FI_MORE`).
     #[allow(clippy::too_many_arguments)]
     pub fn write(
         &self,
@@ -395,6 +584,7 @@ impl Objects {
         addr: u64,
         key: u64,
         inject: bool,
+        more: bool,
         ctx: *mut c_void,
     ) -> isize {
         let iov = sys::iovec { iov_base: buf as *mut c_void, iov_len: len };
@@ -414,7 +604,10 @@ impl Objects {
         if inject {
             flags |= sys::FI_INJECT as u64;
         }
-        if self.neg.delivery_complete {
+        if more {
+            flags |= sys::FI_MORE as u64;
+        }
+        if self.delivery_complete {
             flags |= sys::FI_DELIVERY_COMPLETE as u64;
         }
         // SAFETY: msg and what it points to live across the call; the source stays valid
@@ -498,25 +691,6 @@ impl Objects {
         self.cq_result(n)
     }
 
-    /// Sleeps until the completion queue may have something to read, at most `ms`
-    /// milliseconds, without holding anything: other threads keep reading the queue meanwhile
-    /// (libfabric's `fi_trywait` protocol). `Some(true)` when something may be ready,
-    /// `Some(false)` when `ms` passed, `None` at once where the CQ has no wait descriptor.
-    pub fn wait(&self, ms: i32) -> Option<bool> {
-        if self.wait_fd < 0 {
-            return None;
-        }
-        let mut cq_fid = self.cq.cast::<sys::fid>();
-        // SAFETY: fabric and cq are open; fi_trywait reads one fid pointer from the array.
-        if unsafe { sys::fi_trywait(self.fabric, &mut cq_fid, 1) } != 0 {
-            // Completions are waiting (or the provider needs a read first): do not sleep.
-            return Some(true);
-        }
-        let mut p = libc::pollfd { fd: self.wait_fd, events: libc::POLLIN, revents: 0 };
-        // SAFETY: p is one valid pollfd; the descriptor belongs to the open CQ.
-        Some(unsafe { libc::poll(&mut p, 1, ms) } > 0)
-    }
-
     fn cq_result(&self, n: isize) -> Result<usize, sys::fi_cq_err_entry> {
         if n > 0 {
             return Ok(n as usize);
@@ -547,25 +721,10 @@ impl Objects {
 
 impl Drop for Objects {
     fn drop(&mut self) {
+        let fids = [self.ep.cast(), self.cq.cast(), self.av.cast(), self.domain.cast(), self.fabric.cast()];
         // SAFETY: each object was opened once by open_info and is closed once here, children
-        // before parents; null ones were never opened.
-        unsafe {
-            if !self.ep.is_null() {
-                sys::fi_close(&mut (*self.ep).fid);
-            }
-            if !self.cq.is_null() {
-                sys::fi_close(&mut (*self.cq).fid);
-            }
-            if !self.av.is_null() {
-                sys::fi_close(&mut (*self.av).fid);
-            }
-            if !self.domain.is_null() {
-                sys::fi_close(&mut (*self.domain).fid);
-            }
-            if !self.fabric.is_null() {
-                sys::fi_close(&mut (*self.fabric).fid);
-            }
-        }
+        // before parents.
+        unsafe { close_in_order(&fids) }
     }
 }
 

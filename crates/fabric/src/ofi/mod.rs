@@ -17,13 +17,14 @@
 
 mod ffi;
 mod slab;
+mod slots;
 pub mod wire;
 
 use crate::boot::Bootstrap;
 use crate::os::{self, Mapping};
 use crate::{
     AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
-    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource,
+    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
 };
 use ffi::{Context, Objects, EAGAIN};
 use slab::Slab;
@@ -206,8 +207,13 @@ pub struct OfiFabric {
     untracked_err: Mutex<Option<FabricError>>,
     inflight: AtomicUsize,
     finalized: Vec<AtomicBool>,
-    /// Requests this rank may still send to each peer.
-    credits: Vec<AtomicU32>,
+    /// Requests this rank may still send to each peer (shared with the endpoint slots).
+    credits: Arc<Vec<AtomicU32>>,
+    /// Every rank's main endpoint name, for the address vectors of endpoint contexts.
+    names: Vec<Vec<u8>>,
+    /// Endpoint contexts (see `slots.rs`) by id, and the next id.
+    contexts: Mutex<Vec<(u32, Arc<ffi::Domain>)>>,
+    next_context: AtomicU32,
     /// Requests of each peer handled here and not yet credited back.
     owed: Vec<AtomicU32>,
     /// A credit return could not be sent; `progress` retries.
@@ -311,7 +317,10 @@ impl OfiFabric {
             untracked_err: Mutex::new(None),
             inflight: AtomicUsize::new(0),
             finalized: (0..size).map(|_| AtomicBool::new(false)).collect(),
-            credits: (0..size).map(|_| AtomicU32::new(REQUEST_CREDITS)).collect(),
+            credits: Arc::new((0..size).map(|_| AtomicU32::new(REQUEST_CREDITS)).collect()),
+            names,
+            contexts: Mutex::new(Vec::new()),
+            next_context: AtomicU32::new(1),
             owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
             owed_retry: AtomicBool::new(false),
             probed_at: (0..size).map(|_| AtomicU64::new(0)).collect(),
@@ -394,7 +403,7 @@ impl OfiFabric {
     fn post_recv(&self, slot: u32) -> FabricResult<()> {
         let ctx = Context::into_raw(Op::Recv { slot });
         let tag = if slot < REQUEST_BUFS { TAG_REQUEST } else { TAG_REPLY };
-        let ret = self.obj.post_recv(self.rx_slots.addr(slot), RX_BYTES, self.rx.mr.desc(), tag, ctx);
+        let ret = self.obj.ep().post_recv(self.rx_slots.addr(slot), RX_BYTES, self.rx.mr.desc(), tag, ctx);
         if ret < 0 {
             // SAFETY: the context was not accepted, so it is ours to take back.
             drop(unsafe { Context::<Op>::from_raw(ctx) });
@@ -504,10 +513,10 @@ impl OfiFabric {
 
     fn poll_locked(
         &self,
-        read: impl FnOnce(&Objects, &mut [sys::fi_cq_data_entry]) -> Result<usize, sys::fi_cq_err_entry>,
+        read: impl FnOnce(&ffi::Ep, &mut [sys::fi_cq_data_entry]) -> Result<usize, sys::fi_cq_err_entry>,
     ) -> FabricResult<usize> {
         let mut entries = [sys::fi_cq_data_entry::default(); 16];
-        match read(&self.obj, &mut entries) {
+        match read(&self.obj.ep(), &mut entries) {
             Ok(n) => {
                 for e in &entries[..n] {
                     if e.op_context.is_null() {
@@ -879,7 +888,7 @@ impl OfiFabric {
         track.remaining.fetch_add(1, Ordering::AcqRel);
         let op = Op::Write { slot, dst: dst.rank, track: track.clone() };
         let r = self.post_op(dst.rank, "fi_writemsg", op, |ctx| {
-            self.obj.write(buf, n, desc, fa, raddr, dst.key, inject, ctx)
+            self.obj.ep().write(buf, n, desc, fa, raddr, dst.key, inject, false, ctx)
         });
         if r.is_err() {
             track.remaining.fetch_sub(1, Ordering::AcqRel);
@@ -926,75 +935,26 @@ impl OfiFabric {
     /// Sends one AM (the credit is taken by the caller): `Ok(false)` when the transmit queue
     /// or the staging buffers are full.
     fn am_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
-        if msg.args.len() > crate::AM_MAX_ARGS {
-            return Err(FabricError::TooLarge {
-                what: "AM arguments",
-                len: msg.args.len(),
-                max: crate::AM_MAX_ARGS,
-            });
-        }
         let neg = &self.obj.neg;
-        let (kind, region, offset, payload): (Kind, u32, u64, &[u8]) = match msg.payload {
-            AmPayload::Short => (Kind::Short, 0, 0, &[]),
-            AmPayload::Medium(p) => {
-                if p.len() > MAX_MEDIUM {
-                    return Err(FabricError::TooLarge {
-                        what: "medium AM payload",
-                        len: p.len(),
-                        max: MAX_MEDIUM,
-                    });
-                }
-                (Kind::Medium, 0, 0, p)
+        let f = frame(self.key, self.rank, dst, msg, neg.send_after_write)?;
+        if let Some((region, offset, data)) = f.write_first {
+            // The payload goes first; the header follows it (send-after-write order), or
+            // after the write completed where the provider does not order them.
+            let t = Tracker::new(Target::Waiter);
+            let r = self.issue_put(region, offset, data, &t);
+            t.remaining.fetch_sub(1, Ordering::AcqRel);
+            if !neg.send_after_write || r.is_err() {
+                self.wait_tracker(&t, dst)?;
             }
-            AmPayload::Long { region, offset, data } => {
-                if region.rank != dst {
-                    return Err(FabricError::Malformed {
-                        what: format!("long AM to rank {dst} targets rank {}'s memory", region.rank),
-                    });
-                }
-                region.check(offset, data.len())?;
-                if !neg.send_after_write && data.len() <= MAX_MEDIUM {
-                    (Kind::LongCarried, region.id, offset as u64, data)
-                } else {
-                    // The payload goes first; the header follows it (send-after-write order),
-                    // or after the write completed where the provider does not order them.
-                    let t = Tracker::new(Target::Waiter);
-                    let r = self.issue_put(region, offset, data, &t);
-                    t.remaining.fetch_sub(1, Ordering::AcqRel);
-                    if !neg.send_after_write || r.is_err() {
-                        self.wait_tracker(&t, dst)?;
-                    }
-                    r?;
-                    (Kind::LongWritten, region.id, offset as u64, &[][..])
-                }
-            }
-        };
-        let len = match kind {
-            Kind::LongWritten => match msg.payload {
-                AmPayload::Long { data, .. } => data.len() as u64,
-                _ => 0,
-            },
-            _ => payload.len() as u64,
-        };
-        let h = Header {
-            key: self.key,
-            src: self.rank,
-            handler: msg.handler,
-            class: Class::Am(msg.class),
-            kind,
-            nargs: msg.args.len() as u8,
-            region,
-            offset,
-            len,
-        };
-        let total = h.total();
+            r?;
+        }
+        let total = f.header.total();
         let fa = self.addrs[dst as usize];
         let tag = if msg.class == AmClass::Request { TAG_REQUEST } else { TAG_REPLY };
         if total <= neg.inject.min(512) {
             let mut buf = [0u8; 512];
-            let n = h.encode(msg.args, &mut buf);
-            buf[n..total].copy_from_slice(payload);
-            let ret = self.obj.inject(&buf[..total], fa, tag);
+            f.encode(msg.args, &mut buf[..total]);
+            let ret = self.obj.ep().inject(&buf[..total], fa, tag);
             if ret == EAGAIN {
                 self.poll_cq()?;
                 return Ok(false);
@@ -1015,11 +975,9 @@ impl OfiFabric {
         let at = self.chunks.addr(slot);
         // SAFETY: the chunk (CHUNK bytes ≥ header + args + MAX_MEDIUM) is ours until the send
         // completes.
-        let buf = unsafe { std::slice::from_raw_parts_mut(at as *mut u8, total) };
-        let n = h.encode(msg.args, buf);
-        buf[n..].copy_from_slice(payload);
+        f.encode(msg.args, unsafe { std::slice::from_raw_parts_mut(at as *mut u8, total) });
         let ctx = Context::into_raw(Op::Send { slot: Some(slot), dst });
-        let ret = self.obj.send(at, total, self.stage.mr.desc(), fa, tag, ctx);
+        let ret = self.obj.ep().send(at, total, self.stage.mr.desc(), fa, tag, ctx);
         if ret < 0 {
             // SAFETY: the provider refused the send, so the context is ours again.
             drop(unsafe { Context::<Op>::from_raw(ctx) });
@@ -1054,7 +1012,7 @@ impl OfiFabric {
         // SAFETY: the small slot (64 bytes ≥ a header) is ours until the probe completes.
         unsafe { std::slice::from_raw_parts_mut(at as *mut u8, msg.len()) }.copy_from_slice(&msg);
         let ctx = Context::into_raw(Op::Probe { slot, dst });
-        let ret = self.obj.send(at, msg.len(), self.stage.mr.desc(), self.addrs[d], TAG_REPLY, ctx);
+        let ret = self.obj.ep().send(at, msg.len(), self.stage.mr.desc(), self.addrs[d], TAG_REPLY, ctx);
         if ret < 0 {
             // SAFETY: refused, so the context is ours again.
             drop(unsafe { Context::<Op>::from_raw(ctx) });
@@ -1103,13 +1061,88 @@ impl OfiFabric {
     fn send_control(&self, dst: Rank, c: Control) -> FabricResult<()> {
         let buf = self.control_message(c, 0);
         let fa = self.addrs[dst as usize];
-        self.post_retry(dst, "fi_inject", || self.obj.inject(&buf, fa, TAG_REPLY))
+        self.post_retry(dst, "fi_inject", || self.obj.ep().inject(&buf, fa, TAG_REPLY))
     }
 
     /// One attempt to send control message `c` carrying `value`.
     fn try_control(&self, dst: Rank, c: Control, value: u64) -> FabricResult<()> {
         let buf = self.control_message(c, value);
-        ffi::check(self.obj.inject(&buf, self.addrs[dst as usize], TAG_REPLY) as i64, "fi_inject")
+        ffi::check(self.obj.ep().inject(&buf, self.addrs[dst as usize], TAG_REPLY) as i64, "fi_inject")
+    }
+}
+
+/// How one AM travels: its header, the payload bytes inside the message, and a long payload
+/// that must be written to (region, offset) before the header is sent.
+struct Framed<'a> {
+    header: Header,
+    carried: &'a [u8],
+    write_first: Option<(&'a RemoteRegion, usize, &'a [u8])>,
+}
+
+/// Checks `msg` from `src` to `dst` and decides how it travels (shared by the main endpoint
+/// and the transmit slots): long payloads go inside the message up to [`MAX_MEDIUM`] where
+/// the provider does not order a send after a write, else they are written first.
+fn frame<'a>(
+    key: u64,
+    src: Rank,
+    dst: Rank,
+    msg: &AmOut<'a>,
+    send_after_write: bool,
+) -> FabricResult<Framed<'a>> {
+    if msg.args.len() > crate::AM_MAX_ARGS {
+        return Err(FabricError::TooLarge {
+            what: "AM arguments",
+            len: msg.args.len(),
+            max: crate::AM_MAX_ARGS,
+        });
+    }
+    let mut write_first = None;
+    let (kind, region, offset, carried, len): (Kind, u32, u64, &[u8], usize) = match msg.payload {
+        AmPayload::Short => (Kind::Short, 0, 0, &[], 0),
+        AmPayload::Medium(p) => {
+            if p.len() > MAX_MEDIUM {
+                return Err(FabricError::TooLarge {
+                    what: "medium AM payload",
+                    len: p.len(),
+                    max: MAX_MEDIUM,
+                });
+            }
+            (Kind::Medium, 0, 0, p, p.len())
+        }
+        AmPayload::Long { region, offset, data } => {
+            if region.rank != dst {
+                return Err(FabricError::Malformed {
+                    what: format!("long AM to rank {dst} targets rank {}'s memory", region.rank),
+                });
+            }
+            region.check(offset, data.len())?;
+            if !send_after_write && data.len() <= MAX_MEDIUM {
+                (Kind::LongCarried, region.id, offset as u64, data, data.len())
+            } else {
+                write_first = Some((region, offset, data));
+                (Kind::LongWritten, region.id, offset as u64, &[][..], data.len())
+            }
+        }
+    };
+    let header = Header {
+        key,
+        src,
+        handler: msg.handler,
+        class: Class::Am(msg.class),
+        kind,
+        nargs: msg.args.len() as u8,
+        region,
+        offset,
+        len: len as u64,
+    };
+    Ok(Framed { header, carried, write_first })
+}
+
+impl Framed<'_> {
+    /// Writes the whole message (`header.total()` bytes) to `out`.
+    fn encode(&self, args: &[u64], out: &mut [u8]) {
+        let n = self.header.encode(args, out);
+        out[n..].copy_from_slice(self.carried);
     }
 }
 
@@ -1237,8 +1270,9 @@ impl Fabric for OfiFabric {
             t.remaining.fetch_add(1, Ordering::AcqRel);
             let raddr = src.addr + (offset + done) as u64;
             let op = Op::Read { dst: src.rank, track: t.clone() };
-            let posted = self
-                .post_op(src.rank, "fi_read", op, |ctx| self.obj.read(buf, n, desc, fa, raddr, src.key, ctx));
+            let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
+                self.obj.ep().read(buf, n, desc, fa, raddr, src.key, ctx)
+            });
             if posted.is_err() {
                 t.remaining.fetch_sub(1, Ordering::AcqRel);
             }
@@ -1282,7 +1316,7 @@ impl Fabric for OfiFabric {
         let raddr = dst.addr + offset as u64;
         let o = Op::Atomic { slot, dst: dst.rank, track: t.clone() };
         if let Err(e) = self.post_op(dst.rank, "fi_atomic", o, |ctx| {
-            self.obj.atomic(at, self.stage.mr.desc(), fa, raddr, dst.key, fop, ctx)
+            self.obj.ep().atomic(at, self.stage.mr.desc(), fa, raddr, dst.key, fop, ctx)
         }) {
             self.smalls.give(slot);
             if token == 0 {
@@ -1333,6 +1367,73 @@ impl Fabric for OfiFabric {
             self.credits[dst as usize].fetch_add(1, Ordering::AcqRel);
         }
         sent
+    }
+
+    fn open_slot_inbox(&self, slots: &[u32], _ring_bytes: usize) -> FabricResult<LocalRegion> {
+        if slots.len() != self.size as usize {
+            return Err(FabricError::Mismatch {
+                what: format!("slot counts for {} ranks in a job of {}", slots.len(), self.size),
+            });
+        }
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        if contexts.len() >= slots::MAX_CONTEXTS {
+            return Err(FabricError::Limit {
+                what: "endpoint contexts (libfabric domains) per rank",
+                asked: contexts.len() + 1,
+                max: slots::MAX_CONTEXTS,
+            });
+        }
+        let domain = self.obj.open_domain(&self.names, slots[self.rank as usize] <= 1)?;
+        let id = self.next_context.fetch_add(1, Ordering::AcqRel);
+        contexts.push((id, Arc::new(domain)));
+        // Receives stay on the main endpoint: the descriptor only names the context.
+        Ok(LocalRegion::new(id, Arc::new(os::map_anonymous(4096)?), id.to_le_bytes().to_vec()))
+    }
+
+    fn close_slot_inbox(&self, region: &LocalRegion) -> FabricResult<bool> {
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = contexts.iter().position(|(id, _)| *id == region.id) else {
+            return Err(FabricError::Malformed {
+                what: format!("region {} is no endpoint context", region.id),
+            });
+        };
+        // The slots hold the domain until they close; what they sent arrives on the main
+        // endpoint and is delivered as usual.
+        contexts.swap_remove(at);
+        Ok(true)
+    }
+
+    fn open_tx_slots(
+        &self,
+        inboxes: &[Vec<u8>],
+        _slots: &[u32],
+        first: u32,
+        count: u32,
+    ) -> FabricResult<Vec<Box<dyn TxSlot>>> {
+        let mine = inboxes.get(self.rank as usize).map(Vec::as_slice).unwrap_or_default();
+        let id = u32::from_le_bytes(mine.try_into().map_err(|_| FabricError::Malformed {
+            what: format!("endpoint context descriptor of {} bytes", mine.len()),
+        })?);
+        let ctx = {
+            let contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+            let found = contexts.iter().find(|(c, _)| *c == id).map(|(_, d)| d.clone());
+            found.ok_or_else(|| FabricError::Malformed { what: format!("no endpoint context {id}") })?
+        };
+        let neg = &self.obj.neg;
+        let params = Arc::new(slots::SlotParams {
+            key: self.key,
+            rank: self.rank,
+            credits: self.credits.clone(),
+            inject: neg.inject,
+            tx_size: neg.tx_size,
+            send_after_write: neg.send_after_write,
+        });
+        (first..first + count)
+            .map(|i| {
+                let s = slots::OfiTxSlot::open(ctx.clone(), params.clone(), 1 + i as u64)?;
+                Ok(Box::new(s) as Box<dyn TxSlot>)
+            })
+            .collect()
     }
 
     fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {

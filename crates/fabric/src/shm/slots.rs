@@ -250,7 +250,7 @@ impl TxSlot for ShmTxSlot {
 
     fn resources(&self) -> Resource {
         Resource {
-            kind: "endpoint slot rings out".into(),
+            kind: "one ring to each rank, in its slot inbox".into(),
             count: self.senders.len() as u64,
             bytes: self.bytes,
         }

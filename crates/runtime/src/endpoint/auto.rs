@@ -6,13 +6,17 @@
 //! a time, in five rounds over all categories (the best of each counts). Ranks that ask for the
 //! same configuration share one measurement, taken by the first of them, and measurements
 //! run one at a time: ranks calibrating at once would share the cores and measure each other.
-//! Without native RMA there is nothing local to measure and Auto takes `Dynamic`.
+//! Without native RMA there is nothing local to measure and Auto takes `Dynamic`. Where the
+//! fabric's slots carry puts (libfabric), each trial opens the category's slots on this rank
+//! alone and measures through them; their cost is what the fabric allocated for them.
 
+use super::ep::Slot;
 use super::queue::Knobs;
-use super::set::{build, EndpointResources};
+use super::set::{build, queue_bytes, EndpointResources};
 use super::{EndpointConfig, EndpointPolicy, Layout};
 use crate::{Comm, Result};
 use std::time::{Duration, Instant};
+use weft_fabric::LocalRegion;
 
 /// How long each trial posts.
 const TRIAL: Duration = Duration::from_millis(8);
@@ -114,11 +118,21 @@ fn choose(comm: &Comm, cfg: &EndpointConfig) -> Result<(EndpointPolicy, Vec<(End
     // calibrating at the same time) then hits every category alike.
     let mut measured: Vec<(EndpointPolicy, f64)> =
         EndpointPolicy::CATEGORIES.iter().map(|&p| (p, 0.0)).collect();
+    let mut slot_bytes: Vec<(EndpointPolicy, u64)> = Vec::new();
     let mut run = || -> Result<()> {
         for _ in 0..TRIALS {
             for (policy, best) in measured.iter_mut() {
                 let layout = Layout::new(*policy, cfg.threads, cfg.cq, cfg.static_slots);
-                *best = best.max(trial(comm, &layout, knobs, &target)?);
+                let (slots, inboxes) = local_slots(comm, &layout, cfg);
+                if !inboxes.is_empty() && !slot_bytes.iter().any(|(q, _)| q == policy) {
+                    let bytes = slots.iter().flatten().flatten().map(|s| s.resources().bytes).sum();
+                    slot_bytes.push((*policy, bytes));
+                }
+                let rate = trial(comm, &layout, knobs, &target, slots);
+                for r in &inboxes {
+                    let _ = comm.fabric.close_slot_inbox(r);
+                }
+                *best = best.max(rate?);
             }
         }
         Ok(())
@@ -128,12 +142,12 @@ fn choose(comm: &Comm, cfg: &EndpointConfig) -> Result<(EndpointPolicy, Vec<(End
     r?;
     let fastest = measured.iter().map(|m| m.1).fold(0.0, f64::max);
     let cost = |p: EndpointPolicy| {
-        EndpointResources::new(
-            Layout::new(p, cfg.threads, cfg.cq, cfg.static_slots),
-            comm.size() as usize,
-            cfg,
-        )
-        .bytes
+        let layout = Layout::new(p, cfg.threads, cfg.cq, cfg.static_slots);
+        match slot_bytes.iter().find(|(q, _)| *q == p) {
+            // What the fabric allocated for the slots it opened (a network).
+            Some(&(_, bytes)) => layout.software_bytes(queue_bytes(cfg)) + bytes,
+            None => EndpointResources::new(layout, comm.size() as usize, cfg).bytes,
+        }
     };
     let chosen = measured
         .iter()
@@ -143,9 +157,49 @@ fn choose(comm: &Comm, cfg: &EndpointConfig) -> Result<(EndpointPolicy, Vec<(End
     Ok((chosen, measured))
 }
 
-/// Operations per second of `layout`'s endpoints, all posting at once.
-fn trial(comm: &Comm, layout: &Layout, knobs: Knobs, target: &weft_fabric::RemoteRegion) -> Result<f64> {
-    let slots = layout.slots_per_context.iter().map(|&s| (0..s).map(|_| None).collect()).collect();
+/// The transmit slots of `layout`, opened on this rank alone, where the fabric's slots carry
+/// the puts being measured (a network: receives land on every rank's main endpoint, so slots
+/// opened by one rank reach everyone). On shared memory puts need no slot: none are opened.
+/// Returns the slots (`None` each where not opened) and the contexts to close afterwards.
+fn local_slots(comm: &Comm, layout: &Layout, cfg: &EndpointConfig) -> (Vec<Vec<Slot>>, Vec<LocalRegion>) {
+    let none = || layout.slots_per_context.iter().map(|&s| (0..s).map(|_| None).collect()).collect();
+    if comm.caps.load_store {
+        return (none(), Vec::new());
+    }
+    let (me, n) = (comm.rank() as usize, comm.size() as usize);
+    let mut inboxes = Vec::new();
+    let mut slots = Vec::new();
+    for &count in &layout.slots_per_context {
+        let mut per = vec![0u32; n];
+        per[me] = count as u32;
+        let opened = comm.fabric.open_slot_inbox(&per, cfg.ring_kib * 1024).and_then(|r| {
+            let mut descs = vec![Vec::new(); n];
+            descs[me] = r.desc.clone();
+            inboxes.push(r);
+            comm.fabric.open_tx_slots(&descs, &per, 0, count as u32)
+        });
+        match opened {
+            Ok(s) => slots.push(s.into_iter().map(Some).collect()),
+            Err(_) => {
+                drop(slots);
+                for r in &inboxes {
+                    let _ = comm.fabric.close_slot_inbox(r);
+                }
+                return (none(), Vec::new());
+            }
+        }
+    }
+    (slots, inboxes)
+}
+
+/// Operations per second of `layout`'s endpoints over `slots`, all posting at once.
+fn trial(
+    comm: &Comm,
+    layout: &Layout,
+    knobs: Knobs,
+    target: &weft_fabric::RemoteRegion,
+    slots: Vec<Vec<Slot>>,
+) -> Result<f64> {
     let endpoints = build(comm, layout, knobs, slots);
     // Every endpoint here is private to this function: nothing to close.
     let start = Instant::now();

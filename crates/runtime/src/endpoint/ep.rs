@@ -1,6 +1,6 @@
 //! [`Endpoint`]: what one thread communicates through.
 
-use super::queue::{exec_put, send, Cq, Desc, Knobs, Queue, SlotRef, Small, Src, Target, SMALL};
+use super::queue::{put_via, send, Cq, Desc, Knobs, Queue, SlotRef, Small, Target, SMALL};
 use super::EndpointPolicy;
 use crate::{AmHandler, AtomicOp, Comm, Error, GlobalPtr, Pod, Result};
 use std::cell::Cell;
@@ -196,7 +196,7 @@ impl<'c> Endpoint<'c> {
                 }
             });
         }
-        self.now(|comm, _, q| exec_put(comm, &to, Src::Bytes(bytes)).map(|o| q.record(o)))
+        self.now(|comm, slot, q| put_via(comm, q.slot_rma, slot, &to, bytes, false).map(|o| q.record(o)))
     }
 
     /// Posts a put of `len` elements of this rank's registered memory at `src` to `dst`: the

@@ -112,7 +112,12 @@ impl Layout {
         let rings: usize =
             self.slots_per_context.iter().map(|&s| (s * ring_bytes).next_multiple_of(PAGE)).sum::<usize>()
                 * ranks;
-        (rings + self.queues * queue_bytes + self.cqs * 64) as u64
+        rings as u64 + self.software_bytes(queue_bytes)
+    }
+
+    /// Bytes of the posting lists and completion lines alone (no slots).
+    pub fn software_bytes(&self, queue_bytes: usize) -> u64 {
+        (self.queues * queue_bytes + self.cqs * 64) as u64
     }
 }
 

@@ -4,7 +4,7 @@
 
 use crate::ops::OpState;
 use crate::progress::Deps;
-use crate::{Comm, Error, Result};
+use crate::{Comm, Result};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -30,6 +30,8 @@ pub(super) enum Src<'a> {
 /// How an executed operation completes.
 pub(super) enum Outcome {
     Done,
+    /// Posted on the endpoint's transmit slot: the slot completes it.
+    Slot,
     /// Pending with token 0: the fabric's quiet completes it.
     Quiet,
     /// Sent over the AM-based path: complete when the reply comes.
@@ -56,6 +58,26 @@ pub(super) fn exec_put(comm: &Comm, to: &Target, src: Src<'_>) -> Result<Outcome
         Src::Registered(f, len) => comm.fabric.put_from(&to.region, to.off, &f.region, f.off, len, 0)?,
     };
     Ok(if issued == Issued::Pending { Outcome::Quiet } else { Outcome::Done })
+}
+
+/// Executes a put through the endpoint's slot where it carries RMA (`slot_rma`, a network
+/// endpoint) and takes it, else on the world's path.
+pub(super) fn put_via(
+    comm: &Comm,
+    slot_rma: bool,
+    slot: &mut SlotRef<'_>,
+    to: &Target,
+    bytes: &[u8],
+    more: bool,
+) -> Result<Outcome> {
+    if slot_rma && comm.native_rma {
+        if let Some(s) = slot.get() {
+            if s.put(&to.region, to.off, bytes, more)? {
+                return Ok(Outcome::Slot);
+            }
+        }
+    }
+    exec_put(comm, to, Src::Bytes(bytes))
 }
 
 /// Executes an atomic whose result is discarded now.
@@ -168,11 +190,15 @@ pub(super) struct Queue {
     needs_quiet: bool,
     /// Operations that went over the AM-based path and complete with a reply.
     pending: Vec<Arc<OpState>>,
+    /// The slot carries puts itself ([`TxSlot::carries_rma`]: a network endpoint).
+    pub slot_rma: bool,
+    /// Some operation was posted on the slot and completes there.
+    slot_pending: bool,
 }
 
 impl Queue {
-    pub fn with_capacity(postlist: usize) -> Self {
-        Queue { descs: Vec::with_capacity(postlist), ..Default::default() }
+    pub fn with_capacity(postlist: usize, slot_rma: bool) -> Self {
+        Queue { descs: Vec::with_capacity(postlist), slot_rma, ..Default::default() }
     }
 
     /// Copies `bytes` into the arena.
@@ -188,12 +214,14 @@ impl Queue {
         let n = self.descs.len() as u64;
         let mut descs = std::mem::take(&mut self.descs);
         let mut result = Ok(());
-        for d in descs.drain(..) {
+        let rma = self.slot_rma;
+        for (i, d) in descs.drain(..).enumerate() {
+            let more = (i as u64) + 1 < n;
             let r = match d {
                 Desc::PutSmall { to, small } => {
-                    exec_put(comm, &to, Src::Bytes(&small.bytes()[..small.len as usize]))
+                    put_via(comm, rma, slot, &to, &small.bytes()[..small.len as usize], more)
                 }
-                Desc::Put { to, data } => exec_put(comm, &to, Src::Bytes(&self.arena[data])),
+                Desc::Put { to, data } => put_via(comm, rma, slot, &to, &self.arena[data], more),
                 Desc::PutFrom { to, from, len } => exec_put(comm, &to, Src::Registered(&from, len)),
                 Desc::Atomic { to, op } => exec_atomic(comm, &to, op),
                 Desc::Am { dst, handler, args, payload } => {
@@ -241,6 +269,11 @@ impl Queue {
             comm.fabric.quiet()?;
         }
         let mut first_err = published.err();
+        if std::mem::take(&mut self.slot_pending) {
+            if let Some(Err(e)) = slot.get().map(|s| comm.wait_fabric(Deps::AnyDead, || s.complete())) {
+                first_err.get_or_insert(e);
+            }
+        }
         for op in self.pending.drain(..) {
             let r = comm.wait(Deps::Rank(op.target), || op.is_done()).and_then(|_| op.outcome().map(drop));
             if let Err(e) = r {
@@ -254,6 +287,7 @@ impl Queue {
     pub fn record(&mut self, o: Outcome) {
         match o {
             Outcome::Done => {}
+            Outcome::Slot => self.slot_pending = true,
             Outcome::Quiet => self.needs_quiet = true,
             Outcome::Op(op) => self.pending.push(op),
         }
@@ -317,15 +351,7 @@ pub(super) fn send(
     }
     // Full: let the target see what is there, then progress until it drains.
     slot.doorbell();
-    let mut failed = None;
-    comm.wait(Deps::Rank(dst), || match slot.am_try_send(dst, &msg) {
-        Ok(sent) => sent,
-        Err(e) => {
-            failed = Some(e);
-            true
-        }
-    })?;
-    failed.map_or(Ok(()), |e| Err(Error::from(e)))
+    comm.wait_fabric(Deps::Rank(dst), || slot.am_try_send(dst, &msg))
 }
 
 #[cfg(test)]

@@ -33,6 +33,9 @@ pub struct EndpointResources {
     pub bytes: u64,
     /// Set when the fabric has no transmit slots: endpoint AMs use the world's default path.
     pub fallback: Option<String>,
+    /// What one transmit slot is on this fabric, as the fabric names it (shared memory: rings
+    /// to every rank; libfabric: an endpoint with its completion queue and staging memory).
+    pub slot_kind: Option<String>,
     /// [`EndpointPolicy::Auto`]: the rate measured for each category (operations/s).
     pub measured: Vec<(EndpointPolicy, f64)>,
 }
@@ -43,6 +46,7 @@ impl EndpointResources {
             bytes: layout.bytes(ranks, ring_bytes(cfg), queue_bytes(cfg)),
             layout,
             fallback: None,
+            slot_kind: None,
             measured: Vec::new(),
         }
     }
@@ -76,7 +80,7 @@ fn ring_bytes(cfg: &EndpointConfig) -> usize {
 }
 
 /// Bytes of one posting list: descriptors, inline arena, argument words.
-fn queue_bytes(cfg: &EndpointConfig) -> usize {
+pub(super) fn queue_bytes(cfg: &EndpointConfig) -> usize {
     cfg.postlist * (std::mem::size_of::<super::queue::Desc>() + cfg.inline_max.max(8) + 16 * 8)
 }
 
@@ -119,16 +123,8 @@ impl<'c> EndpointSet<'c> {
         self.comm.barrier()?;
         let fabric = &self.comm.fabric;
         for region in self.inboxes.drain(..) {
-            let mut failed = None;
-            self.comm.wait(Deps::AnyDead, || match fabric.close_slot_inbox(&region) {
-                Ok(released) => released,
-                Err(e) => {
-                    failed = Some(e);
-                    true
-                }
-            })?;
-            if let Some(e) = failed {
-                first_err.get_or_insert(e.into());
+            if let Err(e) = self.comm.wait_fabric(Deps::AnyDead, || fabric.close_slot_inbox(&region)) {
+                first_err.get_or_insert(e);
             }
         }
         first_err.map_or(Ok(()), Err)
@@ -162,19 +158,28 @@ pub(super) fn build<'c>(
     let mut slots: Vec<Vec<Option<Slot>>> =
         slots.into_iter().map(|c| c.into_iter().map(Some).collect()).collect();
     let mut shared: Vec<Vec<Option<Arc<Mutex<Slot>>>>> = slots.iter().map(|c| vec![None; c.len()]).collect();
-    let one_queue = (layout.policy == EndpointPolicy::Shared)
-        .then(|| Arc::new(Mutex::new((Queue::with_capacity(knobs.postlist), slots[0][0].take().flatten()))));
+    let mut shared_rma: Vec<Vec<bool>> = slots.iter().map(|c| vec![false; c.len()]).collect();
+    let rma =
+        |slot: &Option<Slot>| slot.as_ref().is_some_and(|s| s.as_ref().is_some_and(|s| s.carries_rma()));
+    let one_queue = (layout.policy == EndpointPolicy::Shared).then(|| {
+        let slot = slots[0][0].take().flatten();
+        let q = Queue::with_capacity(knobs.postlist, slot.as_ref().is_some_and(|s| s.carries_rma()));
+        Arc::new(Mutex::new((q, slot)))
+    });
     (0..layout.threads)
         .map(|i| {
             let (c, s) = layout.slot_of[i];
             let path = if let Some(q) = &one_queue {
                 Path::SharedQueue(q.clone())
             } else if users((c, s)) > 1 {
+                let slot_rma = rma(&slots[c][s]) || shared_rma[c][s];
+                shared_rma[c][s] = slot_rma;
                 let m =
                     shared[c][s].get_or_insert_with(|| Arc::new(Mutex::new(slots[c][s].take().flatten())));
-                Path::SharedSlot(Queue::with_capacity(knobs.postlist), m.clone())
+                Path::SharedSlot(Queue::with_capacity(knobs.postlist, slot_rma), m.clone())
             } else {
-                Path::Own(Queue::with_capacity(knobs.postlist), slots[c][s].take().flatten())
+                let slot_rma = rma(&slots[c][s]);
+                Path::Own(Queue::with_capacity(knobs.postlist, slot_rma), slots[c][s].take().flatten())
             };
             Endpoint {
                 comm,
@@ -291,6 +296,13 @@ impl Comm {
         }
         let inboxes = opened.unwrap_or_default();
         let mut resources = EndpointResources::new(layout.clone(), n, cfg);
+        let opened_slots: Vec<_> = slots.iter().flatten().flatten().map(|s| s.resources()).collect();
+        resources.slot_kind = opened_slots.first().map(|r| r.kind.clone());
+        if !self.caps.load_store && !opened_slots.is_empty() {
+            // Network slots are what the fabric allocated, not rings: count what it reports.
+            resources.bytes =
+                layout.software_bytes(queue_bytes(cfg)) + opened_slots.iter().map(|r| r.bytes).sum::<u64>();
+        }
         resources.fallback = fallback;
         resources.measured = measured;
         Ok(EndpointSet {

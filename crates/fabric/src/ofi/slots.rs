@@ -1,0 +1,304 @@
+//! Endpoint transmit slots on libfabric (the Zambre et al. mapping).
+//!
+//! A *context* (one per [`Fabric::open_slot_inbox`](crate::Fabric::open_slot_inbox) call) is
+//! a libfabric domain of its own, with an address vector holding every rank's main endpoint;
+//! a context with one slot asks for `FI_THREAD_DOMAIN` (its user is serialised, so the
+//! provider takes no locks). A *slot* is an `FI_EP_RDM` endpoint of that domain with its own
+//! completion queue and two registered staging buffers: puts (`fi_writemsg`, `FI_INJECT` up
+//! to the inject size, `FI_MORE` inside a batch) and request AMs leave through it, so threads
+//! on different slots share no provider queue. Providers without scalable endpoints (tcp:
+//! `max_ep_tx_ctx` 1) get one endpoint per slot, which is the documented fallback.
+//!
+//! Receiving stays on each rank's main endpoint (a shared receive context, as in the paper,
+//! which studies the initiator side): AMs from slots land in the same pre-posted buffers
+//! under the same request credits, which the slots take from the fabric's shared counters.
+
+use super::ffi::{self, Context, Domain, TxEndpoint, EAGAIN};
+use super::{frame, RX_BYTES, TAG_REQUEST};
+use crate::os::{self, Mapping};
+use crate::{AmClass, AmOut, FabricError, FabricResult, Rank, RemoteRegion, Resource, TxSlot};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use weft_ofi_sys as sys;
+
+/// Most endpoint contexts (domains) one rank opens.
+pub(super) const MAX_CONTEXTS: usize = 256;
+/// Staging buffers of one slot, each holding one whole AM.
+const BUFS: usize = 2;
+/// How long a slot waits for its own completions before reporting the peer.
+const STALL: Duration = Duration::from_secs(60);
+
+/// What a slot needs of its fabric.
+pub(super) struct SlotParams {
+    pub key: u64,
+    pub rank: Rank,
+    pub credits: Arc<Vec<AtomicU32>>,
+    pub inject: usize,
+    pub tx_size: usize,
+    pub send_after_write: bool,
+}
+
+/// An operation of a slot in flight.
+struct SlotOp {
+    buf: Option<usize>,
+    dst: Rank,
+}
+
+/// One transmit slot (see the module documentation). Fields drop in order: the
+/// registration before the endpoint it may be bound to, the endpoint before its domain.
+pub(super) struct OfiTxSlot {
+    stage_mr: ffi::Mr,
+    tx: TxEndpoint,
+    ctx: Arc<Domain>,
+    stage: Mapping,
+    free: Vec<usize>,
+    inflight: usize,
+    failed: Option<FabricError>,
+    p: Arc<SlotParams>,
+}
+
+impl OfiTxSlot {
+    /// Opens a slot in context `ctx`; `key` is a registration key unique in that domain.
+    pub fn open(ctx: Arc<Domain>, p: Arc<SlotParams>, key: u64) -> FabricResult<Self> {
+        let tx = ctx.open_endpoint()?;
+        let stage = os::map_anonymous(BUFS * RX_BYTES)?;
+        let stage_mr = ctx.register(&tx, stage.as_ptr() as usize, stage.len(), key)?;
+        Ok(OfiTxSlot { stage_mr, tx, ctx, stage, free: (0..BUFS).collect(), inflight: 0, failed: None, p })
+    }
+
+    fn buf_addr(&self, b: usize) -> usize {
+        self.stage.as_ptr() as usize + b * RX_BYTES
+    }
+
+    /// Reads this slot's completions; returns how many.
+    fn poll(&mut self) -> usize {
+        let mut entries = [sys::fi_cq_data_entry::default(); 16];
+        let (ctxs, err): (Vec<*mut std::ffi::c_void>, Option<String>) =
+            match self.tx.ep().cq_read(&mut entries) {
+                Ok(n) => (entries[..n].iter().map(|e| e.op_context).collect(), None),
+                Err(e) => {
+                    let why = format!("{} (provider error {})", ffi::strerror(e.err as i64), e.prov_errno);
+                    (vec![e.op_context], Some(why))
+                }
+            };
+        let mut n = 0;
+        for c in ctxs {
+            if c.is_null() {
+                continue;
+            }
+            // SAFETY: every context this slot posts comes from Context::<SlotOp>::into_raw
+            // and completes exactly once.
+            let op = unsafe { Context::<SlotOp>::from_raw(c) };
+            if let Some(b) = op.op.buf {
+                self.free.push(b);
+            }
+            if let Some(why) = &err {
+                self.failed.get_or_insert(FabricError::Peer {
+                    rank: op.op.dst,
+                    reason: format!("an endpoint operation failed: {why}"),
+                });
+            }
+            self.inflight -= 1;
+            n += 1;
+        }
+        n
+    }
+
+    /// Makes progress until `ready` holds, giving up after [`STALL`].
+    fn progress_until(&mut self, dst: Rank, what: &str, ready: impl Fn(&Self) -> bool) -> FabricResult<()> {
+        let start = Instant::now();
+        while !ready(self) {
+            if self.poll() == 0 {
+                if start.elapsed() > STALL {
+                    return Err(FabricError::Timeout { what: format!("{what} toward rank {dst}") });
+                }
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Posts one operation with a boxed context, retrying while the provider's queue is full.
+    fn post(
+        &mut self,
+        op: SlotOp,
+        what: &str,
+        post: impl Fn(&TxEndpoint, *mut std::ffi::c_void) -> isize,
+    ) -> FabricResult<()> {
+        let dst = op.dst;
+        let tx_size = self.p.tx_size;
+        self.progress_until(dst, "a full transmit queue", |s| s.inflight < tx_size)?;
+        let ctx = Context::into_raw(op);
+        let start = Instant::now();
+        loop {
+            let ret = post(&self.tx, ctx);
+            if ret == 0 {
+                self.inflight += 1;
+                return Ok(());
+            }
+            if ret != EAGAIN || start.elapsed() > STALL {
+                // SAFETY: the provider refused the operation, so the context is ours again.
+                let op = unsafe { Context::<SlotOp>::from_raw(ctx) };
+                if let Some(b) = op.op.buf {
+                    self.free.push(b);
+                }
+                return ffi::check(
+                    if ret == EAGAIN { -(sys::FI_ETIMEDOUT as i64) } else { ret as i64 },
+                    what,
+                );
+            }
+            self.poll();
+            std::thread::yield_now();
+        }
+    }
+
+    /// A staging buffer, making progress until one is free.
+    fn take_buf(&mut self, dst: Rank) -> FabricResult<usize> {
+        self.progress_until(dst, "staging buffers", |s| !s.free.is_empty())?;
+        Ok(self.free.pop().unwrap_or_default())
+    }
+
+    /// Writes `data` to `region` at `offset` in staged pieces (a long AM's payload).
+    fn write_staged(&mut self, region: &RemoteRegion, offset: usize, data: &[u8]) -> FabricResult<()> {
+        for (i, piece) in data.chunks(RX_BYTES).enumerate() {
+            let raddr = region.addr + (offset + i * RX_BYTES) as u64;
+            if !self.put_piece(region, raddr, piece, false)? {
+                let b = self.take_buf(region.rank)?;
+                let at = self.buf_addr(b);
+                // SAFETY: buffer b (RX_BYTES ≥ piece) is this slot's until the write completes.
+                unsafe { crate::copy::copy_bytes(piece.as_ptr(), at as *mut u8, piece.len()) };
+                let (fa, key, desc) =
+                    (self.ctx.addrs[region.rank as usize], region.key, self.stage_mr.desc());
+                let op = SlotOp { buf: Some(b), dst: region.rank };
+                self.post(op, "fi_writemsg", |tx, ctx| {
+                    tx.ep().write(at, piece.len(), desc, fa, raddr, key, false, false, ctx)
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes up to the inject size from `src` directly (copied before return); false when
+    /// larger.
+    fn put_piece(&mut self, dst: &RemoteRegion, raddr: u64, src: &[u8], more: bool) -> FabricResult<bool> {
+        if src.len() > self.p.inject {
+            return Ok(false);
+        }
+        let (fa, key, buf) = (self.ctx.addrs[dst.rank as usize], dst.key, src.as_ptr() as usize);
+        self.post(SlotOp { buf: None, dst: dst.rank }, "fi_writemsg", |tx, ctx| {
+            tx.ep().write(buf, src.len(), 0, fa, raddr, key, true, more, ctx)
+        })?;
+        Ok(true)
+    }
+
+    /// Takes one request credit toward `dst` from the fabric's shared counters.
+    fn take_credit(&self, dst: Rank) -> bool {
+        self.p.credits[dst as usize]
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| c.checked_sub(1))
+            .is_ok()
+    }
+
+    fn give_credit(&self, dst: Rank) {
+        self.p.credits[dst as usize].fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Sends one framed request (the credit is taken); `Ok(false)` when nothing could take it.
+    fn send(&mut self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
+        let p = self.p.clone();
+        let f = frame(p.key, p.rank, dst, msg, p.send_after_write)?;
+        if let Some((region, offset, data)) = f.write_first {
+            self.write_staged(region, offset, data)?;
+            if !p.send_after_write {
+                self.progress_until(dst, "a long AM's payload", |s| s.inflight == 0)?;
+            }
+        }
+        let total = f.header.total();
+        let fa = self.ctx.addrs[dst as usize];
+        if total <= p.inject.min(512) {
+            let mut buf = [0u8; 512];
+            f.encode(msg.args, &mut buf[..total]);
+            let ret = self.tx.ep().inject(&buf[..total], fa, TAG_REQUEST);
+            if ret == EAGAIN && f.write_first.is_none() {
+                self.poll();
+                return Ok(false);
+            }
+            if ret != EAGAIN {
+                ffi::check(ret as i64, "fi_inject")?;
+                return Ok(true);
+            }
+        }
+        // Staged (and a long AM's header whose payload is already written: it must go).
+        let b = self.take_buf(dst)?;
+        let at = self.buf_addr(b);
+        // SAFETY: buffer b (RX_BYTES ≥ header + args + MAX_MEDIUM) is this slot's until the
+        // send completes.
+        f.encode(msg.args, unsafe { std::slice::from_raw_parts_mut(at as *mut u8, total) });
+        let desc = self.stage_mr.desc();
+        self.post(SlotOp { buf: Some(b), dst }, "fi_send", |tx, ctx| {
+            tx.ep().send(at, total, desc, fa, TAG_REQUEST, ctx)
+        })?;
+        Ok(true)
+    }
+}
+
+impl TxSlot for OfiTxSlot {
+    fn am_try_send(&mut self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
+        if msg.class != AmClass::Request {
+            return Err(FabricError::Malformed { what: "only requests travel on endpoint slots".into() });
+        }
+        if dst as usize >= self.p.credits.len() {
+            return Err(FabricError::Malformed {
+                what: format!("AM to rank {dst} of {}", self.p.credits.len()),
+            });
+        }
+        if !self.take_credit(dst) {
+            self.poll();
+            return Ok(false);
+        }
+        match self.send(dst, msg) {
+            Ok(true) => Ok(true),
+            other => {
+                self.give_credit(dst);
+                other
+            }
+        }
+    }
+
+    fn doorbell(&mut self) {
+        self.poll();
+    }
+
+    fn carries_rma(&self) -> bool {
+        true
+    }
+
+    fn put(&mut self, dst: &RemoteRegion, offset: usize, src: &[u8], more: bool) -> FabricResult<bool> {
+        dst.check(offset, src.len())?;
+        self.put_piece(dst, dst.addr + offset as u64, src, more)
+    }
+
+    fn complete(&mut self) -> FabricResult<bool> {
+        self.poll();
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        Ok(self.inflight == 0)
+    }
+
+    fn resources(&self) -> Resource {
+        Resource {
+            kind: "libfabric endpoint + CQ + staging MR (endpoint slot)".into(),
+            count: 1,
+            bytes: (self.stage.len() + self.p.tx_size * std::mem::size_of::<sys::fi_cq_data_entry>()) as u64,
+        }
+    }
+}
+
+impl Drop for OfiTxSlot {
+    /// Waits (bounded) for what is in flight: the contexts and staging buffers must outlive
+    /// their operations.
+    fn drop(&mut self) {
+        let _ = self.progress_until(0, "closing an endpoint slot", |s| s.inflight == 0);
+    }
+}
