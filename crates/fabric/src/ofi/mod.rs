@@ -412,24 +412,37 @@ impl OfiFabric {
         Ok(())
     }
 
+    /// Makes progress (checking that `dst` lives) until `ready` gives a value, giving up
+    /// after the operation timeout with `stalled` as the reason.
+    fn progress_until<T>(
+        &self,
+        dst: Rank,
+        stalled: impl Fn() -> String,
+        mut ready: impl FnMut() -> FabricResult<Option<T>>,
+    ) -> FabricResult<T> {
+        let start = Instant::now();
+        loop {
+            if let Some(v) = ready()? {
+                return Ok(v);
+            }
+            if self.poll_cq()? == 0 {
+                self.check_peer(dst)?;
+                if start.elapsed() > self.op_timeout {
+                    return Err(FabricError::Timeout { what: stalled() });
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Posts with `post` until the provider accepts (`-FI_EAGAIN` means its queue is full:
     /// make progress and retry), giving up after the operation timeout.
     fn post_retry(&self, dst: Rank, what: &str, mut post: impl FnMut() -> isize) -> FabricResult<()> {
-        let start = Instant::now();
-        loop {
-            let ret = post();
-            if ret != EAGAIN {
-                return ffi::check(ret as i64, what);
-            }
-            self.poll_cq()?;
-            self.check_peer(dst)?;
-            if start.elapsed() > self.op_timeout {
-                return Err(FabricError::Timeout {
-                    what: format!("{what} to rank {dst}: provider queue stayed full"),
-                });
-            }
-            std::thread::yield_now();
-        }
+        let stalled = || format!("{what} to rank {dst}: provider queue stayed full");
+        self.progress_until(dst, stalled, || match post() {
+            EAGAIN => Ok(None),
+            ret => ffi::check(ret as i64, what).map(Some),
+        })
     }
 
     /// Posts an operation with a boxed context; the context is taken back if refused.
@@ -460,19 +473,8 @@ impl OfiFabric {
 
     /// Makes progress until one more operation fits in the transmit queue.
     fn wait_for_room(&self, dst: Rank) -> FabricResult<()> {
-        let start = Instant::now();
-        while self.tx_full() {
-            if self.poll_cq()? == 0 {
-                self.check_peer(dst)?;
-                if start.elapsed() > self.op_timeout {
-                    return Err(FabricError::Timeout {
-                        what: format!("transmit queue stayed full (toward rank {dst})"),
-                    });
-                }
-                std::thread::yield_now();
-            }
-        }
-        Ok(())
+        let stalled = || format!("transmit queue stayed full (toward rank {dst})");
+        self.progress_until(dst, stalled, || Ok((!self.tx_full()).then_some(())))
     }
 
     fn check_peer(&self, r: Rank) -> FabricResult<()> {
@@ -488,20 +490,8 @@ impl OfiFabric {
     }
 
     fn take_slot(&self, slab: &Slab, dst: Rank) -> FabricResult<u32> {
-        let start = Instant::now();
-        loop {
-            if let Some(c) = slab.take() {
-                return Ok(c);
-            }
-            self.poll_cq()?;
-            self.check_peer(dst)?;
-            if start.elapsed() > self.op_timeout {
-                return Err(FabricError::Timeout {
-                    what: format!("staging buffers toward rank {dst} never came back"),
-                });
-            }
-            std::thread::yield_now();
-        }
+        let stalled = || format!("staging buffers toward rank {dst} never came back");
+        self.progress_until(dst, stalled, || Ok(slab.take()))
     }
 
     /// Reads completions: finishes operations and copies arriving AMs into the queues.

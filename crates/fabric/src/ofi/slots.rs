@@ -74,35 +74,39 @@ impl OfiTxSlot {
     /// Reads this slot's completions; returns how many.
     fn poll(&mut self) -> usize {
         let mut entries = [sys::fi_cq_data_entry::default(); 16];
-        let (ctxs, err): (Vec<*mut std::ffi::c_void>, Option<String>) =
-            match self.tx.ep().cq_read(&mut entries) {
-                Ok(n) => (entries[..n].iter().map(|e| e.op_context).collect(), None),
-                Err(e) => {
-                    let why = format!("{} (provider error {})", ffi::strerror(e.err as i64), e.prov_errno);
-                    (vec![e.op_context], Some(why))
+        match self.tx.ep().cq_read(&mut entries) {
+            Ok(n) => {
+                for e in &entries[..n] {
+                    self.finish(e.op_context, None);
                 }
-            };
-        let mut n = 0;
-        for c in ctxs {
-            if c.is_null() {
-                continue;
+                n
             }
-            // SAFETY: every context this slot posts comes from Context::<SlotOp>::into_raw
-            // and completes exactly once.
-            let op = unsafe { Context::<SlotOp>::from_raw(c) };
-            if let Some(b) = op.op.buf {
-                self.free.push(b);
+            Err(e) => {
+                let why = format!("{} (provider error {})", ffi::strerror(e.err as i64), e.prov_errno);
+                self.finish(e.op_context, Some(why));
+                1
             }
-            if let Some(why) = &err {
-                self.failed.get_or_insert(FabricError::Peer {
-                    rank: op.op.dst,
-                    reason: format!("an endpoint operation failed: {why}"),
-                });
-            }
-            self.inflight -= 1;
-            n += 1;
         }
-        n
+    }
+
+    /// One completion (`failed`: its error) of the operation with context `c`.
+    fn finish(&mut self, c: *mut std::ffi::c_void, failed: Option<String>) {
+        if c.is_null() {
+            return;
+        }
+        // SAFETY: every context this slot posts comes from Context::<SlotOp>::into_raw and
+        // completes exactly once.
+        let op = unsafe { Context::<SlotOp>::from_raw(c) }.op;
+        if let Some(b) = op.buf {
+            self.free.push(b);
+        }
+        if let Some(why) = failed {
+            self.failed.get_or_insert(FabricError::Peer {
+                rank: op.dst,
+                reason: format!("an endpoint operation failed: {why}"),
+            });
+        }
+        self.inflight -= 1;
     }
 
     /// Makes progress until `ready` holds, giving up after [`STALL`].
@@ -143,10 +147,10 @@ impl OfiTxSlot {
                 if let Some(b) = op.op.buf {
                     self.free.push(b);
                 }
-                return ffi::check(
-                    if ret == EAGAIN { -(sys::FI_ETIMEDOUT as i64) } else { ret as i64 },
-                    what,
-                );
+                if ret == EAGAIN {
+                    return Err(FabricError::Timeout { what: format!("{what}: provider queue stayed full") });
+                }
+                return ffi::check(ret as i64, what);
             }
             self.poll();
             std::thread::yield_now();

@@ -155,16 +155,17 @@ pub(super) fn build<'c>(
         Some(line) => Cq::Shared(line.clone()),
         None => Cq::Own(0),
     };
+    // Whether each slot carries puts, known before the slots move into their paths.
+    let rma: Vec<Vec<bool>> = slots
+        .iter()
+        .map(|c| c.iter().map(|s| s.as_ref().is_some_and(|s| s.carries_rma())).collect())
+        .collect();
     let mut slots: Vec<Vec<Option<Slot>>> =
         slots.into_iter().map(|c| c.into_iter().map(Some).collect()).collect();
     let mut shared: Vec<Vec<Option<Arc<Mutex<Slot>>>>> = slots.iter().map(|c| vec![None; c.len()]).collect();
-    let mut shared_rma: Vec<Vec<bool>> = slots.iter().map(|c| vec![false; c.len()]).collect();
-    let rma =
-        |slot: &Option<Slot>| slot.as_ref().is_some_and(|s| s.as_ref().is_some_and(|s| s.carries_rma()));
     let one_queue = (layout.policy == EndpointPolicy::Shared).then(|| {
-        let slot = slots[0][0].take().flatten();
-        let q = Queue::with_capacity(knobs.postlist, slot.as_ref().is_some_and(|s| s.carries_rma()));
-        Arc::new(Mutex::new((q, slot)))
+        let q = Queue::with_capacity(knobs.postlist, rma[0][0]);
+        Arc::new(Mutex::new((q, slots[0][0].take().flatten())))
     });
     (0..layout.threads)
         .map(|i| {
@@ -172,14 +173,11 @@ pub(super) fn build<'c>(
             let path = if let Some(q) = &one_queue {
                 Path::SharedQueue(q.clone())
             } else if users((c, s)) > 1 {
-                let slot_rma = rma(&slots[c][s]) || shared_rma[c][s];
-                shared_rma[c][s] = slot_rma;
                 let m =
                     shared[c][s].get_or_insert_with(|| Arc::new(Mutex::new(slots[c][s].take().flatten())));
-                Path::SharedSlot(Queue::with_capacity(knobs.postlist, slot_rma), m.clone())
+                Path::SharedSlot(Queue::with_capacity(knobs.postlist, rma[c][s]), m.clone())
             } else {
-                let slot_rma = rma(&slots[c][s]);
-                Path::Own(Queue::with_capacity(knobs.postlist, slot_rma), slots[c][s].take().flatten())
+                Path::Own(Queue::with_capacity(knobs.postlist, rma[c][s]), slots[c][s].take().flatten())
             };
             Endpoint {
                 comm,
