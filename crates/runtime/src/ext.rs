@@ -92,6 +92,7 @@ impl Comm {
     }
 
     /// Runs the progress hooks (never inside an AM handler). Returns the events they handled.
+    #[inline]
     pub(crate) fn run_hooks(&self) -> Result<usize> {
         if self.ext.hooks.is_empty() || crate::am::in_handler().is_some() {
             return Ok(0);

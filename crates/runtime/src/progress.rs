@@ -74,6 +74,7 @@ impl Backoff {
     }
 
     /// Waits a little; returns true when it is time to check the peers.
+    #[inline]
     pub(crate) fn snooze(&mut self, comm: &Comm) -> bool {
         self.iters = self.iters.wrapping_add(1);
         if !self.iters.is_multiple_of(64) {
@@ -81,6 +82,12 @@ impl Backoff {
             // current cores) would add to every message's detection latency.
             return false;
         }
+        self.pause(comm)
+    }
+
+    /// The slow part of [`Backoff::snooze`], every 64th call.
+    #[inline(never)]
+    fn pause(&mut self, comm: &Comm) -> bool {
         let now = Instant::now();
         let start = *self.start.get_or_insert(now);
         let waited = now - start;

@@ -322,15 +322,19 @@ impl Comm {
         self.has_error.store(true, Ordering::Release);
     }
 
+    #[inline]
     pub(crate) fn take_error(&self) -> Result<()> {
         if self.has_error.load(Ordering::Acquire) {
-            let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-            self.has_error.store(false, Ordering::Release);
-            if let Some(e) = slot.take() {
-                return Err(e);
-            }
+            return self.take_recorded_error();
         }
         Ok(())
+    }
+
+    #[cold]
+    fn take_recorded_error(&self) -> Result<()> {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        self.has_error.store(false, Ordering::Release);
+        slot.take().map_or(Ok(()), Err)
     }
 
     fn check_handler_tables(&self) -> Result<()> {

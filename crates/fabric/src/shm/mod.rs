@@ -82,6 +82,7 @@ impl Inbound {
     fn new(ring: RingPtr, max_medium: usize) -> Self {
         Inbound { ring, head: AtomicU64::new(0), rx: SpinLock::new(Receiver::new(ring, max_medium)) }
     }
+    #[inline]
     fn ready(&self) -> bool {
         self.ring.ready_at(self.head.load(Ordering::Relaxed))
     }
@@ -280,7 +281,8 @@ impl ShmFabric {
     }
 
     /// Delivers up to 64 messages from one ring (bounded so that one busy sender cannot
-    /// starve the others).
+    /// starve the others). Callers check [`Inbound::ready`] first.
+    #[inline(never)]
     fn drain(
         &self,
         inbound: &Inbound,
@@ -288,9 +290,6 @@ impl ShmFabric {
         class: AmClass,
         sink: &dyn EventSink,
     ) -> FabricResult<usize> {
-        if !inbound.ready() {
-            return Ok(0);
-        }
         let Some(mut rx) = inbound.rx.try_lock() else {
             return Ok(0);
         };
@@ -320,6 +319,9 @@ impl ShmFabric {
                 break;
             }
             delivered += 1;
+            if !rx.ready() {
+                break;
+            }
         }
         inbound.head.store(rx.head(), Ordering::Relaxed);
         Ok(delivered)
@@ -535,20 +537,35 @@ impl Fabric for ShmFabric {
     }
 
     fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {
+        // Replies first (they complete what this rank waits on), then requests. An idle ring
+        // costs one load here; only a ring with a message waiting pays for the call that
+        // delivers (idle polls are most of a waiting thread's loop, and every instruction in
+        // it delays the detection of the next message).
         let mut delivered = 0;
-        let classes: &[AmClass] = match set {
-            PollSet::All => &[AmClass::Reply, AmClass::Request],
-            PollSet::RepliesOnly => &[AmClass::Reply],
-        };
-        for &class in classes {
-            for src in 0..self.size {
-                delivered +=
-                    self.drain(&self.receivers[src as usize][class_index(class)], src, class, sink)?;
+        for (src, rings) in self.receivers.iter().enumerate() {
+            let ring = &rings[class_index(AmClass::Reply)];
+            if ring.ready() {
+                delivered += self.drain(ring, src as Rank, AmClass::Reply, sink)?;
             }
-            if class == AmClass::Request {
-                let bell = self.control(self.rank).slot_bell();
-                delivered += self.slot_rx.poll(bell, |inbound, src| self.drain(inbound, src, class, sink))?;
+        }
+        if set == PollSet::RepliesOnly {
+            return Ok(delivered);
+        }
+        for (src, rings) in self.receivers.iter().enumerate() {
+            let ring = &rings[class_index(AmClass::Request)];
+            if ring.ready() {
+                delivered += self.drain(ring, src as Rank, AmClass::Request, sink)?;
             }
+        }
+        let bell = self.control(self.rank).slot_bell();
+        if self.slot_rx.rung(bell) {
+            delivered += self.slot_rx.poll(bell, |inbound, src| {
+                if inbound.ready() {
+                    self.drain(inbound, src, AmClass::Request, sink)
+                } else {
+                    Ok(0)
+                }
+            })?;
         }
         Ok(delivered)
     }

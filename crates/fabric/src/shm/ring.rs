@@ -72,15 +72,18 @@ impl RingPtr {
         // ever accessed atomically.
         unsafe { &*(self.base as *const AtomicU64) }
     }
+    #[inline]
     fn slot(&self, pos: u64) -> *mut u8 {
         // SAFETY: pos & mask < slots, so the slot lies inside the ring.
         unsafe { self.base.add(SLOT + ((pos & self.mask) as usize) * SLOT) }
     }
     /// True if a message starts at `pos` (a lock-free peek for pollers).
+    #[inline]
     pub fn ready_at(&self, pos: u64) -> bool {
         self.stamp(pos).load(Ordering::Acquire) == pos + 1
     }
 
+    #[inline]
     fn stamp(&self, pos: u64) -> &AtomicU64 {
         // SAFETY: a slot's first word is 8-aligned and only accessed atomically.
         unsafe { &*(self.slot(pos) as *const AtomicU64) }
@@ -129,6 +132,7 @@ impl Sender {
     }
 
     /// Writes one message; `Ok(false)` if the ring is full now.
+    #[inline]
     pub fn try_send(&mut self, handler: u16, args: &[u64], body: Body<'_>) -> FabricResult<bool> {
         let medium = if let Body::Medium(p) = body { p.len() } else { 0 };
         let k = slots_for(args.len(), medium) as u64;
@@ -165,7 +169,12 @@ impl Sender {
         // and free (consumed by the receiver, checked above); the receiver reads them only
         // after the release store of the stamp below.
         unsafe {
-            std::ptr::copy_nonoverlapping(args.as_ptr(), slot.add(HEADER).cast::<u64>(), args.len());
+            // A word loop, not memcpy: at most AM_MAX_ARGS words, usually none or a few, where
+            // a call to memcpy costs more than the copy.
+            let words = slot.add(HEADER).cast::<u64>();
+            for (i, &a) in args.iter().enumerate() {
+                words.add(i).write_volatile(a);
+            }
             if let Body::Medium(p) = body {
                 crate::copy::copy_bytes(p.as_ptr(), slot.add(HEADER + args.len() * 8), p.len());
             }
@@ -213,6 +222,7 @@ impl Receiver {
     }
 
     /// Hands the next message to `f` and releases its slots; `Ok(false)` if none is waiting.
+    #[inline]
     pub fn recv(&mut self, f: impl FnOnce(Message<'_>)) -> FabricResult<bool> {
         loop {
             if !self.ready() {

@@ -45,9 +45,18 @@ impl SlotInboxes {
         SlotInboxes { list: RwLock::new(Vec::new()), count: AtomicUsize::new(0), seen: AtomicU32::new(0) }
     }
 
+    /// Whether [`SlotInboxes::poll`] has anything to look at: slot inboxes exist and `bell`
+    /// moved since the last scan (two loads, inline in every poll).
+    #[inline]
+    pub fn rung(&self, bell: &AtomicU32) -> bool {
+        self.count.load(Ordering::Relaxed) != 0
+            && self.seen.load(Ordering::Relaxed) != bell.load(Ordering::Relaxed)
+    }
+
     /// Delivers from the slot inboxes with `drain` if the doorbell `bell` moved since the
     /// last scan that left nothing behind (senders ring it after each batch): idle pollers
     /// then pay one load, not a lock. Returns what `drain` delivered.
+    #[inline(never)]
     pub fn poll(
         &self,
         bell: &AtomicU32,
