@@ -615,8 +615,8 @@ fn result(kind: u64, call_id: u64) -> Header {
     Header { kind, mode: EAGER, fn_id: 0, call_id, ack_id: 0 }
 }
 
-fn call_head(kind: u64, name: &str, call_id: u64) -> Header {
-    Header { kind, mode: EAGER, fn_id: registry::fn_id(name), call_id, ack_id: 0 }
+fn call_head(kind: u64, fn_id: u64, call_id: u64) -> Header {
+    Header { kind, mode: EAGER, fn_id, call_id, ack_id: 0 }
 }
 
 fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
@@ -765,7 +765,8 @@ impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
         if let Some(e) = self.early.take() {
             return Err(e);
         }
-        let rpc = self.rpc.clone().ok_or(Error::Misuse("call already finished"))?;
+        let rpc = self.rpc.as_deref().ok_or(Error::Misuse("call already finished"))?;
+        let id = self.id;
         let mut seen = u64::MAX;
         self.comm.wait_until(|| {
             // Look at the table only when some result arrived since the last look.
@@ -774,7 +775,7 @@ impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
                 return false;
             }
             seen = now;
-            lock(&rpc.calls).get(&self.id).is_none_or(|s| s.outcome.is_some())
+            lock(&rpc.calls).get(&id).is_none_or(|s| s.outcome.is_some())
         })?;
         self.finish()
     }
@@ -934,7 +935,7 @@ fn start_call<'c, F: RemoteFn>(
     let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
     lock(&rpc.calls).insert(id, CallSlot::default());
     let th = threshold.unwrap_or_else(|| rpc.threshold());
-    match rpc.send_via(comm, medium, rank, call_head(CALL, F::NAME, id), Box::new(args), th) {
+    match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Box::new(args), th) {
         Ok(sent) => (
             Sent { comm, state: sent },
             CallFuture { comm, rpc: Some(rpc), id, early: None, _r: PhantomData },
@@ -954,7 +955,7 @@ fn start_post<'c, F: RemoteFn>(
 ) -> Result<Sent<'c>> {
     let rpc = crate::Rpc::of(comm)?;
     let th = rpc.threshold();
-    let sent = rpc.send_via(comm, medium, rank, call_head(POST, F::NAME, 0), Box::new(args), th)?;
+    let sent = rpc.send_via(comm, medium, rank, call_head(POST, F::ID, 0), Box::new(args), th)?;
     Ok(Sent { comm, state: sent })
 }
 

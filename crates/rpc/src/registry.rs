@@ -20,6 +20,8 @@ pub trait RemoteFn: Copy + Send + Sync + 'static {
     type Output: Serialize + DeserializeOwned + Send + 'static;
     /// Unique name (module path + function name); its hash is the function's id on every rank.
     const NAME: &'static str;
+    /// The function's id: the hash of [`RemoteFn::NAME`], computed at compile time.
+    const ID: u64 = fn_id(Self::NAME);
     /// Runs the function.
     fn run(args: Self::Args) -> BoxFuture<Self::Output>;
     /// Runs a plain (not `async`) function to completion at once, with no future; gives the
