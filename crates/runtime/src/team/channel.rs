@@ -61,6 +61,7 @@ struct State {
 }
 
 /// A message to one member.
+#[derive(Clone, Copy)]
 pub(crate) struct Out<'a> {
     pub to: usize,
     pub data: &'a [u8],
@@ -145,9 +146,14 @@ impl Channels {
         outs: &[Out<'_>],
         ins: &mut [In<'_>],
     ) -> Result<()> {
-        let mut out_done = vec![0u64; outs.len()];
-        let mut in_done = vec![0u64; ins.len()];
-        poll_fn(|_| match self.step(team, tag, outs, ins, &mut out_done, &mut in_done) {
+        // Progress per message, on the stack for teams of up to INLINE_PEERS members (no
+        // allocation in a small collective, where malloc and free would cost as much as
+        // the messages).
+        let (mut out_inline, mut in_inline) = ([0u64; INLINE_PEERS], [0u64; INLINE_PEERS]);
+        let (mut out_heap, mut in_heap) = (Vec::new(), Vec::new());
+        let out_done = counters(&mut out_inline, &mut out_heap, outs.len());
+        let in_done = counters(&mut in_inline, &mut in_heap, ins.len());
+        poll_fn(|_| match self.step(team, tag, outs, ins, out_done, in_done) {
             Ok(false) => Poll::Pending,
             Ok(true) => Poll::Ready(Ok(())),
             Err(e) => Poll::Ready(Err(e)),
@@ -296,5 +302,18 @@ impl Channels {
             pending[src] |= *done < total;
         }
         Ok(all)
+    }
+}
+
+/// Messages a transfer (and a small alltoall) tracks without allocating.
+pub(crate) const INLINE_PEERS: usize = 16;
+
+/// `len` zeroed counters: the front of `inline` if it is long enough, else `heap`, grown.
+fn counters<'a>(inline: &'a mut [u64], heap: &'a mut Vec<u64>, len: usize) -> &'a mut [u64] {
+    if len <= inline.len() {
+        &mut inline[..len]
+    } else {
+        heap.resize(len, 0);
+        heap
     }
 }

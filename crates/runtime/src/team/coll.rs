@@ -15,7 +15,7 @@
 //! (for allreduce) on every member. Lengths and collective kinds are checked on arrival:
 //! members that disagree get [`Error::Mismatch`].
 
-use super::channel::{In, Out};
+use super::channel::{In, Out, INLINE_PEERS};
 use super::{Core, Team};
 use crate::{Error, Pod, Result};
 use weft_fabric::copy::{copy_slice, to_vec};
@@ -468,11 +468,32 @@ impl Core<'_> {
                 send_counts[me], recv_counts[me]
             )));
         }
+        let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
+        if self.small::<T>(biggest) && n <= INLINE_PEERS {
+            // One round with the messages' descriptors on the stack: no allocation, which in
+            // a small alltoall would cost as much as the messages.
+            let mut outs = [Out { to: 0, data: &[] }; INLINE_PEERS];
+            let mut ins: [In<'_>; INLINE_PEERS] = std::array::from_fn(|_| In { from: 0, out: &mut [] });
+            let (mut rest, mut at, mut k) = (all, 0, 0);
+            for r in 0..n {
+                let (block, tail) = std::mem::take(&mut rest).split_at_mut(recv_counts[r]);
+                rest = tail;
+                let src = &data[at..at + send_counts[r]];
+                at += send_counts[r];
+                if r == me {
+                    copy_slice(block, src);
+                } else {
+                    outs[k] = Out { to: r, data: bytes_of(src) };
+                    ins[k] = In { from: r, out: bytes_of_mut(block) };
+                    k += 1;
+                }
+            }
+            return self.send_recv(tag::ALLTOALL, &outs[..k], &mut ins[..k]).await;
+        }
         let so = offsets(send_counts);
         let mut blocks = carve(all, recv_counts);
         copy_slice(blocks[me], &data[so[me]..so[me] + send_counts[me]]);
         let out = |to: usize| Out { to, data: bytes_of(&data[so[to]..so[to] + send_counts[to]]) };
-        let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
         if self.small::<T>(biggest) {
             let outs: Vec<Out<'_>> = (0..n).filter(|&r| r != me).map(out).collect();
             let mut ins = receive_into(blocks, me);
