@@ -84,8 +84,8 @@ pub fn world_rank() -> u32 {
 impl Rpc {
     /// The RPC layer of `comm`, or an error if the world was built without it.
     pub fn of(comm: &Comm) -> Result<Arc<Rpc>> {
-        comm.extension::<Rpc>().ok_or_else(|| {
-            Error::Misuse("this world has no RPC layer: build it with weft::builder() or weft_rpc::install")
-        })
+        comm.extension::<Rpc>().ok_or(Error::Misuse(
+            "this world has no RPC layer: build it with weft::builder() or weft_rpc::install",
+        ))
     }
 }
