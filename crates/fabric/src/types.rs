@@ -208,6 +208,14 @@ pub struct AmOut<'a> {
     pub payload: AmPayload<'a>,
 }
 
+/// Checks a medium AM payload against a fabric's largest (every fabric's `am_try_send`).
+pub(crate) fn check_medium(p: &[u8], max: usize) -> crate::FabricResult<()> {
+    if p.len() > max {
+        return Err(crate::FabricError::TooLarge { what: "medium AM payload", len: p.len(), max });
+    }
+    Ok(())
+}
+
 /// Payload of an incoming AM.
 #[derive(Debug)]
 pub enum AmInPayload<'a> {

@@ -1090,13 +1090,7 @@ fn frame<'a>(
     let (kind, region, offset, carried, len): (Kind, u32, u64, &[u8], usize) = match msg.payload {
         AmPayload::Short => (Kind::Short, 0, 0, &[], 0),
         AmPayload::Medium(p) => {
-            if p.len() > MAX_MEDIUM {
-                return Err(FabricError::TooLarge {
-                    what: "medium AM payload",
-                    len: p.len(),
-                    max: MAX_MEDIUM,
-                });
-            }
+            crate::types::check_medium(p, MAX_MEDIUM)?;
             (Kind::Medium, 0, 0, p, p.len())
         }
         AmPayload::Long { region, offset, data } => {

@@ -280,10 +280,37 @@ impl ShmFabric {
         Ok((id, Arc::new(map)))
     }
 
+    /// Delivers what waits in the `class` ring of every source.
+    #[inline]
+    fn drain_class(&self, class: AmClass, sink: &dyn EventSink) -> FabricResult<usize> {
+        let mut delivered = 0;
+        for (src, rings) in self.receivers.iter().enumerate() {
+            delivered += self.drain(&rings[class_index(class)], src as Rank, class, sink)?;
+        }
+        Ok(delivered)
+    }
+
     /// Delivers up to 64 messages from one ring (bounded so that one busy sender cannot
-    /// starve the others). Callers check [`Inbound::ready`] first.
-    #[inline(never)]
+    /// starve the others). An idle ring costs one load, inline in the poll loop; only a ring
+    /// with a message waiting pays for the call that delivers (idle polls are most of a
+    /// waiting thread's loop, and every instruction there delays the next detection).
+    #[inline]
     fn drain(
+        &self,
+        inbound: &Inbound,
+        src: Rank,
+        class: AmClass,
+        sink: &dyn EventSink,
+    ) -> FabricResult<usize> {
+        if !inbound.ready() {
+            return Ok(0);
+        }
+        self.deliver(inbound, src, class, sink)
+    }
+
+    /// The part of [`ShmFabric::drain`] for a ring with a message waiting.
+    #[inline(never)]
+    fn deliver(
         &self,
         inbound: &Inbound,
         src: Rank,
@@ -372,13 +399,7 @@ fn body_for<'a>(dst: Rank, msg: &AmOut<'a>, max_medium: usize) -> FabricResult<B
     Ok(match msg.payload {
         AmPayload::Short => Body::Short,
         AmPayload::Medium(p) => {
-            if p.len() > max_medium {
-                return Err(FabricError::TooLarge {
-                    what: "medium AM payload",
-                    len: p.len(),
-                    max: max_medium,
-                });
-            }
+            crate::types::check_medium(p, max_medium)?;
             Body::Medium(p)
         }
         AmPayload::Long { region, offset, data } => {
@@ -537,35 +558,13 @@ impl Fabric for ShmFabric {
     }
 
     fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {
-        // Replies first (they complete what this rank waits on), then requests. An idle ring
-        // costs one load here; only a ring with a message waiting pays for the call that
-        // delivers (idle polls are most of a waiting thread's loop, and every instruction in
-        // it delays the detection of the next message).
-        let mut delivered = 0;
-        for (src, rings) in self.receivers.iter().enumerate() {
-            let ring = &rings[class_index(AmClass::Reply)];
-            if ring.ready() {
-                delivered += self.drain(ring, src as Rank, AmClass::Reply, sink)?;
-            }
-        }
-        if set == PollSet::RepliesOnly {
-            return Ok(delivered);
-        }
-        for (src, rings) in self.receivers.iter().enumerate() {
-            let ring = &rings[class_index(AmClass::Request)];
-            if ring.ready() {
-                delivered += self.drain(ring, src as Rank, AmClass::Request, sink)?;
-            }
-        }
-        let bell = self.control(self.rank).slot_bell();
-        if self.slot_rx.rung(bell) {
-            delivered += self.slot_rx.poll(bell, |inbound, src| {
-                if inbound.ready() {
-                    self.drain(inbound, src, AmClass::Request, sink)
-                } else {
-                    Ok(0)
-                }
-            })?;
+        // Replies first: they complete what this rank waits on.
+        let mut delivered = self.drain_class(AmClass::Reply, sink)?;
+        if set == PollSet::All {
+            delivered += self.drain_class(AmClass::Request, sink)?;
+            let bell = self.control(self.rank).slot_bell();
+            delivered +=
+                self.slot_rx.poll(bell, |inbound, src| self.drain(inbound, src, AmClass::Request, sink))?;
         }
         Ok(delivered)
     }

@@ -45,27 +45,29 @@ impl SlotInboxes {
         SlotInboxes { list: RwLock::new(Vec::new()), count: AtomicUsize::new(0), seen: AtomicU32::new(0) }
     }
 
-    /// Whether [`SlotInboxes::poll`] has anything to look at: slot inboxes exist and `bell`
-    /// moved since the last scan (two loads, inline in every poll).
-    #[inline]
-    pub fn rung(&self, bell: &AtomicU32) -> bool {
-        self.count.load(Ordering::Relaxed) != 0
-            && self.seen.load(Ordering::Relaxed) != bell.load(Ordering::Relaxed)
-    }
-
     /// Delivers from the slot inboxes with `drain` if the doorbell `bell` moved since the
     /// last scan that left nothing behind (senders ring it after each batch): idle pollers
-    /// then pay one load, not a lock. Returns what `drain` delivered.
-    #[inline(never)]
+    /// then pay two loads, inline, and no lock. Returns what `drain` delivered.
+    #[inline]
     pub fn poll(
         &self,
         bell: &AtomicU32,
-        mut drain: impl FnMut(&Inbound, Rank) -> FabricResult<usize>,
+        drain: impl FnMut(&Inbound, Rank) -> FabricResult<usize>,
     ) -> FabricResult<usize> {
         let now = bell.load(Ordering::Acquire);
         if self.count.load(Ordering::Acquire) == 0 || self.seen.load(Ordering::Relaxed) == now {
             return Ok(0);
         }
+        self.scan(now, drain)
+    }
+
+    /// The part of [`SlotInboxes::poll`] after the bell moved to `now`.
+    #[inline(never)]
+    fn scan(
+        &self,
+        now: u32,
+        mut drain: impl FnMut(&Inbound, Rank) -> FabricResult<usize>,
+    ) -> FabricResult<usize> {
         self.seen.store(now, Ordering::Relaxed);
         let (n, left) = self.with(Ok((0, false)), |inboxes| {
             let mut n = 0;

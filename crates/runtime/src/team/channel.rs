@@ -317,3 +317,18 @@ fn counters<'a>(inline: &'a mut [u64], heap: &'a mut Vec<u64>, len: usize) -> &'
         heap
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{counters, INLINE_PEERS};
+
+    #[test]
+    fn counters_inline_then_heap() {
+        let (mut inline, mut heap) = ([0u64; INLINE_PEERS], Vec::new());
+        assert_eq!(counters(&mut inline, &mut heap, 3).len(), 3);
+        assert!(heap.is_empty(), "a small transfer must not allocate");
+        let big = counters(&mut inline, &mut heap, INLINE_PEERS + 1);
+        assert_eq!(big.len(), INLINE_PEERS + 1);
+        assert!(big.iter().all(|&c| c == 0));
+    }
+}

@@ -469,11 +469,21 @@ impl Core<'_> {
             )));
         }
         let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
-        if self.small::<T>(biggest) && n <= INLINE_PEERS {
-            // One round with the messages' descriptors on the stack: no allocation, which in
-            // a small alltoall would cost as much as the messages.
-            let mut outs = [Out { to: 0, data: &[] }; INLINE_PEERS];
-            let mut ins: [In<'_>; INLINE_PEERS] = std::array::from_fn(|_| In { from: 0, out: &mut [] });
+        if self.small::<T>(biggest) {
+            // One round. The messages' descriptors sit on the stack for teams of up to
+            // INLINE_PEERS members: no allocation, which in a small alltoall would cost as
+            // much as the messages.
+            let mut outs_inline = [Out { to: 0, data: &[] }; INLINE_PEERS];
+            let mut ins_inline: [In<'_>; INLINE_PEERS] =
+                std::array::from_fn(|_| In { from: 0, out: &mut [] });
+            let (mut outs_heap, mut ins_heap) = (Vec::new(), Vec::new());
+            let (outs, ins): (&mut [Out<'_>], &mut [In<'_>]) = if n <= INLINE_PEERS {
+                (&mut outs_inline, &mut ins_inline)
+            } else {
+                outs_heap.resize(n, Out { to: 0, data: &[] });
+                ins_heap.resize_with(n, || In { from: 0, out: &mut [] });
+                (&mut outs_heap, &mut ins_heap)
+            };
             let (mut rest, mut at, mut k) = (all, 0, 0);
             for r in 0..n {
                 let (block, tail) = std::mem::take(&mut rest).split_at_mut(recv_counts[r]);
@@ -490,15 +500,11 @@ impl Core<'_> {
             }
             return self.send_recv(tag::ALLTOALL, &outs[..k], &mut ins[..k]).await;
         }
+        // Pairwise exchange: in step s, send to me + s and receive from me - s.
         let so = offsets(send_counts);
         let mut blocks = carve(all, recv_counts);
         copy_slice(blocks[me], &data[so[me]..so[me] + send_counts[me]]);
         let out = |to: usize| Out { to, data: bytes_of(&data[so[to]..so[to] + send_counts[to]]) };
-        if self.small::<T>(biggest) {
-            let outs: Vec<Out<'_>> = (0..n).filter(|&r| r != me).map(out).collect();
-            let mut ins = receive_into(blocks, me);
-            return self.send_recv(tag::ALLTOALL, &outs, &mut ins).await;
-        }
         let mut blocks: Vec<Option<&mut [T]>> = blocks.into_iter().map(Some).collect();
         for step in 1..n {
             let (to, from) = ((me + step) % n, (me + n - step) % n);
