@@ -444,6 +444,11 @@ weft::remote! {
     }
 }
 weft::remote! {
+    /// A plain function with a small argument and a result of any size: it runs in the
+    /// call's handler, and a result with chunks goes back as a message of its own.
+    fn rpc_make(len: u64) -> Vec<u8> { (0..len).map(|i| (i % 251) as u8).collect() }
+}
+weft::remote! {
     fn rpc_panics(x: u64) -> u64 { if x > 0 { panic!("asked to panic with {x}") } else { x } }
 }
 weft::remote! {
@@ -476,6 +481,14 @@ fn rpc_calls() -> Res {
         let (got_len, sum) = res.wait().map_err(e2s)?;
         ck(got_len == len as u64 && sum == want, || {
             format!("len {len}: got {got_len} elements summing to {sum}, want {want}")
+        })?;
+    }
+    // Results of every size around the threshold and the medium limit from a function run in
+    // the handler.
+    for len in [0u64, 100, 4095, 4096, 70_000, 1 << 20] {
+        let v = w.call(peer, rpc_make, (len,)).wait().map_err(e2s)?;
+        ck(v.len() as u64 == len && v.iter().enumerate().all(|(i, &x)| x == (i % 251) as u8), || {
+            format!("made {len} bytes, got {} (or wrong bytes)", v.len())
         })?;
     }
     // RmaVec both ways, through the pools.

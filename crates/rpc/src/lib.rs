@@ -23,6 +23,7 @@
 
 pub mod archive;
 mod buffer;
+mod calls;
 pub mod fuzz;
 pub mod proto;
 mod registry;
@@ -81,11 +82,17 @@ pub fn world_rank() -> u32 {
     WORLD_RANK.load(std::sync::atomic::Ordering::Relaxed)
 }
 
+const NO_RPC: Error =
+    Error::Misuse("this world has no RPC layer: build it with weft::builder() or weft_rpc::install");
+
 impl Rpc {
     /// The RPC layer of `comm`, or an error if the world was built without it.
     pub fn of(comm: &Comm) -> Result<Arc<Rpc>> {
-        comm.extension::<Rpc>().ok_or(Error::Misuse(
-            "this world has no RPC layer: build it with weft::builder() or weft_rpc::install",
-        ))
+        comm.extension::<Rpc>().ok_or(NO_RPC)
+    }
+
+    /// [`Rpc::of`] as a borrow of the world (no reference count touched: the call path).
+    pub fn get(comm: &Comm) -> Result<&Rpc> {
+        comm.extension_ref::<Rpc>().ok_or(NO_RPC)
     }
 }

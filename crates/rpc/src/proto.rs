@@ -9,13 +9,17 @@
 //!   read for unregistered memory — into its own pool, then sends `weft.rpc.ack(ack id)`; the
 //!   sender then drops what it kept alive for the transfer (the "sent" signal).
 //!
-//! Handlers only queue messages; pulling, decoding and running functions happen in the RPC
-//! progress hook, outside AM handlers, so a remote function may communicate and block.
-//! Results travel back as messages of their own (kind `RESULT_OK` / `RESULT_ERR`).
+//! A plain function called eagerly, with nothing queued before it, runs inside the handler,
+//! and its result goes back as the AM reply when it encodes eagerly (see
+//! [`RemoteFn::PLAIN`]). Handlers queue every other message: pulling, decoding and running
+//! `async` functions happen in the RPC progress hook, outside AM handlers, so those may
+//! communicate and block. Their results travel back as messages of their own (kind
+//! `RESULT_OK` / `RESULT_ERR`).
 
 use crate::archive::{self, Archive, ArchiveError, ChunkRef, ChunkSource, Locate};
 use crate::buffer::{with_decode_pool, Received};
-use crate::registry::{self, IdMap, Outbound, Registration, RemoteFn, Running, Started};
+use crate::calls::CallTable;
+use crate::registry::{self, IdMap, Outbound, Outgoing, Registration, RemoteFn, Running, Started, Value};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -130,17 +134,19 @@ impl Header {
     }
 }
 
-/// A message as queued by the handler.
-struct Incoming {
-    src: u32,
-    head: Header,
-    payload: Vec<u8>,
+/// What the handler leaves for the progress hook.
+enum Incoming {
+    /// A message to pull, decode or run there.
+    Message { src: u32, head: Header, payload: Vec<u8> },
+    /// The result of a plain function that ran in the handler but could not go back as the
+    /// AM reply (it needs chunks, or the reply failed): sent as a message of its own.
+    Result { src: u32, call: u64, out: Box<dyn Outbound> },
 }
 
 /// What a call's caller waits for.
 #[derive(Default)]
 struct CallSlot {
-    outcome: Option<(bool, Vec<u8>, Vec<Option<Received>>)>,
+    outcome: Option<Outcome>,
     waker: Option<Waker>,
 }
 
@@ -207,7 +213,7 @@ pub struct Rpc {
     pool: OnceLock<RmaPool>,
     threshold: AtomicU64,
     next_id: AtomicU64,
-    calls: Mutex<IdMap<CallSlot>>,
+    calls: Mutex<CallTable<CallSlot>>,
     /// Results delivered so far: waiting callers look at the call table only when it moved.
     results: AtomicU64,
     kept: Mutex<IdMap<Kept>>,
@@ -231,7 +237,7 @@ impl Rpc {
             pool: OnceLock::new(),
             threshold: AtomicU64::new(DEFAULT_THRESHOLD as u64),
             next_id: AtomicU64::new(1),
-            calls: Mutex::new(IdMap::default()),
+            calls: Mutex::new(CallTable::default()),
             results: AtomicU64::new(0),
             kept: Mutex::new(IdMap::default()),
             incoming: Mutex::new(VecDeque::new()),
@@ -294,7 +300,7 @@ impl Rpc {
         comm: &Comm,
         dst: u32,
         head: Header,
-        value: Box<dyn Outbound>,
+        value: impl Outgoing,
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
         self.send_via(
@@ -315,14 +321,15 @@ impl Rpc {
         medium: &mut Medium<'_>,
         dst: u32,
         head: Header,
-        value: Box<dyn Outbound>,
+        value: impl Outgoing,
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
         let caps = comm.caps();
         let locate =
             PoolLocator { pool: self.pool.get(), stage: !caps.peer_read, staged: RefCell::default() };
         let scratch = SCRATCH.with(|s| s.take());
-        let archive = value.encode(threshold, &locate, scratch).map_err(|e| Error::Encode(e.0))?;
+        let mut archive =
+            value.value().encode(threshold, &locate, scratch).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
             let (w, n) = Header { mode: EAGER, ack_id: 0, ..head }.encode();
@@ -331,6 +338,15 @@ impl Rpc {
                 SCRATCH.with(|s| s.set(archive.index));
             }
             return r.map(|_| None);
+        }
+        // The target pulls the chunks later: the value must outlive this call. Boxing moves
+        // it; chunks are addresses of heap or pool memory, which does not move, unless a
+        // value serialized bytes stored inside itself: then encode the boxed value again.
+        let (value, moved) = value.into_kept();
+        let inside = |c: &ChunkRef| matches!(*c, ChunkRef::Pointer { addr, .. } if moved.contains(&addr));
+        if archive.chunks.iter().any(inside) {
+            locate.staged.take();
+            archive = value.encode(threshold, &locate, archive.index).map_err(|e| Error::Encode(e.0))?;
         }
         let sent = Arc::new(SentState::default());
         let ack = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -354,15 +370,108 @@ impl Rpc {
             self.stats.malformed.fetch_add(1, Ordering::Relaxed);
             return;
         };
-        if (head.kind == RESULT_OK || head.kind == RESULT_ERR) && head.mode == EAGER {
-            // A complete result: hand it to its caller now (no pull, no user code).
-            self.deliver(head.call_id, head.kind == RESULT_OK, am.payload().to_vec(), vec![]);
-            return;
+        if head.mode == EAGER {
+            match head.kind {
+                // A complete result: hand it to its caller now (no pull, no user code).
+                RESULT_OK | RESULT_ERR => {
+                    self.deliver(head.call_id, head.kind == RESULT_OK, am.payload().to_vec(), vec![]);
+                    return;
+                }
+                // A plain function, with nothing queued before it (calls stay in order):
+                // run it here and answer with the AM reply.
+                CALL | POST if !am.is_reply() && self.queued.load(Ordering::Acquire) == 0 => {
+                    if let Some(reg) = self.fns.get().and_then(|t| t.get(&head.fn_id)).filter(|r| r.plain) {
+                        self.run_plain(am, head, reg);
+                        return;
+                    }
+                }
+                _ => {}
+            }
         }
+        self.enqueue(Incoming::Message { src: am.src(), head, payload: am.payload().to_vec() });
+    }
+
+    fn enqueue(&self, m: Incoming) {
         let mut q = lock(&self.incoming);
-        q.push_back(Incoming { src: am.src(), head, payload: am.payload().to_vec() });
+        q.push_back(m);
         // Counted under the lock, so the counter never runs behind the queue.
         self.queued.fetch_add(1, Ordering::Release);
+    }
+
+    /// Runs a plain function inside the handler of its eager call (see [`RemoteFn::PLAIN`]).
+    fn run_plain(&self, am: &AmMsg<'_>, head: Header, reg: &Registration) {
+        let call = (head.kind == CALL).then_some(head.call_id);
+        let source = Pulled(RefCell::new(vec![]));
+        let pool = self.pool.get().map(|p| p.blocks().clone());
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_decode_pool(pool, || (reg.start)(am.payload(), &source))
+        }));
+        let out = match ran {
+            Ok(Ok(Started::Done(out))) => out,
+            Ok(Ok(Started::Running(_))) => {
+                // A plain function finishes at once: a registration saying otherwise is a bug.
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return self.reply_plain_err(am, call, format!("{} did not finish at once", reg.name));
+            }
+            Ok(Err(e)) => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                return self.reply_plain_err(
+                    am,
+                    call,
+                    format!("arguments of {} do not decode: {e}", reg.name),
+                );
+            }
+            Err(p) => {
+                self.stats.panics.fetch_add(1, Ordering::Relaxed);
+                let what = panic_text(&*p);
+                let rank = am.comm().rank();
+                return self.reply_plain_err(
+                    am,
+                    call,
+                    format!("{} panicked on rank {rank}: {what}", reg.name),
+                );
+            }
+        };
+        if let Some(c) = call {
+            if !self.reply_eager(am, result(RESULT_OK, c), &*out) {
+                self.enqueue(Incoming::Result { src: am.src(), call: c, out });
+            }
+        }
+    }
+
+    /// Answers a call from its handler with an error text.
+    fn reply_plain_err(&self, am: &AmMsg<'_>, call: Option<u64>, mut why: String) {
+        let Some(c) = call else { return };
+        // An error text always fits a reply.
+        let max = am.comm().caps().am_max_medium / 2;
+        if why.len() > max {
+            let mut end = max;
+            while !why.is_char_boundary(end) {
+                end -= 1;
+            }
+            why.truncate(end);
+        }
+        if !self.reply_eager(am, result(RESULT_ERR, c), &why) {
+            self.enqueue(Incoming::Result { src: am.src(), call: c, out: Box::new(why) });
+        }
+    }
+
+    /// Sends `value` back as the AM reply of `am` if it encodes eagerly (no chunks, one
+    /// message); `false` if it must travel as a message of its own.
+    fn reply_eager(&self, am: &AmMsg<'_>, head: Header, value: &dyn Outbound) -> bool {
+        // No staging here: a value with chunks goes the long way, staged there.
+        let locate = PoolLocator { pool: self.pool.get(), stage: false, staged: RefCell::default() };
+        let Ok(archive) = value.encode(self.threshold(), &locate, SCRATCH.with(|s| s.take())) else {
+            return false;
+        };
+        let sent = archive.chunks.is_empty() && archive.index.len() <= am.comm().caps().am_max_medium && {
+            let (w, n) = head.encode();
+            am.reply_medium(self.msg, &w[..n], &archive.index).is_ok()
+        };
+        if archive.index.capacity() <= SCRATCH_KEEP {
+            SCRATCH.with(|s| s.set(archive.index));
+        }
+        sent
     }
 
     pub(crate) fn on_ack(&self, am: &AmMsg<'_>) {
@@ -396,20 +505,25 @@ impl Rpc {
     }
 
     fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
-        let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = m.head;
+        let (src, head, payload) = match m {
+            Incoming::Message { src, head, payload } => (src, head, payload),
+            Incoming::Result { src, call, out } => {
+                return self.send(comm, src, result(RESULT_OK, call), out, self.threshold()).map(|_| ());
+            }
+        };
+        let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = head;
         // `Header::decode` admitted only the two modes.
-        let pulled =
-            if mode == RENDEZVOUS { self.pull(comm, m.src, &m.payload) } else { Ok((m.payload, vec![])) };
+        let pulled = if mode == RENDEZVOUS { self.pull(comm, src, &payload) } else { Ok((payload, vec![])) };
         if mode == RENDEZVOUS {
             // Whatever happened, the sender may release its buffers now.
-            comm.am_request_short(m.src, self.ack, &[ack])?;
+            comm.am_request_short(src, self.ack, &[ack])?;
         }
         let (index, chunks) = match pulled {
             Ok(p) => p,
             Err(e) => {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                 if kind == CALL {
-                    self.reply_err(comm, m.src, call, format!("rank {}: malformed call: {e}", comm.rank()))?;
+                    self.reply_err(comm, src, call, format!("rank {}: malformed call: {e}", comm.rank()))?;
                 }
                 return Ok(());
             }
@@ -420,7 +534,7 @@ impl Rpc {
                     self.stats.unknown_function.fetch_add(1, Ordering::Relaxed);
                     if kind == CALL {
                         let why = format!("rank {} has no remote function with id {fid:#x}", comm.rank());
-                        self.reply_err(comm, m.src, call, why)?;
+                        self.reply_err(comm, src, call, why)?;
                     }
                     return Ok(());
                 };
@@ -433,13 +547,13 @@ impl Rpc {
                 match started {
                     Ok(Ok(Started::Done(out))) => {
                         if let Some(c) = call {
-                            self.send(comm, m.src, result(RESULT_OK, c), out, self.threshold())?;
+                            self.send(comm, src, result(RESULT_OK, c), out, self.threshold())?;
                         }
                     }
                     Ok(Ok(Started::Running(fut))) => {
                         let any = self.tasks_woken.clone();
                         let woken = Arc::new(Flag { woken: AtomicBool::new(true), any });
-                        let task = Task { fut, woken, src: m.src, call };
+                        let task = Task { fut, woken, src, call };
                         self.step(comm, task)?;
                     }
                     Ok(Err(e)) => {
@@ -447,13 +561,13 @@ impl Rpc {
                         if let Some(c) = call {
                             self.reply_err(
                                 comm,
-                                m.src,
+                                src,
                                 c,
                                 format!("arguments of {} do not decode: {e}", reg.name),
                             )?;
                         }
                     }
-                    Err(p) => self.panicked(comm, m.src, call, reg.name, p)?,
+                    Err(p) => self.panicked(comm, src, call, reg.name, p)?,
                 }
             }
             RESULT_OK | RESULT_ERR => self.deliver(call, kind == RESULT_OK, index, chunks),
@@ -468,7 +582,7 @@ impl Rpc {
     fn deliver(&self, call: u64, ok: bool, index: Vec<u8>, chunks: Vec<Option<Received>>) {
         let waker = {
             let mut calls = lock(&self.calls);
-            match calls.get_mut(&call) {
+            match calls.get_mut(call) {
                 Some(slot) => {
                     slot.outcome = Some((ok, index, chunks));
                     slot.waker.take()
@@ -495,11 +609,7 @@ impl Rpc {
         p: Box<dyn std::any::Any + Send>,
     ) -> Result<()> {
         self.stats.panics.fetch_add(1, Ordering::Relaxed);
-        let what = p
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| p.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a non-string panic".into());
+        let what = panic_text(&*p);
         match call {
             Some(c) => {
                 self.reply_err(comm, src, c, format!("{name} panicked on rank {}: {what}", comm.rank()))
@@ -546,7 +656,7 @@ impl Rpc {
     }
 
     fn reply_err(&self, comm: &Comm, dst: u32, call: u64, why: String) -> Result<()> {
-        self.send(comm, dst, result(RESULT_ERR, call), Box::new(why), usize::MAX).map(|_| ())
+        self.send(comm, dst, result(RESULT_ERR, call), Value(why), usize::MAX).map(|_| ())
     }
 
     /// Refuses a message whose chunks together could not be held here (the pool's free room
@@ -609,6 +719,14 @@ impl Rpc {
         };
         Ok((index, got))
     }
+}
+
+/// The text of a panic's payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a non-string panic".into())
 }
 
 fn result(kind: u64, call_id: u64) -> Header {
@@ -753,11 +871,15 @@ pub fn parse_desc(d: &[u8]) -> std::result::Result<(Option<&[u8]>, Vec<ChunkRef>
 #[must_use = "a call's result arrives only through its future"]
 pub struct CallFuture<'c, R> {
     comm: &'c Comm,
-    rpc: Option<Arc<Rpc>>,
+    /// The RPC layer while the call is in flight (`None` once finished or failed early).
+    rpc: Option<&'c Rpc>,
     id: u64,
     early: Option<Error>,
     _r: PhantomData<fn() -> R>,
 }
+
+/// A call's outcome as delivered: success, the result's index, its pulled chunks.
+type Outcome = (bool, Vec<u8>, Vec<Option<Received>>);
 
 impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
     /// Blocks (making progress) until the result is here.
@@ -765,37 +887,52 @@ impl<R: serde::de::DeserializeOwned> CallFuture<'_, R> {
         if let Some(e) = self.early.take() {
             return Err(e);
         }
-        let rpc = self.rpc.as_deref().ok_or(Error::Misuse("call already finished"))?;
+        let rpc = self.rpc.ok_or(Error::Misuse("call already finished"))?;
         let id = self.id;
         let mut seen = u64::MAX;
+        let mut outcome = None;
         self.comm.wait_until(|| {
-            // Look at the table only when some result arrived since the last look.
+            // Look at the table only when some result arrived since the last look, and take
+            // the outcome out in that same look.
             let now = rpc.results.load(Ordering::Acquire);
             if now == seen {
                 return false;
             }
             seen = now;
-            lock(&rpc.calls).get(&id).is_none_or(|s| s.outcome.is_some())
+            let mut calls = lock(&rpc.calls);
+            match calls.get_mut(id) {
+                Some(s) if s.outcome.is_none() => false,
+                _ => {
+                    outcome = calls.remove(id).and_then(|s| s.outcome);
+                    true
+                }
+            }
         })?;
-        self.finish()
+        self.rpc = None;
+        decode_outcome(rpc, outcome)
     }
 
     fn finish(&mut self) -> Result<R> {
         let rpc = self.rpc.take().ok_or(Error::Misuse("call already finished"))?;
-        let slot = lock(&rpc.calls).remove(&self.id);
-        let Some((ok, index, chunks)) = slot.and_then(|s| s.outcome) else {
-            return Err(Error::Misuse("call result missing"));
-        };
-        let source = Pulled(RefCell::new(chunks));
+        let outcome = lock(&rpc.calls).remove(self.id).and_then(|s| s.outcome);
+        decode_outcome(rpc, outcome)
+    }
+}
+
+/// The caller's side of a delivered outcome: the result, or the remote error.
+fn decode_outcome<R: serde::de::DeserializeOwned>(rpc: &Rpc, outcome: Option<Outcome>) -> Result<R> {
+    let Some((ok, index, chunks)) = outcome else {
+        return Err(Error::Misuse("call result missing"));
+    };
+    let source = Pulled(RefCell::new(chunks));
+    if ok {
         let pool = rpc.pool.get().map(|p| p.blocks().clone());
-        if ok {
-            with_decode_pool(pool, || archive::decode::<R>(&index, &source))
-                .map_err(|e| Error::Remote(format!("result does not decode: {e}")))
-        } else {
-            let why: String =
-                archive::decode(&index, &source).unwrap_or_else(|e| format!("undecodable error: {e}"));
-            Err(Error::Remote(why))
-        }
+        with_decode_pool(pool, || archive::decode::<R>(&index, &source))
+            .map_err(|e| Error::Remote(format!("result does not decode: {e}")))
+    } else {
+        let why: String =
+            archive::decode(&index, &source).unwrap_or_else(|e| format!("undecodable error: {e}"));
+        Err(Error::Remote(why))
     }
 }
 
@@ -808,12 +945,12 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<'_, R> {
         if let Err(e) = self.comm.poll() {
             return Poll::Ready(Err(e));
         }
-        let Some(rpc) = self.rpc.clone() else {
+        let Some(rpc) = self.rpc else {
             return Poll::Ready(Err(Error::Misuse("call already finished")));
         };
         let done = {
             let mut calls = lock(&rpc.calls);
-            match calls.get_mut(&self.id) {
+            match calls.get_mut(self.id) {
                 Some(s) if s.outcome.is_none() => {
                     s.waker = Some(cx.waker().clone());
                     false
@@ -833,8 +970,8 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<'_, R> {
 
 impl<R> Drop for CallFuture<'_, R> {
     fn drop(&mut self) {
-        if let Some(rpc) = &self.rpc {
-            lock(&rpc.calls).remove(&self.id);
+        if let Some(rpc) = self.rpc {
+            lock(&rpc.calls).remove(self.id);
         }
     }
 }
@@ -928,20 +1065,19 @@ fn start_call<'c, F: RemoteFn>(
     let fail = |e: Error| {
         (Sent { comm, state: None }, CallFuture { comm, rpc: None, id: 0, early: Some(e), _r: PhantomData })
     };
-    let rpc = match crate::Rpc::of(comm) {
+    let rpc = match Rpc::get(comm) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let id = rpc.next_id.fetch_add(1, Ordering::Relaxed);
-    lock(&rpc.calls).insert(id, CallSlot::default());
+    let id = lock(&rpc.calls).insert(CallSlot::default());
     let th = threshold.unwrap_or_else(|| rpc.threshold());
-    match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Box::new(args), th) {
+    match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Value(args), th) {
         Ok(sent) => (
             Sent { comm, state: sent },
             CallFuture { comm, rpc: Some(rpc), id, early: None, _r: PhantomData },
         ),
         Err(e) => {
-            lock(&rpc.calls).remove(&id);
+            lock(&rpc.calls).remove(id);
             fail(e)
         }
     }
@@ -953,9 +1089,9 @@ fn start_post<'c, F: RemoteFn>(
     rank: u32,
     args: F::Args,
 ) -> Result<Sent<'c>> {
-    let rpc = crate::Rpc::of(comm)?;
+    let rpc = Rpc::get(comm)?;
     let th = rpc.threshold();
-    let sent = rpc.send_via(comm, medium, rank, call_head(POST, F::ID, 0), Box::new(args), th)?;
+    let sent = rpc.send_via(comm, medium, rank, call_head(POST, F::ID, 0), Value(args), th)?;
     Ok(Sent { comm, state: sent })
 }
 

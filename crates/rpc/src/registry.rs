@@ -22,6 +22,12 @@ pub trait RemoteFn: Copy + Send + Sync + 'static {
     const NAME: &'static str;
     /// The function's id: the hash of [`RemoteFn::NAME`], computed at compile time.
     const ID: u64 = fn_id(Self::NAME);
+    /// A plain (not `async`) function: when its call arrives eagerly and nothing is queued
+    /// before it, it runs at once inside the message's handler and its result goes back as
+    /// the AM reply (as HPX's direct actions), without a trip through the RPC queue. Inside a
+    /// handler a function must not send requests or wait for other ranks; write it as an
+    /// `async fn` to do that.
+    const PLAIN: bool = false;
     /// Runs the function.
     fn run(args: Self::Args) -> BoxFuture<Self::Output>;
     /// Runs a plain (not `async`) function to completion at once, with no future; gives the
@@ -39,6 +45,39 @@ pub(crate) trait Outbound: Send {
 impl<T: Serialize + Send> Outbound for T {
     fn encode(&self, threshold: usize, pool: &dyn Locate, index: Vec<u8>) -> Result<Archive, ArchiveError> {
         archive::encode_into(self, threshold, pool, index)
+    }
+}
+
+/// A value to send: encoded where it lies, and boxed only when it must outlive the send (a
+/// rendezvous, whose chunks the target pulls later). Eager calls then allocate nothing for
+/// their arguments.
+pub(crate) trait Outgoing: Send + 'static {
+    /// The value, to encode.
+    fn value(&self) -> &dyn Outbound;
+    /// The value on the heap, and the address range it occupied before (empty if it did not
+    /// move): chunks pointing into that range must be encoded again.
+    fn into_kept(self) -> (Box<dyn Outbound>, std::ops::Range<u64>);
+}
+
+impl Outgoing for Box<dyn Outbound> {
+    fn value(&self) -> &dyn Outbound {
+        &**self
+    }
+    fn into_kept(self) -> (Box<dyn Outbound>, std::ops::Range<u64>) {
+        (self, 0..0)
+    }
+}
+
+/// A value owned by the caller, not yet boxed.
+pub(crate) struct Value<T>(pub T);
+
+impl<T: Serialize + Send + 'static> Outgoing for Value<T> {
+    fn value(&self) -> &dyn Outbound {
+        &self.0
+    }
+    fn into_kept(self) -> (Box<dyn Outbound>, std::ops::Range<u64>) {
+        let at = &self.0 as *const T as u64;
+        (Box::new(self.0), at..at + std::mem::size_of::<T>() as u64)
     }
 }
 
@@ -81,6 +120,8 @@ pub struct Registration {
     pub args: &'static str,
     /// The result's type.
     pub output: &'static str,
+    /// [`RemoteFn::PLAIN`].
+    pub plain: bool,
     pub(crate) start: fn(&[u8], &dyn ChunkSource) -> Result<Started, ArchiveError>,
 }
 
@@ -91,6 +132,7 @@ impl Registration {
             name: F::NAME,
             args: std::any::type_name::<F::Args>(),
             output: std::any::type_name::<F::Output>(),
+            plain: F::PLAIN,
             start: start::<F>,
         }
     }
@@ -161,7 +203,9 @@ pub(crate) fn compare_signatures(mine: &str, theirs: &[u8]) -> Result<(), String
 
 /// Declares functions other ranks can call, registered on every rank at link time with ids
 /// derived from their path (no numbering). Each becomes a unit struct of the same name that
-/// implements [`RemoteFn`]; pass it to `call`/`post`.
+/// implements [`RemoteFn`]; pass it to `call`/`post`. A plain `fn` may run inside the handler
+/// of its call (quick, no requests or waits inside: see [`RemoteFn::PLAIN`]); an `async fn`
+/// runs from the progress hook and may communicate.
 ///
 /// ```
 /// weft_rpc::remote! {
@@ -177,7 +221,7 @@ macro_rules! remote {
     ($(#[$m:meta])* $vis:vis async fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
         $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?)
             { ::std::boxed::Box::pin(async move $body) }
-            { ::std::result::Result::Err(($($arg,)*)) });
+            { ::std::result::Result::Err(($($arg,)*)) } false);
     };
     ($(#[$m:meta])* $vis:vis fn $name:ident ( $($arg:ident : $ty:ty),* $(,)? ) $(-> $ret:ty)? $body:block) => {
         $crate::remote!(@item [$(#[$m])*] $vis $name ($($arg : $ty),*) ($($ret)?)
@@ -185,11 +229,11 @@ macro_rules! remote {
                 let f = move || -> $crate::remote!(@ret $($ret)?) { $body };
                 ::std::boxed::Box::pin(async move { f() })
             }
-            { ::std::result::Result::Ok((move || -> $crate::remote!(@ret $($ret)?) { $body })()) });
+            { ::std::result::Result::Ok((move || -> $crate::remote!(@ret $($ret)?) { $body })()) } true);
     };
     (@ret) => { () };
     (@ret $ret:ty) => { $ret };
-    (@item [$($m:tt)*] $vis:vis $name:ident ($($arg:ident : $ty:ty),*) ($($ret:ty)?) $run:block $sync:block) => {
+    (@item [$($m:tt)*] $vis:vis $name:ident ($($arg:ident : $ty:ty),*) ($($ret:ty)?) $run:block $sync:block $plain:literal) => {
         $($m)*
         #[allow(non_camel_case_types)]
         #[derive(Clone, Copy, Debug)]
@@ -198,6 +242,7 @@ macro_rules! remote {
             type Args = ($($ty,)*);
             type Output = $crate::remote!(@ret $($ret)?);
             const NAME: &'static str = concat!(module_path!(), "::", stringify!($name));
+            const PLAIN: bool = $plain;
             #[allow(unused_parens)]
             fn run(args: Self::Args) -> $crate::BoxFuture<Self::Output> {
                 let ($($arg,)*) = args;

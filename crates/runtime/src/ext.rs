@@ -94,6 +94,13 @@ impl Comm {
         v.clone().downcast::<T>().ok()
     }
 
+    /// A reference to the value of type `T` attached with [`Builder::extension`], for the
+    /// world's lifetime: no reference count is touched (the layers above look their state up
+    /// on every call).
+    pub fn extension_ref<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.ext.values.iter().find_map(|v| (**v).downcast_ref::<T>())
+    }
+
     /// Runs the progress hooks (never inside an AM handler). Returns the events they handled.
     #[inline]
     pub(crate) fn run_hooks(&self) -> Result<usize> {

@@ -321,37 +321,43 @@ impl ShmFabric {
             return Ok(0);
         };
         let mut delivered = 0;
+        let mut result = Ok(());
         for _ in 0..64 {
-            let mut bad = None;
-            let got = rx.recv(|m| {
+            match rx.recv(|m| {
                 let payload = match m.body {
                     Body::Short => AmInPayload::Short,
                     Body::Medium(p) => AmInPayload::Medium(p),
-                    Body::Long { region, offset, len } => match self.local_bytes(region, offset, len) {
-                        Some(data) => AmInPayload::Long { region, offset: offset as usize, data },
-                        None => {
-                            bad = Some(FabricError::Malformed {
-                                what: format!("long AM from rank {src} names {len} bytes at {offset} of region {region}"),
-                            });
-                            return;
-                        }
-                    },
+                    Body::Long { region, offset, len } => self.long_payload(src, region, offset, len)?,
                 };
                 sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
-            })?;
-            if let Some(e) = bad {
-                return Err(e);
+                Ok(())
+            }) {
+                Ok(true) => delivered += 1,
+                Ok(false) => break,
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
             }
-            if !got {
-                break;
-            }
-            delivered += 1;
             if !rx.ready() {
                 break;
             }
         }
+        // Pollers peek at the ring through this copy of the head (also after an error: the
+        // bad message was consumed).
         inbound.head.store(rx.head(), Ordering::Relaxed);
-        Ok(delivered)
+        result.map(|()| delivered)
+    }
+
+    /// The payload of a long AM: bytes already written to one of our regions.
+    #[inline(never)]
+    fn long_payload(&self, src: Rank, region: u32, offset: u64, len: u64) -> FabricResult<AmInPayload<'_>> {
+        match self.local_bytes(region, offset, len) {
+            Some(data) => Ok(AmInPayload::Long { region, offset: offset as usize, data }),
+            None => Err(FabricError::Malformed {
+                what: format!("long AM from rank {src} names {len} bytes at {offset} of region {region}"),
+            }),
+        }
     }
 
     /// Bytes of a local region, for long AMs; `None` if the range is not inside one.

@@ -222,8 +222,9 @@ impl Receiver {
     }
 
     /// Hands the next message to `f` and releases its slots; `Ok(false)` if none is waiting.
+    /// An error from `f` is returned after the message is released (it was consumed).
     #[inline]
-    pub fn recv(&mut self, f: impl FnOnce(Message<'_>)) -> FabricResult<bool> {
+    pub fn recv(&mut self, f: impl FnOnce(Message<'_>) -> FabricResult<()>) -> FabricResult<bool> {
         loop {
             if !self.ready() {
                 return Ok(false);
@@ -240,51 +241,60 @@ impl Receiver {
             let room_to_end = self.ring.room_to_end(self.head);
             if kind == KIND_SKIP {
                 if len != room_to_end {
-                    return Err(FabricError::Malformed {
-                        what: format!("skip of {len} slots, {room_to_end} expected"),
-                    });
+                    return Err(malformed_skip(len, room_to_end));
                 }
                 self.release(room_to_end);
                 continue;
             }
             let medium = if kind == KIND_MEDIUM { len as usize } else { 0 };
-            if kind > KIND_LONG || nargs > AM_MAX_ARGS || medium > self.max_medium {
-                return Err(FabricError::Malformed {
-                    what: format!("header kind {kind}, {nargs} args, {medium} payload bytes"),
-                });
-            }
             let k = slots_for(nargs, medium) as u64;
-            if k > room_to_end {
-                return Err(FabricError::Malformed { what: format!("message of {k} slots wraps the ring") });
+            if kind > KIND_LONG || nargs > AM_MAX_ARGS || medium > self.max_medium || k > room_to_end {
+                return Err(malformed_header(kind, nargs, medium, k));
             }
             // SAFETY: the k slots lie inside the ring (checked) and are ours until released;
             // args are 8-aligned (slot is 64-aligned, header 32 bytes).
-            let (args, w2, w3, payload) = unsafe {
+            let (args, body) = unsafe {
                 let words = slot.cast::<u64>();
-                (
-                    std::slice::from_raw_parts(words.add(4), nargs),
-                    words.add(2).read_volatile(),
-                    words.add(3).read_volatile(),
-                    std::slice::from_raw_parts(slot.add(HEADER + nargs * 8), medium),
-                )
+                let args = std::slice::from_raw_parts(words.add(4), nargs);
+                let body = match kind {
+                    KIND_SHORT => Body::Short,
+                    KIND_MEDIUM => {
+                        Body::Medium(std::slice::from_raw_parts(slot.add(HEADER + nargs * 8), medium))
+                    }
+                    _ => Body::Long {
+                        region: words.add(2).read_volatile() as u32,
+                        offset: words.add(3).read_volatile(),
+                        len,
+                    },
+                };
+                (args, body)
             };
-            let body = match kind {
-                KIND_SHORT => Body::Short,
-                KIND_MEDIUM => Body::Medium(payload),
-                _ => Body::Long { region: w2 as u32, offset: w3, len },
-            };
-            f(Message { handler, args, body });
+            let handled = f(Message { handler, args, body });
             for i in 1..k {
                 self.ring.stamp(self.head + i).store(0, Ordering::Relaxed);
             }
             self.release(k);
-            return Ok(true);
+            return handled.map(|()| true);
         }
     }
 
     fn release(&mut self, k: u64) {
         self.head += k;
         self.ring.consumed().store(self.head, Ordering::Release);
+    }
+}
+
+#[cold]
+fn malformed_skip(len: u64, room_to_end: u64) -> FabricError {
+    FabricError::Malformed { what: format!("skip of {len} slots, {room_to_end} expected") }
+}
+
+#[cold]
+fn malformed_header(kind: u64, nargs: usize, medium: usize, k: u64) -> FabricError {
+    FabricError::Malformed {
+        what: format!(
+            "header kind {kind}, {nargs} args, {medium} payload bytes, {k} slots (past the ring's end?)"
+        ),
     }
 }
 
@@ -314,7 +324,8 @@ mod tests {
                         m.handler,
                         m.args.to_vec(),
                         matches!(m.body, Body::Medium(p) if p == &evil[..]),
-                    ))
+                    ));
+                    Ok(())
                 })
                 .unwrap()
             {}
@@ -334,7 +345,12 @@ mod tests {
             sent += 1;
         }
         assert_eq!(sent, 16);
-        assert!(rx.recv(|m| assert_eq!(m.args, &[0])).unwrap());
+        assert!(rx
+            .recv(|m| {
+                assert_eq!(m.args, &[0]);
+                Ok(())
+            })
+            .unwrap());
         assert!(tx.try_send(1, &[99], Body::Short).unwrap());
         assert!(tx.try_send(1, &[0; 17], Body::Short).is_err());
     }
