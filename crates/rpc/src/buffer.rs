@@ -263,8 +263,7 @@ fn pool_full(bytes: usize, pool: &BlockPool) -> weft_runtime::Error {
 impl<T: Pod> RmaVec<T> {
     /// An empty vector with room for `cap` elements in `comm`'s pool.
     pub fn with_capacity(comm: &weft_runtime::Comm, cap: usize) -> weft_runtime::Result<Self> {
-        let rpc = crate::Rpc::of(comm)?;
-        Self::alloc_in(rpc.pool()?, cap)
+        Self::alloc_in(crate::Rpc::get(comm)?.pool()?, cap)
     }
 
     /// A vector holding a copy of `data`.

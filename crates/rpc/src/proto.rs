@@ -52,6 +52,18 @@ thread_local! {
 /// Largest scratch buffer kept for reuse.
 const SCRATCH_KEEP: usize = 64 << 10;
 
+/// This thread's index buffer for an eager message.
+fn take_scratch() -> Vec<u8> {
+    SCRATCH.with(|s| s.take())
+}
+
+/// Keeps an eager message's index buffer for the next one (unless it grew large).
+fn recycle_scratch(index: Vec<u8>) {
+    if index.capacity() <= SCRATCH_KEEP {
+        SCRATCH.with(|s| s.set(index));
+    }
+}
+
 /// Default size threshold (bytes) from which a byte string travels as a chunk.
 pub const DEFAULT_THRESHOLD: usize = 4096;
 
@@ -138,9 +150,10 @@ impl Header {
 enum Incoming {
     /// A message to pull, decode or run there.
     Message { src: u32, head: Header, payload: Vec<u8> },
-    /// The result of a plain function that ran in the handler but could not go back as the
-    /// AM reply (it needs chunks, or the reply failed): sent as a message of its own.
-    Result { src: u32, call: u64, out: Box<dyn Outbound> },
+    /// The result (or error text) of a plain function that ran in the handler but could not
+    /// go back as the AM reply (it needs chunks, or the reply failed): sent as a message of
+    /// its own, with header `head`.
+    Result { src: u32, head: Header, out: Box<dyn Outbound> },
 }
 
 /// What a call's caller waits for.
@@ -327,16 +340,13 @@ impl Rpc {
         let caps = comm.caps();
         let locate =
             PoolLocator { pool: self.pool.get(), stage: !caps.peer_read, staged: RefCell::default() };
-        let scratch = SCRATCH.with(|s| s.take());
         let mut archive =
-            value.value().encode(threshold, &locate, scratch).map_err(|e| Error::Encode(e.0))?;
+            value.value().encode(threshold, &locate, take_scratch()).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
             let (w, n) = Header { mode: EAGER, ack_id: 0, ..head }.encode();
             let r = medium(dst, self.msg, &w[..n], &archive.index);
-            if archive.index.capacity() <= SCRATCH_KEEP {
-                SCRATCH.with(|s| s.set(archive.index));
-            }
+            recycle_scratch(archive.index);
             return r.map(|_| None);
         }
         // The target pulls the chunks later: the value must outlive this call. Boxing moves
@@ -400,59 +410,25 @@ impl Rpc {
 
     /// Runs a plain function inside the handler of its eager call (see [`RemoteFn::PLAIN`]).
     fn run_plain(&self, am: &AmMsg<'_>, head: Header, reg: &Registration) {
-        let call = (head.kind == CALL).then_some(head.call_id);
         let source = Pulled(RefCell::new(vec![]));
-        let pool = self.pool.get().map(|p| p.blocks().clone());
-        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            with_decode_pool(pool, || (reg.start)(am.payload(), &source))
-        }));
-        let out = match ran {
-            Ok(Ok(Started::Done(out))) => out,
-            Ok(Ok(Started::Running(_))) => {
+        let out = match self.start_fn(reg, am.payload(), &source, am.comm().rank()) {
+            Ok(Started::Done(out)) => Ok(out),
+            Ok(Started::Running(_)) => {
                 // A plain function finishes at once: a registration saying otherwise is a bug.
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                return self.reply_plain_err(am, call, format!("{} did not finish at once", reg.name));
+                Err(format!("{} did not finish at once", reg.name))
             }
-            Ok(Err(e)) => {
-                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                return self.reply_plain_err(
-                    am,
-                    call,
-                    format!("arguments of {} do not decode: {e}", reg.name),
-                );
-            }
-            Err(p) => {
-                self.stats.panics.fetch_add(1, Ordering::Relaxed);
-                let what = panic_text(&*p);
-                let rank = am.comm().rank();
-                return self.reply_plain_err(
-                    am,
-                    call,
-                    format!("{} panicked on rank {rank}: {what}", reg.name),
-                );
-            }
+            Err(why) => Err(why),
         };
-        if let Some(c) = call {
-            if !self.reply_eager(am, result(RESULT_OK, c), &*out) {
-                self.enqueue(Incoming::Result { src: am.src(), call: c, out });
-            }
+        if head.kind != CALL {
+            return;
         }
-    }
-
-    /// Answers a call from its handler with an error text.
-    fn reply_plain_err(&self, am: &AmMsg<'_>, call: Option<u64>, mut why: String) {
-        let Some(c) = call else { return };
-        // An error text always fits a reply.
-        let max = am.comm().caps().am_max_medium / 2;
-        if why.len() > max {
-            let mut end = max;
-            while !why.is_char_boundary(end) {
-                end -= 1;
-            }
-            why.truncate(end);
-        }
-        if !self.reply_eager(am, result(RESULT_ERR, c), &why) {
-            self.enqueue(Incoming::Result { src: am.src(), call: c, out: Box::new(why) });
+        let (head, out): (Header, Box<dyn Outbound>) = match out {
+            Ok(out) => (result(RESULT_OK, head.call_id), out),
+            Err(why) => (result(RESULT_ERR, head.call_id), Box::new(why)),
+        };
+        if !self.reply_eager(am, head, &*out) {
+            self.enqueue(Incoming::Result { src: am.src(), head, out });
         }
     }
 
@@ -461,16 +437,14 @@ impl Rpc {
     fn reply_eager(&self, am: &AmMsg<'_>, head: Header, value: &dyn Outbound) -> bool {
         // No staging here: a value with chunks goes the long way, staged there.
         let locate = PoolLocator { pool: self.pool.get(), stage: false, staged: RefCell::default() };
-        let Ok(archive) = value.encode(self.threshold(), &locate, SCRATCH.with(|s| s.take())) else {
+        let Ok(archive) = value.encode(self.threshold(), &locate, take_scratch()) else {
             return false;
         };
         let sent = archive.chunks.is_empty() && archive.index.len() <= am.comm().caps().am_max_medium && {
             let (w, n) = head.encode();
             am.reply_medium(self.msg, &w[..n], &archive.index).is_ok()
         };
-        if archive.index.capacity() <= SCRATCH_KEEP {
-            SCRATCH.with(|s| s.set(archive.index));
-        }
+        recycle_scratch(archive.index);
         sent
     }
 
@@ -507,8 +481,8 @@ impl Rpc {
     fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
         let (src, head, payload) = match m {
             Incoming::Message { src, head, payload } => (src, head, payload),
-            Incoming::Result { src, call, out } => {
-                return self.send(comm, src, result(RESULT_OK, call), out, self.threshold()).map(|_| ());
+            Incoming::Result { src, head, out } => {
+                return self.send(comm, src, head, out, self.threshold()).map(|_| ());
             }
         };
         let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = head;
@@ -539,35 +513,24 @@ impl Rpc {
                     return Ok(());
                 };
                 let source = Pulled(RefCell::new(chunks));
-                let pool = self.pool.get().map(|p| p.blocks().clone());
-                let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    with_decode_pool(pool, || (reg.start)(&index, &source))
-                }));
                 let call = (kind == CALL).then_some(call);
-                match started {
-                    Ok(Ok(Started::Done(out))) => {
+                match self.start_fn(&reg, &index, &source, comm.rank()) {
+                    Ok(Started::Done(out)) => {
                         if let Some(c) = call {
                             self.send(comm, src, result(RESULT_OK, c), out, self.threshold())?;
                         }
                     }
-                    Ok(Ok(Started::Running(fut))) => {
+                    Ok(Started::Running(fut)) => {
                         let any = self.tasks_woken.clone();
                         let woken = Arc::new(Flag { woken: AtomicBool::new(true), any });
                         let task = Task { fut, woken, src, call };
                         self.step(comm, task)?;
                     }
-                    Ok(Err(e)) => {
-                        self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                    Err(why) => {
                         if let Some(c) = call {
-                            self.reply_err(
-                                comm,
-                                src,
-                                c,
-                                format!("arguments of {} do not decode: {e}", reg.name),
-                            )?;
+                            self.reply_err(comm, src, c, why)?;
                         }
                     }
-                    Err(p) => self.panicked(comm, src, call, reg.name, p)?,
                 }
             }
             RESULT_OK | RESULT_ERR => self.deliver(call, kind == RESULT_OK, index, chunks),
@@ -600,22 +563,38 @@ impl Rpc {
         }
     }
 
-    fn panicked(
+    /// Starts function `reg` on the arguments in `index` and `source` (values decoded into
+    /// this rank's pool), catching a panic. An error is the text for the caller, counted.
+    fn start_fn(
         &self,
-        comm: &Comm,
-        src: u32,
-        call: Option<u64>,
-        name: &str,
-        p: Box<dyn std::any::Any + Send>,
-    ) -> Result<()> {
-        self.stats.panics.fetch_add(1, Ordering::Relaxed);
-        let what = panic_text(&*p);
-        match call {
-            Some(c) => {
-                self.reply_err(comm, src, c, format!("{name} panicked on rank {}: {what}", comm.rank()))
+        reg: &Registration,
+        index: &[u8],
+        source: &Pulled,
+        rank: u32,
+    ) -> std::result::Result<Started, String> {
+        let pool = self.pool.get().map(|p| p.blocks().clone());
+        let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            with_decode_pool(pool, || (reg.start)(index, source))
+        }));
+        match started {
+            Ok(Ok(s)) => Ok(s),
+            Ok(Err(e)) => {
+                self.stats.malformed.fetch_add(1, Ordering::Relaxed);
+                Err(format!("arguments of {} do not decode: {e}", reg.name))
             }
-            None => Ok(()),
+            Err(p) => Err(self.panic_reason(reg.name, &*p, rank)),
         }
+    }
+
+    /// What the caller hears of a panic in function `name` (counted).
+    fn panic_reason(&self, name: &str, p: &(dyn std::any::Any + Send), rank: u32) -> String {
+        self.stats.panics.fetch_add(1, Ordering::Relaxed);
+        let what = p
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| p.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-string panic".into());
+        format!("{name} panicked on rank {rank}: {what}")
     }
 
     /// Polls a task once; finished tasks send their result, others wait for their waker.
@@ -634,7 +613,10 @@ impl Rpc {
                 Some(c) => self.send(comm, task.src, result(RESULT_OK, c), out, self.threshold()).map(|_| ()),
                 None => Ok(()),
             },
-            Err(p) => self.panicked(comm, task.src, task.call, "a remote function", p),
+            Err(p) => {
+                let why = self.panic_reason("a remote function", &*p, comm.rank());
+                task.call.map_or(Ok(()), |c| self.reply_err(comm, task.src, c, why))
+            }
         }
     }
 
@@ -719,14 +701,6 @@ impl Rpc {
         };
         Ok((index, got))
     }
-}
-
-/// The text of a panic's payload.
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a non-string panic".into())
 }
 
 fn result(kind: u64, call_id: u64) -> Header {
