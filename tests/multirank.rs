@@ -515,6 +515,36 @@ fn rpc_calls() -> Res {
     ck(POSTED.load(Ordering::SeqCst) == 100, || format!("{} posts arrived", POSTED.load(Ordering::SeqCst)))
 }
 
+weft::remote! {
+    /// Plain vectors of numbers both ways (blocks in the archive; chunks from the threshold).
+    fn rpc_scale(v: Vec<f64>, w: Vec<i32>, b: Vec<u8>) -> (Vec<f64>, Vec<i32>, Vec<u8>) {
+        (v.iter().map(|x| x * 2.0).collect(), w.into_iter().rev().collect(), b)
+    }
+}
+
+/// Plain `Vec`s of numbers of every size around the threshold, to a peer and to self (run with
+/// the default staging limit and with every chunk read in place).
+fn rpc_plain_vecs() -> Res {
+    use weft::RpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    for dst in [(me + 1) % n, me] {
+        for len in [0usize, 1, 511, 512, 1024, 4096, 100_000, 1 << 20] {
+            let v: Vec<f64> = (0..len).map(|i| i as f64 - 0.5).collect();
+            let ints: Vec<i32> = (0..len as i32 / 2).map(|i| i * -3).collect();
+            let bytes: Vec<u8> = (0..len * 3).map(|i| (i % 253) as u8).collect();
+            let (v2, i2, b2) =
+                w.call(dst, rpc_scale, (v.clone(), ints.clone(), bytes.clone())).wait().map_err(e2s)?;
+            ck(v2.len() == len && v2.iter().zip(&v).all(|(a, b)| *a == b * 2.0), || {
+                format!("len {len}: f64s differ")
+            })?;
+            ck(i2.iter().rev().eq(ints.iter()), || format!("len {len}: i32s differ"))?;
+            ck(b2 == bytes, || format!("len {len}: bytes differ"))?;
+        }
+    }
+    w.barrier().map_err(e2s)
+}
+
 /// Forged RPC messages, sent as raw AMs: each is rejected with a clear error and counted, and
 /// the target keeps serving.
 fn rpc_bad_input() -> Res {
@@ -964,6 +994,13 @@ const CASES: &[Case] = &[
     Case { name: "vanished_rank", run: vanished_rank, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
+    Case { name: "rpc_plain_vecs", run: rpc_plain_vecs, ranks: &[2, 4], env: &[] },
+    Case {
+        name: "rpc_plain_vecs_in_place",
+        run: rpc_plain_vecs,
+        ranks: &[2],
+        env: &[("WEFT_RPC_STAGE_KIB", "0")],
+    },
     Case { name: "rpc_bad_input", run: rpc_bad_input, ranks: &[2, 4], env: &[] },
     Case { name: "teams_and_collectives", run: teams_and_collectives, ranks: &[2, 4], env: &[] },
     Case {

@@ -189,3 +189,78 @@ impl AlignedBuf {
         unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), n) }
     }
 }
+
+/// The [`TypeId`](std::any::TypeId) of any type, `'static` or not, with its lifetimes erased
+/// (two types that differ only in lifetimes get the same key).
+///
+/// Serde hands a serializer its values through generic parameters that are not `'static`; this
+/// key lets the archive recognise, for example, the iterator of a `Vec<f64>` and copy its
+/// elements as one block.
+///
+/// ```
+/// use weft_fabric::pod::type_key;
+/// assert_eq!(type_key::<&str>(), type_key::<&'static str>());
+/// assert_ne!(type_key::<Vec<u8>>(), type_key::<Vec<i8>>());
+/// ```
+pub fn type_key<T: ?Sized>() -> std::any::TypeId {
+    typeid::of::<T>()
+}
+
+/// The elements a slice iterator has yet to yield, if `I` is `std::slice::Iter<'_, P>`;
+/// `None` for any other type.
+///
+/// ```
+/// use weft_fabric::pod::remaining_slice;
+/// let v = vec![1.5f64, 2.5, 3.5];
+/// let mut it = v.iter();
+/// it.next();
+/// assert_eq!(remaining_slice::<_, f64>(&it), Some(&[2.5, 3.5][..]));
+/// assert_eq!(remaining_slice::<_, u64>(&it), None);
+/// ```
+pub fn remaining_slice<I, P: Pod>(it: &I) -> Option<&[P]> {
+    if type_key::<I>() != type_key::<std::slice::Iter<'static, P>>() {
+        return None;
+    }
+    // SAFETY: the keys are equal with lifetimes erased, so `I` is `slice::Iter<'x, P>` for some
+    // 'x. `&I` being valid for the borrow means 'x outlives it, so the slice (shortened to the
+    // borrow) stays valid; the cast only renames the lifetime.
+    let it = unsafe { &*(it as *const I).cast::<std::slice::Iter<'_, P>>() };
+    Some(it.as_slice())
+}
+
+/// `v` as a value of type `T`, if `T` is `Vec<P>`; gives `v` back otherwise.
+///
+/// A deserializer uses this to return a `Vec<P>` it built in one block where serde's generic
+/// signature only says "the visitor's value".
+///
+/// ```
+/// use weft_fabric::pod::vec_as;
+/// let back: Vec<u16> = vec_as(vec![1u16, 2]).unwrap();
+/// assert_eq!(back, [1, 2]);
+/// assert!(vec_as::<u16, Vec<i16>>(vec![1u16]).is_err());
+/// ```
+pub fn vec_as<P: Pod, T>(v: Vec<P>) -> Result<T, Vec<P>> {
+    if type_key::<T>() != type_key::<Vec<P>>() {
+        return Err(v);
+    }
+    let v = std::mem::ManuallyDrop::new(v);
+    // SAFETY: `Vec<P>` has no lifetime parameters (P: 'static), so a type whose key equals its
+    // key is `Vec<P>` itself; the value is moved out of the ManuallyDrop exactly once.
+    Ok(unsafe { std::ptr::read((&*v as *const Vec<P>).cast::<T>()) })
+}
+
+/// A `Vec<P>` holding the elements whose native-order bytes are `bytes` (one copy).
+///
+/// Panics if `bytes` is not a whole number of elements.
+///
+/// ```
+/// use weft_fabric::pod::vec_from_bytes;
+/// assert_eq!(vec_from_bytes::<u16>(&[1, 0, 2, 0]), [1, 2]);
+/// ```
+pub fn vec_from_bytes<P: Pod>(bytes: &[u8]) -> Vec<P> {
+    let size = std::mem::size_of::<P>();
+    assert!(size > 0 && bytes.len().is_multiple_of(size), "not a whole number of elements");
+    let mut v = vec![P::zeroed(); bytes.len() / size];
+    bytes_of_mut(&mut v).copy_from_slice(bytes);
+    v
+}

@@ -19,6 +19,7 @@
 //! is allocated, so arbitrary input gives an [`ArchiveError`], never a panic or a huge
 //! allocation.
 
+use crate::numbers;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::ser::{self, Serialize};
 use std::fmt;
@@ -161,11 +162,37 @@ impl Encoder<'_> {
     fn len(&mut self, n: usize) {
         self.put(&(n as u64).to_le_bytes());
     }
+    /// Makes `bytes` a chunk (an RMA chunk where they lie in, or are staged into, the pool) and
+    /// returns its number.
+    fn chunk(&mut self, bytes: &[u8]) -> usize {
+        let (addr, len) = (bytes.as_ptr() as u64, bytes.len() as u64);
+        let chunk = match self.pool.locate(addr, len).or_else(|| self.pool.stage(bytes)) {
+            Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
+            None => ChunkRef::Pointer { addr, len },
+        };
+        self.out.chunks.push(chunk);
+        self.out.chunks.len() - 1
+    }
+    /// A sequence of `count` numbers whose wire bytes are `bytes` (see [`crate::numbers`]):
+    /// one block in the index, or a chunk at the threshold.
+    fn number_seq(&mut self, count: usize, bytes: &[u8]) {
+        if count > 0 && bytes.len() >= self.threshold {
+            self.put(&(count as u64 | SEQ_CHUNKED).to_le_bytes());
+            let i = self.chunk(bytes);
+            self.len(i);
+        } else {
+            self.out.index.reserve(8 + bytes.len());
+            self.len(count);
+            self.put(bytes);
+        }
+    }
 }
 
 /// Tags of a byte string in the index.
 const INLINE: u8 = 0;
 const CHUNKED: u8 = 1;
+/// Set in a sequence's count when its elements (numbers) are a chunk, whose number follows.
+const SEQ_CHUNKED: u64 = 1 << 63;
 
 macro_rules! ser_num {
     ($($f:ident $t:ty),*) => {$(
@@ -207,14 +234,9 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
     fn serialize_bytes(self, v: &[u8]) -> Result<(), ArchiveError> {
         // Any byte string this large becomes a chunk, whether or not a chunk-aware type wrote it.
         if v.len() >= self.threshold {
-            let (addr, len) = (v.as_ptr() as u64, v.len() as u64);
-            let chunk = match self.pool.locate(addr, len).or_else(|| self.pool.stage(v)) {
-                Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
-                None => ChunkRef::Pointer { addr, len },
-            };
             self.put(&[CHUNKED]);
-            self.len(self.out.chunks.len());
-            self.out.chunks.push(chunk);
+            let i = self.chunk(v);
+            self.len(i);
         } else {
             self.out.index.reserve(9 + v.len());
             self.put(&[INLINE]);
@@ -256,6 +278,23 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
     ) -> Result<(), ArchiveError> {
         self.serialize_u32(i)?;
         v.serialize(self)
+    }
+    fn collect_seq<I>(self, items: I) -> Result<(), ArchiveError>
+    where
+        I: IntoIterator,
+        I::Item: Serialize,
+    {
+        let items = items.into_iter();
+        if let Some((count, bytes)) = crate::numbers::number_block(&items) {
+            self.number_seq(count, bytes);
+            return Ok(());
+        }
+        let (lo, hi) = items.size_hint();
+        let mut seq = self.serialize_seq((hi == Some(lo)).then_some(lo))?;
+        for x in items {
+            ser::SerializeSeq::serialize_element(&mut seq, &x)?;
+        }
+        ser::SerializeSeq::end(seq)
     }
     fn serialize_seq(self, len: Option<usize>) -> Result<Counted<'a, 'p>, ArchiveError> {
         // Every element takes at least a byte: room for them up front, not by doubling.
@@ -429,6 +468,10 @@ impl<'de> Decoder<'de, '_> {
     /// A length of items each at least `min_item` bytes long: checked against what remains.
     fn len(&mut self, min_item: usize) -> Result<usize, ArchiveError> {
         let n = self.u64()?;
+        self.fits(n, min_item)
+    }
+    /// `n` items each at least `min_item` bytes long, checked against what remains.
+    fn fits(&self, n: u64, min_item: usize) -> Result<usize, ArchiveError> {
         if n.saturating_mul(min_item as u64) > self.input.len() as u64 {
             return err(format!("declared length {n} exceeds the {} bytes that remain", self.input.len()));
         }
@@ -442,15 +485,40 @@ impl<'de> Decoder<'de, '_> {
                 Ok(ByteString::Inline(self.take(n)?))
             }
             CHUNKED => {
-                let i = self.u64()? as usize;
-                let c = self
-                    .chunks
-                    .take(i)
-                    .ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
+                let (i, c) = self.chunk()?;
                 Ok(ByteString::Chunk(i, c))
             }
             t => err(format!("byte-string tag {t}")),
         }
+    }
+
+    /// A chunk number and the chunk it names.
+    fn chunk(&mut self) -> Result<(usize, crate::buffer::Received), ArchiveError> {
+        let i = self.u64()? as usize;
+        let c =
+            self.chunks.take(i).ok_or_else(|| ArchiveError(format!("chunk {i} missing or taken twice")))?;
+        Ok((i, c))
+    }
+
+    /// A sequence of `count` numbers whose bytes are a chunk (see [`crate::numbers`]).
+    fn chunked_seq<V: Visitor<'de>>(&mut self, count: u64, v: V) -> Result<V::Value, ArchiveError> {
+        let (_, c) = self.chunk()?;
+        let bytes = c.as_bytes();
+        let count = usize::try_from(count).or_else(|_| err("length overflows usize"))?;
+        if let Some(kind) = numbers::recognise::<V>() {
+            if count.checked_mul(kind.width()) != Some(bytes.len()) {
+                return err(format!(
+                    "{} bytes are not {count} numbers of {} bytes",
+                    bytes.len(),
+                    kind.width()
+                ));
+            }
+            return numbers::build::<V>(kind, bytes);
+        }
+        self.nest()?;
+        let r = v.visit_seq(numbers::NumberItems::new(count, bytes)?);
+        self.depth -= 1;
+        r
     }
 
     fn nest(&mut self) -> Result<(), ArchiveError> {
@@ -552,9 +620,19 @@ impl<'de> de::Deserializer<'de> for &mut Decoder<'de, '_> {
         r
     }
     fn deserialize_seq<V: Visitor<'de>>(self, v: V) -> Result<V::Value, ArchiveError> {
+        let raw = self.u64()?;
+        if raw & SEQ_CHUNKED != 0 {
+            return self.chunked_seq(raw & !SEQ_CHUNKED, v);
+        }
+        if let Some(kind) = numbers::recognise::<V>() {
+            // A Vec of numbers: its elements are one block, built with one copy.
+            let n = self.fits(raw, kind.width())?;
+            let bytes = self.take(n * kind.width())?;
+            return numbers::build::<V>(kind, bytes);
+        }
         // Every element takes at least one byte (sequences of zero-sized values longer than the
         // remaining input are rejected): a forged count cannot make the decoder spin.
-        let n = self.len(1)?;
+        let n = self.fits(raw, 1)?;
         self.nest()?;
         let r = v.visit_seq(Items { d: &mut *self, left: n });
         self.depth -= 1;
@@ -688,6 +766,7 @@ mod tests {
     use super::*;
     use crate::fuzz::Shape;
     use std::collections::BTreeMap;
+    use weft_fabric::pod::bytes_of;
 
     #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
     struct Record {
@@ -728,6 +807,72 @@ mod tests {
         fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
             s.serialize_bytes(self.0)
         }
+    }
+
+    /// Chunks served from copies of known buffers, found by address (a transport's pull).
+    struct Known(Vec<(u64, Vec<u8>)>, std::cell::RefCell<Vec<ChunkRef>>);
+    impl ChunkSource for Known {
+        fn take(&self, i: usize) -> Option<crate::buffer::Received> {
+            let ChunkRef::Pointer { addr, len } =
+                std::mem::replace(self.1.borrow_mut().get_mut(i)?, ChunkRef::Pointer { addr: 0, len: 0 })
+            else {
+                return None;
+            };
+            let (_, bytes) = self.0.iter().find(|(a, b)| *a == addr && b.len() as u64 == len)?;
+            let mut buf = weft_fabric::pod::AlignedBuf::zeroed(bytes.len());
+            buf.as_bytes_mut().copy_from_slice(bytes);
+            Some(crate::buffer::Received::Heap(buf))
+        }
+    }
+
+    #[test]
+    fn number_sequences_are_blocks_with_the_element_wire_format() {
+        use std::collections::VecDeque;
+        let bytes: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let floats: Vec<f64> = (0..300).map(|i| i as f64 * -0.5).collect();
+        let sizes: Vec<usize> = vec![1, usize::MAX, 3];
+        let value = (bytes.clone(), floats.clone(), sizes.clone(), &bytes[5..9]);
+        // The same values through serde's element path (a VecDeque's iterator is no slice).
+        let slow = (
+            VecDeque::from(bytes.clone()),
+            VecDeque::from(floats.clone()),
+            VecDeque::from(sizes.clone()),
+            VecDeque::from(bytes[5..9].to_vec()),
+        );
+        let fast = encode(&value, 1 << 20, &NoPool).unwrap();
+        assert_eq!(fast.index, encode(&slow, 1 << 20, &NoPool).unwrap().index);
+        // Either side may take either path.
+        type Fast = (Vec<u8>, Vec<f64>, Vec<usize>, Vec<u8>);
+        type Slow = (VecDeque<u8>, VecDeque<f64>, VecDeque<usize>, VecDeque<u8>);
+        let back: Fast = decode(&fast.index, &NoChunks).unwrap();
+        assert_eq!(back, (bytes.clone(), floats.clone(), sizes, bytes[5..9].to_vec()));
+        assert_eq!(decode::<Slow>(&fast.index, &NoChunks).unwrap(), slow);
+        // Truncated or forged counts are errors.
+        for cut in [0, 7, 8, 100, fast.index.len() - 1] {
+            assert!(decode::<Fast>(&fast.index[..cut], &NoChunks).is_err());
+        }
+        let mut forged = fast.index.clone();
+        forged[..8].copy_from_slice(&(u64::MAX >> 1).to_le_bytes());
+        assert!(decode::<Fast>(&forged, &NoChunks).is_err());
+    }
+
+    #[test]
+    fn large_number_sequences_become_chunks() {
+        use std::collections::VecDeque;
+        let big: Vec<u32> = (0..10_000).collect();
+        let a = encode(&(7u8, &big), 4096, &NoPool).unwrap();
+        assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 40_000 }]);
+        assert!(a.index.len() < 32, "index of {} bytes", a.index.len());
+        let source = || Known(vec![(big.as_ptr() as u64, bytes_of(&big).to_vec())], a.chunks.clone().into());
+        // Recognised visitor: one block; any other visitor: number by number.
+        assert_eq!(decode::<(u8, Vec<u32>)>(&a.index, &source()).unwrap(), (7, big.clone()));
+        let deque: (u8, VecDeque<u32>) = decode(&a.index, &source()).unwrap();
+        assert_eq!(deque.1, VecDeque::from(big.clone()));
+        // A receiving type of other numbers or other widths is an error, not a reinterpretation.
+        assert!(decode::<(u8, Vec<u64>)>(&a.index, &source()).is_err());
+        assert!(decode::<(u8, VecDeque<u16>)>(&a.index, &source()).is_err());
+        assert!(decode::<(u8, Vec<String>)>(&a.index, &source()).is_err());
+        assert!(decode::<(u8, Vec<u32>)>(&a.index, &NoChunks).is_err());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use crate::proto::parse_desc;
 use crate::SerializeBuffer;
 use serde::Deserialize;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use weft_fabric::pod::AlignedBuf;
 
 /// An enum of every variant kind (also the archive's unit tests' sample).
@@ -62,5 +62,6 @@ pub fn decode_untrusted(data: &[u8]) {
     let _ = decode::<Option<(f64, bool, char)>>(data, &NoChunks);
     let _ = decode::<BTreeMap<String, Vec<i16>>>(data, &NoChunks);
     let _ = decode::<Vec<()>>(data, &NoChunks);
+    let _ = decode::<(Vec<f64>, VecDeque<u32>, Vec<u8>)>(data, &chunks());
     let _ = decode::<String>(data, &NoChunks);
 }

@@ -25,6 +25,7 @@ pub mod archive;
 mod buffer;
 mod calls;
 pub mod fuzz;
+mod numbers;
 pub mod proto;
 mod registry;
 

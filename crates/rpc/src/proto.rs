@@ -66,6 +66,8 @@ fn recycle_scratch(index: Vec<u8>) {
 
 /// Default size threshold (bytes) from which a byte string travels as a chunk.
 pub const DEFAULT_THRESHOLD: usize = 4096;
+/// Default of [`Rpc::set_stage_max`]: 4 MiB.
+pub const DEFAULT_STAGE_MAX: usize = 4 << 20;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -225,6 +227,9 @@ pub struct Rpc {
     fns: OnceLock<IdMap<Registration>>,
     pool: OnceLock<RmaPool>,
     threshold: AtomicU64,
+    /// Bytes up to which a chunk of unregistered memory is staged into the pool by the sender
+    /// where the fabric could read it in place (see [`Rpc::set_stage_max`]).
+    stage_max: AtomicU64,
     next_id: AtomicU64,
     calls: Mutex<CallTable<CallSlot>>,
     /// Results delivered so far: waiting callers look at the call table only when it moved.
@@ -249,6 +254,7 @@ impl Rpc {
             fns: OnceLock::new(),
             pool: OnceLock::new(),
             threshold: AtomicU64::new(DEFAULT_THRESHOLD as u64),
+            stage_max: AtomicU64::new(DEFAULT_STAGE_MAX as u64),
             next_id: AtomicU64::new(1),
             calls: Mutex::new(CallTable::default()),
             results: AtomicU64::new(0),
@@ -280,6 +286,12 @@ impl Rpc {
             })?,
             Err(_) => 256,
         };
+        if let Ok(v) = std::env::var("WEFT_RPC_STAGE_KIB") {
+            let kib = v.parse::<u64>().ok().filter(|&k| k <= 1 << 30).ok_or_else(|| {
+                Error::Config(format!("WEFT_RPC_STAGE_KIB={v}: expected a number of KiB from 0 to 2^30"))
+            })?;
+            self.set_stage_max(kib << 10);
+        }
         let pool = comm.alloc_pool(mib << 20)?;
         let _ = self.pool.set(pool);
         Ok(())
@@ -302,6 +314,27 @@ impl Rpc {
     /// Sets the chunk threshold for this world (per call: [`RpcExt::call_with`]).
     pub fn set_threshold(&self, bytes: usize) {
         self.threshold.store(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// Sets the size up to which a chunk of unregistered memory (a plain `Vec` or a
+    /// [`SerializeBuffer`] outside the pool) is copied into the registered pool by the sender,
+    /// on fabrics where the target could read it in place (`WEFT_RPC_STAGE_KIB`, default
+    /// 4 MiB). On the shared-memory fabric the in-place read is the kernel's cross-memory
+    /// attach, a system call that pins the pages; on this project's machines a sender's memcpy
+    /// into the pool plus the target's copy out of the mapped pool costs less up to 4–16 MiB
+    /// (`weft bench rpc`). `0` reads every such chunk in place. Fabrics that cannot read peer
+    /// memory stage every chunk whatever this says.
+    pub fn set_stage_max(&self, bytes: u64) {
+        self.stage_max.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The staging limit for a fabric that can (`peer_read`) or cannot read peer memory.
+    fn stage_max(&self, peer_read: bool) -> usize {
+        if peer_read {
+            self.stage_max.load(Ordering::Relaxed) as usize
+        } else {
+            usize::MAX
+        }
     }
 
     // ----- sending -------------------------------------------------------------------------
@@ -338,8 +371,11 @@ impl Rpc {
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
         let caps = comm.caps();
-        let locate =
-            PoolLocator { pool: self.pool.get(), stage: !caps.peer_read, staged: RefCell::default() };
+        let locate = PoolLocator {
+            pool: self.pool.get(),
+            stage_max: self.stage_max(caps.peer_read),
+            staged: RefCell::default(),
+        };
         let mut archive =
             value.value().encode(threshold, &locate, take_scratch()).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
@@ -436,7 +472,7 @@ impl Rpc {
     /// message); `false` if it must travel as a message of its own.
     fn reply_eager(&self, am: &AmMsg<'_>, head: Header, value: &dyn Outbound) -> bool {
         // No staging here: a value with chunks goes the long way, staged there.
-        let locate = PoolLocator { pool: self.pool.get(), stage: false, staged: RefCell::default() };
+        let locate = PoolLocator { pool: self.pool.get(), stage_max: 0, staged: RefCell::default() };
         let Ok(archive) = value.encode(self.threshold(), &locate, take_scratch()) else {
             return false;
         };
@@ -725,7 +761,8 @@ fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
 /// into it (one copy), keeping the staged blocks for the transfer.
 struct PoolLocator<'a> {
     pool: Option<&'a RmaPool>,
-    stage: bool,
+    /// Chunks of unregistered memory up to this many bytes are staged.
+    stage_max: usize,
     staged: RefCell<Vec<weft_fabric::pool::Block>>,
 }
 impl Locate for PoolLocator<'_> {
@@ -734,7 +771,7 @@ impl Locate for PoolLocator<'_> {
         p.locate(addr, len).map(|off| (p.segment(), off as u64))
     }
     fn stage(&self, bytes: &[u8]) -> Option<(u32, u64)> {
-        let p = self.pool.filter(|_| self.stage)?;
+        let p = self.pool.filter(|_| bytes.len() <= self.stage_max)?;
         let mut b = p.alloc(bytes.len()).ok()?;
         b.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
         let at = (p.segment(), b.offset() as u64);
