@@ -264,3 +264,26 @@ pub fn vec_from_bytes<P: Pod>(bytes: &[u8]) -> Vec<P> {
     bytes_of_mut(&mut v).copy_from_slice(bytes);
     v
 }
+
+/// `v` as a `Vec<B>` without copying, if `A` and `B` have the same size and alignment (so the
+/// allocation's layout is the same); gives `v` back otherwise.
+///
+/// ```
+/// use weft_fabric::pod::vec_cast;
+/// let f: Vec<f64> = vec_cast(vec![0x3ff0_0000_0000_0000u64]).unwrap();
+/// assert_eq!(f, [1.0]);
+/// assert!(vec_cast::<u64, u32>(vec![1]).is_err());
+/// ```
+pub fn vec_cast<A: Pod, B: Pod>(v: Vec<A>) -> Result<Vec<B>, Vec<A>> {
+    if std::mem::size_of::<A>() != std::mem::size_of::<B>()
+        || std::mem::align_of::<A>() != std::mem::align_of::<B>()
+    {
+        return Err(v);
+    }
+    let mut v = std::mem::ManuallyDrop::new(v);
+    let (ptr, len, cap) = (v.as_mut_ptr(), v.len(), v.capacity());
+    // SAFETY: the allocation was made for `cap` elements of A, whose size and alignment B
+    // shares, so its layout is that of `cap` elements of B; the first `len` hold initialised
+    // bytes, which are valid B values because B is Pod. `v` is not used or dropped again.
+    Ok(unsafe { Vec::from_raw_parts(ptr.cast::<B>(), len, cap) })
+}

@@ -37,6 +37,8 @@ pub enum ChunkRef {
         addr: u64,
         /// Bytes.
         len: u64,
+        /// [`ChunkRef::width`].
+        width: u8,
     },
     /// A block of the sender's registered pool.
     Rma {
@@ -46,6 +48,8 @@ pub enum ChunkRef {
         offset: u64,
         /// Bytes.
         len: u64,
+        /// [`ChunkRef::width`].
+        width: u8,
     },
 }
 
@@ -54,6 +58,23 @@ impl ChunkRef {
     pub fn len(&self) -> u64 {
         match *self {
             ChunkRef::Pointer { len, .. } | ChunkRef::Rma { len, .. } => len,
+        }
+    }
+    /// `0` for the bytes of a chunk-aware value ([`crate::SerializeBuffer`], [`crate::RmaVec`],
+    /// any byte string); 1, 2, 4, 8 or 16 for the elements of a plain sequence of numbers of
+    /// that width, which the target pulls straight into the `Vec` it will hand over.
+    pub fn width(&self) -> u8 {
+        match *self {
+            ChunkRef::Pointer { width, .. } | ChunkRef::Rma { width, .. } => width,
+        }
+    }
+    /// The chunk for `bytes` of element width `width`: an RMA chunk if they lie in, or are
+    /// staged into, the pool `locate` knows, else a pointer chunk.
+    pub fn place(locate: &dyn Locate, bytes: &[u8], width: u8) -> ChunkRef {
+        let (addr, len) = (bytes.as_ptr() as u64, bytes.len() as u64);
+        match locate.locate(addr, len).or_else(|| locate.stage(bytes, width > 0)) {
+            Some((segment, offset)) => ChunkRef::Rma { segment, offset, len, width },
+            None => ChunkRef::Pointer { addr, len, width },
         }
     }
     /// True for an empty chunk.
@@ -97,10 +118,12 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ArchiveError> {
 pub trait Locate {
     /// `(segment, offset)` of the bytes in this rank's pool, if they are there.
     fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)>;
-    /// For fabrics that cannot read unregistered peer memory: copies `bytes` into the pool and
-    /// returns where (`None`: leave them as a pointer chunk).
-    fn stage(&self, bytes: &[u8]) -> Option<(u32, u64)> {
-        let _ = bytes;
+    /// Copies `bytes` into the pool and returns where, when the target should not read them
+    /// in place: always on fabrics that cannot read unregistered peer memory, and for `plain`
+    /// numbers (a copying path anyway) where a copy costs less than the read
+    /// (`None`: leave them as a pointer chunk).
+    fn stage(&self, bytes: &[u8], plain: bool) -> Option<(u32, u64)> {
+        let _ = (bytes, plain);
         None
     }
 }
@@ -162,15 +185,10 @@ impl Encoder<'_> {
     fn len(&mut self, n: usize) {
         self.put(&(n as u64).to_le_bytes());
     }
-    /// Makes `bytes` a chunk (an RMA chunk where they lie in, or are staged into, the pool) and
-    /// returns its number.
-    fn chunk(&mut self, bytes: &[u8]) -> usize {
-        let (addr, len) = (bytes.as_ptr() as u64, bytes.len() as u64);
-        let chunk = match self.pool.locate(addr, len).or_else(|| self.pool.stage(bytes)) {
-            Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
-            None => ChunkRef::Pointer { addr, len },
-        };
-        self.out.chunks.push(chunk);
+    /// Makes `bytes` (elements of `width` bytes, 0 for a byte string) a chunk and returns its
+    /// number.
+    fn chunk(&mut self, bytes: &[u8], width: u8) -> usize {
+        self.out.chunks.push(ChunkRef::place(self.pool, bytes, width));
         self.out.chunks.len() - 1
     }
     /// A sequence of `count` numbers whose wire bytes are `bytes` (see [`crate::numbers`]):
@@ -178,7 +196,7 @@ impl Encoder<'_> {
     fn number_seq(&mut self, count: usize, bytes: &[u8]) {
         if count > 0 && bytes.len() >= self.threshold {
             self.put(&(count as u64 | SEQ_CHUNKED).to_le_bytes());
-            let i = self.chunk(bytes);
+            let i = self.chunk(bytes, (bytes.len() / count) as u8);
             self.len(i);
         } else {
             self.out.index.reserve(8 + bytes.len());
@@ -235,7 +253,7 @@ impl<'a, 'p> ser::Serializer for &'a mut Encoder<'p> {
         // Any byte string this large becomes a chunk, whether or not a chunk-aware type wrote it.
         if v.len() >= self.threshold {
             self.put(&[CHUNKED]);
-            let i = self.chunk(v);
+            let i = self.chunk(v, 0);
             self.len(i);
         } else {
             self.out.index.reserve(9 + v.len());
@@ -484,10 +502,12 @@ impl<'de> Decoder<'de, '_> {
                 let n = self.len(1)?;
                 Ok(ByteString::Inline(self.take(n)?))
             }
-            CHUNKED => {
-                let (i, c) = self.chunk()?;
-                Ok(ByteString::Chunk(i, c))
-            }
+            CHUNKED => match self.chunk()? {
+                (i, crate::buffer::Received::Numbers(_)) => {
+                    err(format!("chunk {i} holds numbers, not bytes"))
+                }
+                (i, c) => Ok(ByteString::Chunk(i, c)),
+            },
             t => err(format!("byte-string tag {t}")),
         }
     }
@@ -503,20 +523,16 @@ impl<'de> Decoder<'de, '_> {
     /// A sequence of `count` numbers whose bytes are a chunk (see [`crate::numbers`]).
     fn chunked_seq<V: Visitor<'de>>(&mut self, count: u64, v: V) -> Result<V::Value, ArchiveError> {
         let (_, c) = self.chunk()?;
-        let bytes = c.as_bytes();
         let count = usize::try_from(count).or_else(|_| err("length overflows usize"))?;
+        let len = c.as_bytes().len();
         if let Some(kind) = numbers::recognise::<V>() {
-            if count.checked_mul(kind.width()) != Some(bytes.len()) {
-                return err(format!(
-                    "{} bytes are not {count} numbers of {} bytes",
-                    bytes.len(),
-                    kind.width()
-                ));
+            if count.checked_mul(kind.width()) != Some(len) {
+                return err(format!("{len} bytes are not {count} numbers of {} bytes", kind.width()));
             }
-            return numbers::build::<V>(kind, bytes);
+            return numbers::build_from::<V>(kind, c);
         }
         self.nest()?;
-        let r = v.visit_seq(numbers::NumberItems::new(count, bytes)?);
+        let r = v.visit_seq(numbers::NumberItems::new(count, c.as_bytes())?);
         self.depth -= 1;
         r
     }
@@ -798,7 +814,7 @@ mod tests {
     fn large_bytes_become_pointer_chunks() {
         let big = vec![5u8; 10_000];
         let a = encode(&(1u8, Bytes(&big)), 4096, &NoPool).unwrap();
-        assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 10_000 }]);
+        assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 10_000, width: 0 }]);
         assert!(a.index.len() < 32, "index of {} bytes", a.index.len());
     }
 
@@ -813,9 +829,10 @@ mod tests {
     struct Known(Vec<(u64, Vec<u8>)>, std::cell::RefCell<Vec<ChunkRef>>);
     impl ChunkSource for Known {
         fn take(&self, i: usize) -> Option<crate::buffer::Received> {
-            let ChunkRef::Pointer { addr, len } =
-                std::mem::replace(self.1.borrow_mut().get_mut(i)?, ChunkRef::Pointer { addr: 0, len: 0 })
-            else {
+            let ChunkRef::Pointer { addr, len, .. } = std::mem::replace(
+                self.1.borrow_mut().get_mut(i)?,
+                ChunkRef::Pointer { addr: 0, len: 0, width: 0 },
+            ) else {
                 return None;
             };
             let (_, bytes) = self.0.iter().find(|(a, b)| *a == addr && b.len() as u64 == len)?;
@@ -861,7 +878,7 @@ mod tests {
         use std::collections::VecDeque;
         let big: Vec<u32> = (0..10_000).collect();
         let a = encode(&(7u8, &big), 4096, &NoPool).unwrap();
-        assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 40_000 }]);
+        assert_eq!(a.chunks, vec![ChunkRef::Pointer { addr: big.as_ptr() as u64, len: 40_000, width: 4 }]);
         assert!(a.index.len() < 32, "index of {} bytes", a.index.len());
         let source = || Known(vec![(big.as_ptr() as u64, bytes_of(&big).to_vec())], a.chunks.clone().into());
         // Recognised visitor: one block; any other visitor: number by number.
@@ -873,6 +890,36 @@ mod tests {
         assert!(decode::<(u8, VecDeque<u16>)>(&a.index, &source()).is_err());
         assert!(decode::<(u8, Vec<String>)>(&a.index, &source()).is_err());
         assert!(decode::<(u8, Vec<u32>)>(&a.index, &NoChunks).is_err());
+    }
+
+    #[test]
+    fn pulled_numbers_become_the_vec() {
+        use crate::buffer::{Numbers, Received};
+        struct Given(std::cell::RefCell<Option<Received>>);
+        impl ChunkSource for Given {
+            fn take(&self, i: usize) -> Option<Received> {
+                if i == 0 {
+                    self.0.borrow_mut().take()
+                } else {
+                    None
+                }
+            }
+        }
+        let big: Vec<u32> = (0..5000).collect();
+        let a = encode(&(7u8, &big), 4096, &NoPool).unwrap();
+        let given = || Given(Some(Received::Numbers(Numbers::W4(big.clone()))).into());
+        // The pulled vector itself becomes the value (no copy), as u32s or as f32s.
+        let source = given();
+        let at = match &*source.0.borrow() {
+            Some(Received::Numbers(Numbers::W4(v))) => v.as_ptr() as usize,
+            _ => unreachable!(),
+        };
+        let (_, back): (u8, Vec<u32>) = decode(&a.index, &source).unwrap();
+        assert!(back == big && back.as_ptr() as usize == at);
+        let (_, floats): (u8, Vec<f32>) = decode(&a.index, &given()).unwrap();
+        assert_eq!(floats[1].to_bits(), 1);
+        // A number chunk is no byte string.
+        assert!(decode::<(u8, crate::SerializeBuffer<u32>)>(&a.index, &given()).is_err());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
-use weft_fabric::pod::{bytes_of, bytes_of_mut, AlignedBuf, Pod};
+use weft_fabric::pod::{bytes_of, bytes_of_mut, vec_cast, AlignedBuf, Pod};
 use weft_fabric::pool::{Block, BlockPool};
 
 /// A chunk as it arrived on this rank: in a pool block (RMA-ready) or on the heap.
@@ -25,6 +25,74 @@ pub enum Received {
     Block(Block),
     /// Pulled into a 64-byte-aligned heap buffer (the pool had no room).
     Heap(AlignedBuf),
+    /// The elements of a plain sequence of numbers, pulled into the `Vec` that the decoded
+    /// value takes over.
+    Numbers(Numbers),
+}
+
+/// A heap vector of numbers of one width, as a plain `Vec<P>` of that width will own it.
+#[derive(Debug)]
+pub enum Numbers {
+    /// 1-byte elements.
+    W1(Vec<u8>),
+    /// 2-byte elements.
+    W2(Vec<u16>),
+    /// 4-byte elements.
+    W4(Vec<u32>),
+    /// 8-byte elements.
+    W8(Vec<u64>),
+    /// 16-byte elements.
+    W16(Vec<u128>),
+}
+
+impl Numbers {
+    /// `len` zero bytes as elements of `width` bytes (`None` unless `width` is 1, 2, 4, 8 or
+    /// 16 and divides `len`).
+    pub fn zeroed(width: u8, len: usize) -> Option<Numbers> {
+        let w = width as usize;
+        if w == 0 || !len.is_multiple_of(w) {
+            return None;
+        }
+        let n = len / w;
+        Some(match width {
+            1 => Numbers::W1(vec![0; n]),
+            2 => Numbers::W2(vec![0; n]),
+            4 => Numbers::W4(vec![0; n]),
+            8 => Numbers::W8(vec![0; n]),
+            16 => Numbers::W16(vec![0; n]),
+            _ => return None,
+        })
+    }
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Numbers::W1(v) => v,
+            Numbers::W2(v) => bytes_of(v),
+            Numbers::W4(v) => bytes_of(v),
+            Numbers::W8(v) => bytes_of(v),
+            Numbers::W16(v) => bytes_of(v),
+        }
+    }
+    /// The bytes, to be written.
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Numbers::W1(v) => v,
+            Numbers::W2(v) => bytes_of_mut(v),
+            Numbers::W4(v) => bytes_of_mut(v),
+            Numbers::W8(v) => bytes_of_mut(v),
+            Numbers::W16(v) => bytes_of_mut(v),
+        }
+    }
+    /// The vector as a `Vec<P>` without copying, if `P` has its elements' size and alignment.
+    pub fn into_vec<P: Pod>(self) -> Result<Vec<P>, Numbers> {
+        match self {
+            Numbers::W1(v) => vec_cast(v).map_err(Numbers::W1),
+            Numbers::W2(v) => vec_cast(v).map_err(Numbers::W2),
+            Numbers::W4(v) => vec_cast(v).map_err(Numbers::W4),
+            Numbers::W8(v) => vec_cast(v).map_err(Numbers::W8),
+            Numbers::W16(v) => vec_cast(v).map_err(Numbers::W16),
+        }
+    }
 }
 
 impl Received {
@@ -33,12 +101,26 @@ impl Received {
         match self {
             Received::Block(b) => b.as_slice::<u8>(b.len()),
             Received::Heap(h) => h.as_bytes(),
+            Received::Numbers(v) => v.as_bytes(),
+        }
+    }
+    /// The bytes, to be written (by the pull).
+    pub fn as_bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Received::Block(b) => {
+                let n = b.len();
+                b.as_mut_slice::<u8>(n)
+            }
+            Received::Heap(h) => h.as_bytes_mut(),
+            Received::Numbers(v) => v.as_bytes_mut(),
         }
     }
     fn view<T: Pod>(&self, n: usize) -> &[T] {
         match self {
             Received::Block(b) => b.as_slice::<T>(n),
             Received::Heap(h) => h.as_slice::<T>(n),
+            // The archive hands number chunks only to sequences, never to chunk-aware values.
+            Received::Numbers(_) => unreachable!("a number chunk handed to a chunk-aware value"),
         }
     }
 }

@@ -19,6 +19,7 @@
 //! the chunk's numbers out one by one.
 
 use crate::archive::ArchiveError;
+use crate::buffer::Received;
 use serde::de::{self, DeserializeSeed, Visitor};
 use std::any::TypeId;
 use std::sync::OnceLock;
@@ -101,6 +102,29 @@ pub(crate) fn build<'de, V: Visitor<'de>>(kind: Kind, bytes: &[u8]) -> Result<V:
         };
     }
     numbers!(build).ok_or_else(|| ArchiveError(format!("visitor of kind {kind:?} builds another type")))
+}
+
+/// As [`build`], from a pulled chunk: a chunk pulled into a vector of the right width becomes
+/// the value without a copy.
+pub(crate) fn build_from<'de, V: Visitor<'de>>(
+    kind: Kind,
+    chunk: Received,
+) -> Result<V::Value, ArchiveError> {
+    let Received::Numbers(numbers) = chunk else {
+        return build::<V>(kind, chunk.as_bytes());
+    };
+    macro_rules! take {
+        ($($i:literal $t:ident $w:literal),*) => {
+            match kind.0 {
+                $($i => match numbers.into_vec::<$t>() {
+                    Ok(v) => vec_as::<$t, V::Value>(v).ok(),
+                    Err(other) => return build::<V>(kind, other.as_bytes()),
+                },)*
+                _ => None,
+            }
+        };
+    }
+    numbers!(take).ok_or_else(|| ArchiveError(format!("visitor of kind {kind:?} builds another type")))
 }
 
 /// The type key of serde's visitor for `Vec<P>` of each number kind (`None` where `P`'s layout

@@ -17,7 +17,7 @@
 //! `RESULT_OK` / `RESULT_ERR`).
 
 use crate::archive::{self, Archive, ArchiveError, ChunkRef, ChunkSource, Locate};
-use crate::buffer::{with_decode_pool, Received};
+use crate::buffer::{with_decode_pool, Numbers, Received};
 use crate::calls::CallTable;
 use crate::registry::{self, IdMap, Outbound, Outgoing, Registration, RemoteFn, Running, Started, Value};
 use std::cell::RefCell;
@@ -316,25 +316,21 @@ impl Rpc {
         self.threshold.store(bytes as u64, Ordering::Relaxed);
     }
 
-    /// Sets the size up to which a chunk of unregistered memory (a plain `Vec` or a
-    /// [`SerializeBuffer`] outside the pool) is copied into the registered pool by the sender,
-    /// on fabrics where the target could read it in place (`WEFT_RPC_STAGE_KIB`, default
-    /// 4 MiB). On the shared-memory fabric the in-place read is the kernel's cross-memory
-    /// attach, a system call that pins the pages; on this project's machines a sender's memcpy
-    /// into the pool plus the target's copy out of the mapped pool costs less up to 4–16 MiB
-    /// (`weft bench rpc`). `0` reads every such chunk in place. Fabrics that cannot read peer
-    /// memory stage every chunk whatever this says.
+    /// Sets the size up to which the elements of a plain `Vec` of numbers are copied into the
+    /// registered pool by the sender, on fabrics where the target could read them in place (`WEFT_RPC_STAGE_KIB`, default 4 MiB).
+    /// On the shared-memory fabric the in-place read is the kernel's cross-memory attach, a
+    /// system call that pins the pages; on this project's machines the sender's memcpy into the
+    /// pool plus the target's copy out of the mapped pool costs less up to 4–16 MiB
+    /// (`weft bench rpc`). `0` reads every such chunk in place. Chunk-aware values
+    /// ([`SerializeBuffer`](crate::SerializeBuffer), [`RmaVec`](crate::RmaVec)) are never
+    /// copied on fabrics that can read them; fabrics that cannot read peer memory stage every
+    /// chunk outside the pool whatever this says.
     pub fn set_stage_max(&self, bytes: u64) {
         self.stage_max.store(bytes, Ordering::Relaxed);
     }
 
-    /// The staging limit for a fabric that can (`peer_read`) or cannot read peer memory.
-    fn stage_max(&self, peer_read: bool) -> usize {
-        if peer_read {
-            self.stage_max.load(Ordering::Relaxed) as usize
-        } else {
-            usize::MAX
-        }
+    fn stage_max(&self) -> usize {
+        self.stage_max.load(Ordering::Relaxed) as usize
     }
 
     // ----- sending -------------------------------------------------------------------------
@@ -373,7 +369,8 @@ impl Rpc {
         let caps = comm.caps();
         let locate = PoolLocator {
             pool: self.pool.get(),
-            stage_max: self.stage_max(caps.peer_read),
+            peer_read: caps.peer_read,
+            stage_max: self.stage_max(),
             staged: RefCell::default(),
         };
         let mut archive =
@@ -472,7 +469,8 @@ impl Rpc {
     /// message); `false` if it must travel as a message of its own.
     fn reply_eager(&self, am: &AmMsg<'_>, head: Header, value: &dyn Outbound) -> bool {
         // No staging here: a value with chunks goes the long way, staged there.
-        let locate = PoolLocator { pool: self.pool.get(), stage_max: 0, staged: RefCell::default() };
+        let locate =
+            PoolLocator { pool: self.pool.get(), peer_read: true, stage_max: 0, staged: RefCell::default() };
         let Ok(archive) = value.encode(self.threshold(), &locate, take_scratch()) else {
             return false;
         };
@@ -710,14 +708,15 @@ impl Rpc {
         let mut got: Vec<Option<Received>> = Vec::with_capacity(chunks.len());
         for c in &chunks {
             let len = usize::try_from(c.len()).map_err(|_| ArchiveError("chunk length".into()))?;
-            let mut dst = match self.pool.get().map(|p| p.alloc(len)) {
-                Some(Ok(b)) => Received::Block(b),
-                _ => Received::Heap(try_heap(len)?),
+            // Numbers go straight into the Vec the value will own; bytes into the pool.
+            let mut dst = match (c.width(), self.pool.get().map(|p| p.alloc(len))) {
+                (0, Some(Ok(b))) => Received::Block(b),
+                (0, _) => Received::Heap(try_heap(len)?),
+                (w, _) => Received::Numbers(
+                    Numbers::zeroed(w, len).ok_or_else(|| ArchiveError(format!("chunk width {w}")))?,
+                ),
             };
-            let bytes = match &mut dst {
-                Received::Block(b) => b.as_mut_slice::<u8>(len),
-                Received::Heap(h) => h.as_bytes_mut(),
-            };
+            let bytes = dst.as_bytes_mut();
             let r = match *c {
                 ChunkRef::Rma { segment, offset, .. } => {
                     comm.get(GlobalPtr::<u8>::new(src, segment, offset as usize), bytes)
@@ -761,7 +760,10 @@ fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
 /// into it (one copy), keeping the staged blocks for the transfer.
 struct PoolLocator<'a> {
     pool: Option<&'a RmaPool>,
-    /// Chunks of unregistered memory up to this many bytes are staged.
+    /// The fabric can read unregistered peer memory (else every chunk outside the pool is
+    /// staged).
+    peer_read: bool,
+    /// Chunks of plain numbers up to this many bytes are staged all the same.
     stage_max: usize,
     staged: RefCell<Vec<weft_fabric::pool::Block>>,
 }
@@ -770,8 +772,8 @@ impl Locate for PoolLocator<'_> {
         let p = self.pool?;
         p.locate(addr, len).map(|off| (p.segment(), off as u64))
     }
-    fn stage(&self, bytes: &[u8]) -> Option<(u32, u64)> {
-        let p = self.pool.filter(|_| bytes.len() <= self.stage_max)?;
+    fn stage(&self, bytes: &[u8], plain: bool) -> Option<(u32, u64)> {
+        let p = self.pool.filter(|_| !self.peer_read || (plain && bytes.len() <= self.stage_max))?;
         let mut b = p.alloc(bytes.len()).ok()?;
         b.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
         let at = (p.segment(), b.offset() as u64);
@@ -796,13 +798,9 @@ fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8> {
     let inline = chunk_bytes + a.index.len() <= max;
     let mut chunks = a.chunks.clone();
     if !inline {
-        let (addr, len) = (a.index.as_ptr() as u64, a.index.len() as u64);
         // The index itself is pulled: from the pool, or staged into it where the fabric
         // cannot read unregistered peer memory.
-        chunks.push(match locate.locate(addr, len).or_else(|| locate.stage(&a.index)) {
-            Some((segment, offset)) => ChunkRef::Rma { segment, offset, len },
-            None => ChunkRef::Pointer { addr, len },
-        });
+        chunks.push(ChunkRef::place(locate, &a.index, 0));
     }
     let mut d = Vec::with_capacity(chunk_bytes + if inline { a.index.len() } else { 0 });
     d.extend_from_slice(&(chunks.len() as u64).to_le_bytes());
@@ -813,10 +811,15 @@ fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8> {
     }
     for c in &chunks {
         let (k, len, x, y) = match *c {
-            ChunkRef::Pointer { addr, len } => (0u8, len, addr, 0),
-            ChunkRef::Rma { segment, offset, len } => (1u8, len, segment as u64, offset),
+            ChunkRef::Pointer { addr, len, .. } => (0u8, len, addr, 0),
+            ChunkRef::Rma { segment, offset, len, .. } => (1u8, len, segment as u64, offset),
         };
-        d.push(k);
+        // The element width (0 for bytes) in the high nibble, as its log2 + 1.
+        let width = match c.width() {
+            0 => 0,
+            w => w.trailing_zeros() as u8 + 1,
+        };
+        d.push(k | width << 4);
         for w in [len, x, y] {
             d.extend_from_slice(&w.to_le_bytes());
         }
@@ -863,9 +866,22 @@ pub fn parse_desc(d: &[u8]) -> std::result::Result<(Option<&[u8]>, Vec<ChunkRef>
     let mut chunks = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let (len, x, y) = (word(at + 1)?, word(at + 9)?, word(at + 17)?);
-        chunks.push(match d[at] {
-            0 => ChunkRef::Pointer { addr: x, len },
-            1 => ChunkRef::Rma { segment: u32::try_from(x).map_err(|_| bad("segment"))?, offset: y, len },
+        let width = match d[at] >> 4 {
+            0 => 0,
+            w @ 1..=5 => 1u8 << (w - 1),
+            w => return Err(bad(&format!("chunk width code {w}"))),
+        };
+        if width > 0 && !len.is_multiple_of(width as u64) {
+            return Err(bad(&format!("{len} bytes are not elements of {width}")));
+        }
+        chunks.push(match d[at] & 15 {
+            0 => ChunkRef::Pointer { addr: x, len, width },
+            1 => ChunkRef::Rma {
+                segment: u32::try_from(x).map_err(|_| bad("segment"))?,
+                offset: y,
+                len,
+                width,
+            },
             k => return Err(bad(&format!("chunk kind {k}"))),
         });
         at += 25;
