@@ -1044,9 +1044,13 @@ const CASES: &[Case] = &[
 fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
     let (out, took, pid) = common::launch("WEFT_TEST_CASE", "killed_rank", n, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
-    // mpirun words it "process rank 1 ... exited on signal 9 (Killed)".
-    let signal = err.contains("SIGKILL") || (common::under_mpirun() && err.contains("signal 9"));
-    if out.status.success() || !err.contains("rank 1") || !signal {
+    // mpirun words it "process rank 1 ... exited on signal 9 (Killed)", srun "task 1: Killed".
+    let reported = match common::launcher() {
+        "mpirun" => err.contains("rank 1") && err.contains("signal 9"),
+        "srun" => err.contains("task 1: Killed"),
+        _ => err.contains("rank 1") && err.contains("SIGKILL"),
+    };
+    if out.status.success() || !reported {
         return Err(format!("kill not reported ({})\n{}", out.status, common::text(&out)).into());
     }
     // The job ends when the launcher has stopped everyone: well within 2 s of the kill (the

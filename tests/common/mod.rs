@@ -23,35 +23,57 @@ pub fn text(o: &Output) -> String {
     )
 }
 
-/// True when jobs start under Open MPI's `mpirun` (`WEFT_TEST_LAUNCHER=mpirun`; ranks meet
-/// through PMIx, which needs a build with the `pmix` feature) instead of `weft run`.
+/// The launcher jobs start under: `weft run` by default, or Open MPI's `mpirun` or Slurm's
+/// `srun --mpi=pmix` (`WEFT_TEST_LAUNCHER=mpirun|srun`; ranks meet through PMIx, which needs a
+/// build with the `pmix` feature).
 #[allow(dead_code)]
-pub fn under_mpirun() -> bool {
-    std::env::var("WEFT_TEST_LAUNCHER").is_ok_and(|v| v == "mpirun")
+pub fn launcher() -> &'static str {
+    match std::env::var("WEFT_TEST_LAUNCHER").as_deref() {
+        Ok("mpirun") => "mpirun",
+        Ok("srun") => "srun",
+        Ok(other) => panic!("WEFT_TEST_LAUNCHER={other}: expected mpirun or srun"),
+        Err(_) => "weft run",
+    }
 }
 
-/// Starts `n` ranks of this test executable through `weft run` (or `mpirun`, see
-/// [`under_mpirun`]), with `var=case` naming the rank program; returns the output, how long
-/// the job took, and the launcher's pid.
+/// Starts `n` ranks of this test executable through `weft run` (or `mpirun` or `srun`, see
+/// [`launcher`]), with `var=case` naming the rank program; returns the output, how long the
+/// job took, and the launcher's pid.
 #[allow(dead_code)]
 pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
     let exe = std::env::current_exe().expect("test executable");
     let t = Instant::now();
-    let mut cmd = if under_mpirun() {
-        let mut c = Command::new("mpirun");
-        c.args(["-n", &n.to_string(), "--allow-run-as-root", "--oversubscribe", "--timeout", "120"]);
-        for k in std::iter::once(var).chain(env.iter().map(|(k, _)| *k)) {
-            c.args(["-x", k]);
+    let mut cmd = match launcher() {
+        "mpirun" => {
+            let mut c = Command::new("mpirun");
+            c.args(["-n", &n.to_string(), "--allow-run-as-root", "--oversubscribe", "--timeout", "120"]);
+            for k in std::iter::once(var).chain(env.iter().map(|(k, _)| *k)) {
+                c.args(["-x", k]);
+            }
+            c
         }
-        c
-    } else {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
-        c.args(["run", "-n", &n.to_string(), "--timeout", "120", "--"]);
-        // An exec wrapper for every rank (the two-host namespace test places ranks with it).
-        if let Ok(w) = std::env::var("WEFT_TEST_WRAPPER") {
-            c.arg(w);
+        "srun" => {
+            // srun passes the whole environment on; a rank that fails ends the job.
+            let mut c = Command::new("srun");
+            c.args([
+                "--mpi=pmix",
+                "-n",
+                &n.to_string(),
+                "--oversubscribe",
+                "--kill-on-bad-exit=1",
+                "--time=2",
+            ]);
+            c
         }
-        c
+        _ => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_weft"));
+            c.args(["run", "-n", &n.to_string(), "--timeout", "120", "--"]);
+            // An exec wrapper for every rank (the two-host namespace test places ranks with it).
+            if let Ok(w) = std::env::var("WEFT_TEST_WRAPPER") {
+                c.arg(w);
+            }
+            c
+        }
     };
     let child = cmd
         .arg(exe)
