@@ -195,7 +195,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     for f in forwarders {
         let _ = f.join();
     }
-    let removed = os::unlink_prefix(&weft_fabric::shm::file_prefix(&job));
+    let mut removed = os::unlink_prefix(&weft_fabric::shm::file_prefix(&job));
+    // libfabric's shm provider names a rank's region after its pid ("PID:N:N") and unlinks it
+    // when the endpoint closes, which a rank that was killed or left without finalizing never
+    // does. Every rank has exited by now, so such a file is garbage.
+    for (_, child) in &children {
+        removed += os::unlink_prefix(&format!("{}:", child.id()));
+    }
     if removed > 0 {
         eprintln!("weft run: removed {removed} shared-memory file(s) a rank left in {}", os::SHM_DIR);
     }
