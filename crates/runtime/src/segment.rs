@@ -22,10 +22,11 @@ pub(crate) struct SegInfo {
 
 impl SegInfo {
     pub fn remote(&self, rank: u32) -> Result<&RemoteRegion> {
-        self.remote
-            .get(rank as usize)
-            .and_then(Option::as_ref)
-            .ok_or(Error::NotMember { rank, segment: self.id })
+        // A match, not `ok_or`: an eagerly built error is dropped on every successful call.
+        match self.remote.get(rank as usize) {
+            Some(Some(r)) => Ok(r),
+            _ => Err(Error::NotMember { rank, segment: self.id }),
+        }
     }
 }
 
@@ -288,7 +289,9 @@ impl Comm {
         if p.rank >= self.size() {
             return Err(Error::NoSuchRank { rank: p.rank, size: self.size() });
         }
-        let seg = self.segments.get(p.seg).ok_or(Error::NoSuchSegment(p.seg))?;
+        let Some(seg) = self.segments.get(p.seg) else {
+            return Err(Error::NoSuchSegment(p.seg));
+        };
         seg.remote(p.rank)?;
         let align = std::mem::align_of::<T>();
         if !p.byte_offset.is_multiple_of(align) {

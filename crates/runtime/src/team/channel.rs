@@ -146,10 +146,10 @@ impl Channels {
         outs: &[Out<'_>],
         ins: &mut [In<'_>],
     ) -> Result<()> {
-        // Progress per message, on the stack for teams of up to INLINE_PEERS members (no
+        // Progress per message, on the stack for up to INLINE_COUNTERS messages each way (no
         // allocation in a small collective, where malloc and free would cost as much as
         // the messages).
-        let (mut out_inline, mut in_inline) = ([0u64; INLINE_PEERS], [0u64; INLINE_PEERS]);
+        let (mut out_inline, mut in_inline) = ([0u64; INLINE_COUNTERS], [0u64; INLINE_COUNTERS]);
         let (mut out_heap, mut in_heap) = (Vec::new(), Vec::new());
         let out_done = counters(&mut out_inline, &mut out_heap, outs.len());
         let in_done = counters(&mut in_inline, &mut in_heap, ins.len());
@@ -305,8 +305,11 @@ impl Channels {
     }
 }
 
-/// Messages a transfer (and a small alltoall) tracks without allocating.
+/// Members a small alltoall describes without allocating.
 pub(crate) const INLINE_PEERS: usize = 16;
+/// Messages each way a transfer counts without allocating (few: the counters are zeroed on
+/// every transfer, and a tree or ring step has one or two).
+const INLINE_COUNTERS: usize = 4;
 
 /// `len` zeroed counters: the front of `inline` if it is long enough, else `heap`, grown.
 fn counters<'a>(inline: &'a mut [u64], heap: &'a mut Vec<u64>, len: usize) -> &'a mut [u64] {
@@ -320,15 +323,15 @@ fn counters<'a>(inline: &'a mut [u64], heap: &'a mut Vec<u64>, len: usize) -> &'
 
 #[cfg(test)]
 mod tests {
-    use super::{counters, INLINE_PEERS};
+    use super::{counters, INLINE_COUNTERS};
 
     #[test]
     fn counters_inline_then_heap() {
-        let (mut inline, mut heap) = ([0u64; INLINE_PEERS], Vec::new());
+        let (mut inline, mut heap) = ([0u64; INLINE_COUNTERS], Vec::new());
         assert_eq!(counters(&mut inline, &mut heap, 3).len(), 3);
         assert!(heap.is_empty(), "a small transfer must not allocate");
-        let big = counters(&mut inline, &mut heap, INLINE_PEERS + 1);
-        assert_eq!(big.len(), INLINE_PEERS + 1);
+        let big = counters(&mut inline, &mut heap, INLINE_COUNTERS + 1);
+        assert_eq!(big.len(), INLINE_COUNTERS + 1);
         assert!(big.iter().all(|&c| c == 0));
     }
 }

@@ -209,13 +209,30 @@ impl Core<'_> {
             }
             mask <<= 1;
         }
-        let children: Vec<usize> = std::iter::successors(Some(mask >> 1), |m| (*m > 1).then_some(m >> 1))
-            .filter(|&m| m > 0 && vr + m < n)
-            .map(|m| real(vr + m))
-            .collect();
+        // The children, nearest last: on the stack up to 8 (a team of up to 256 members), so a
+        // small broadcast does not pay malloc and free.
         let data = bytes_of(buf);
-        let outs: Vec<Out<'_>> = children.into_iter().map(|to| Out { to, data }).collect();
-        self.send_recv(tag::BROADCAST, &outs, &mut []).await
+        let (mut inline, mut heap) = ([Out { to: 0, data: &[] }; 8], Vec::new());
+        let mut k = 0;
+        let mut m = mask >> 1;
+        while m > 0 {
+            if vr + m < n {
+                let out = Out { to: real(vr + m), data };
+                match inline.get_mut(k) {
+                    Some(slot) => *slot = out,
+                    None => {
+                        if heap.is_empty() {
+                            heap.extend_from_slice(&inline);
+                        }
+                        heap.push(out);
+                    }
+                }
+                k += 1;
+            }
+            m >>= 1;
+        }
+        let outs = if k <= inline.len() { &inline[..k] } else { &heap[..] };
+        self.send_recv(tag::BROADCAST, outs, &mut []).await
     }
 
     /// Binomial tree towards `root`.
