@@ -67,22 +67,45 @@ impl LocalRegion {
 }
 
 /// A peer's registered region, as seen from this rank.
+///
+/// Only a fabric makes these (`Fabric::attach`): on shared memory `addr` is a live mapping
+/// that the fabric writes through, so a region forged from safe code must not exist. The
+/// fields are read through methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RemoteRegion {
-    /// Owner of the memory.
-    pub rank: Rank,
-    /// The owner's region id (carried by long AMs).
-    pub id: u32,
-    /// Length in bytes.
-    pub len: usize,
-    /// Address used to reach it: a local mapping for shared memory, the target virtual
-    /// address (or 0-based offset) for network fabrics.
-    pub addr: u64,
-    /// Remote protection key (0 where the fabric needs none).
-    pub key: u64,
+    pub(crate) rank: Rank,
+    pub(crate) id: u32,
+    pub(crate) len: usize,
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
 }
 
 impl RemoteRegion {
+    /// Owner of the memory.
+    pub fn rank(&self) -> Rank {
+        self.rank
+    }
+    /// The owner's region id (carried by long AMs).
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a region of no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Address used to reach it: a local mapping for shared memory, the target virtual
+    /// address (or 0-based offset) for network fabrics.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Remote protection key (0 where the fabric needs none).
+    pub fn key(&self) -> u64 {
+        self.key
+    }
     /// Checks that `[offset, offset+len)` lies inside the region.
     pub fn check(&self, offset: usize, len: usize) -> crate::FabricResult<()> {
         match offset.checked_add(len) {
