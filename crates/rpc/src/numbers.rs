@@ -61,17 +61,36 @@ pub(crate) fn number_block<I: Iterator>(it: &I) -> Option<(usize, &[u8])> {
     {
         return None;
     }
-    macro_rules! find {
-        ($($i:literal $t:ident $w:literal),*) => {$(
-            if std::mem::size_of::<$t>() == $w {
-                if let Some(s) = remaining_slice::<I, $t>(it) {
-                    return Some((s.len(), bytes_of(s)));
-                }
+    // One type key for the iterator, looked up among the slice iterators of the number types.
+    let key = type_key::<I>();
+    let kind = slice_iters().iter().position(|k| *k == Some(key))?;
+    macro_rules! take {
+        ($($i:literal $t:ident $w:literal),*) => {
+            match kind {
+                $($i => remaining_slice::<I, $t>(it).map(|s| (s.len(), bytes_of(s))),)*
+                _ => None,
             }
-        )*};
+        };
     }
-    numbers!(find);
-    None
+    numbers!(take)
+}
+
+/// The type key of `std::slice::Iter<'_, P>` for each number kind (`None` where `P`'s layout
+/// is not its wire format).
+fn slice_iters() -> &'static [Option<TypeId>; KINDS] {
+    static KEYS: OnceLock<[Option<TypeId>; KINDS]> = OnceLock::new();
+    KEYS.get_or_init(|| {
+        let mut keys = [None; KINDS];
+        macro_rules! keys {
+            ($($i:literal $t:ident $w:literal),*) => {$(
+                if std::mem::size_of::<$t>() == $w {
+                    keys[$i] = Some(type_key::<std::slice::Iter<'static, $t>>());
+                }
+            )*};
+        }
+        numbers!(keys);
+        keys
+    })
 }
 
 /// The kind of `Vec<P>` that `V` builds, if `V` is serde's visitor for `Vec<P>` and `P` is a
@@ -245,6 +264,8 @@ mod tests {
             assert!(vec_visitors().iter().all(Option::is_some), "{:?}", vec_visitors());
             let keys: std::collections::HashSet<_> = vec_visitors().iter().collect();
             assert_eq!(keys.len(), KINDS, "two kinds share a visitor");
+            let iters: std::collections::HashSet<_> = slice_iters().iter().flatten().collect();
+            assert_eq!(iters.len(), KINDS, "two kinds share a slice iterator key");
         }
     }
 }

@@ -227,8 +227,8 @@ pub struct Rpc {
     fns: OnceLock<IdMap<Registration>>,
     pool: OnceLock<RmaPool>,
     threshold: AtomicU64,
-    /// Bytes up to which a chunk of unregistered memory is staged into the pool by the sender
-    /// where the fabric could read it in place (see [`Rpc::set_stage_max`]).
+    /// Bytes up to which the elements of a plain `Vec` of numbers are staged into the pool by
+    /// the sender where the fabric could read them in place (see [`Rpc::set_stage_max`]).
     stage_max: AtomicU64,
     next_id: AtomicU64,
     calls: Mutex<CallTable<CallSlot>>,
@@ -317,11 +317,12 @@ impl Rpc {
     }
 
     /// Sets the size up to which the elements of a plain `Vec` of numbers are copied into the
-    /// registered pool by the sender, on fabrics where the target could read them in place (`WEFT_RPC_STAGE_KIB`, default 4 MiB).
-    /// On the shared-memory fabric the in-place read is the kernel's cross-memory attach, a
-    /// system call that pins the pages; on this project's machines the sender's memcpy into the
-    /// pool plus the target's copy out of the mapped pool costs less up to 4–16 MiB
-    /// (`weft bench rpc`). `0` reads every such chunk in place. Chunk-aware values
+    /// registered pool by the sender, on fabrics where the target could read them in place
+    /// (`WEFT_RPC_STAGE_KIB`, default 4 MiB). On the shared-memory fabric the in-place read is
+    /// the kernel's cross-memory attach, a system call that pins the pages; on this project's
+    /// machines the sender's memcpy plus the target's copy out of the mapped pool costs less
+    /// (`weft bench rpc`: a 4 KiB `Vec` echo 2.4 against 6.2 µs, 1 MiB 164 against 253 µs).
+    /// `0` reads every such chunk in place. Chunk-aware values
     /// ([`SerializeBuffer`](crate::SerializeBuffer), [`RmaVec`](crate::RmaVec)) are never
     /// copied on fabrics that can read them; fabrics that cannot read peer memory stage every
     /// chunk outside the pool whatever this says.
