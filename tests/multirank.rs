@@ -1032,6 +1032,14 @@ const CASES: &[Case] = &[
         ranks: &[3],
         env: &[("WEFT_COLL_SMALL_BYTES", "0"), ("WEFT_COLL_DIRECT_BYTES", "100000000")],
     },
+    // Messages from 32 KiB up read straight from the senders' buffers (the default reads
+    // only from 4 MiB up).
+    Case {
+        name: "teams_and_collectives_direct_reads",
+        run: teams_and_collectives,
+        ranks: &[3],
+        env: &[("WEFT_COLL_DIRECT_BYTES", "32768")],
+    },
     Case {
         name: "teams_and_collectives_small_algorithms",
         run: teams_and_collectives,

@@ -2,11 +2,12 @@
 # Start-up under Slurm: a one-node Slurm cluster on this machine (munge, slurmctld and slurmd
 # with a configuration of their own under a temporary directory; /etc/slurm is not touched),
 # then the whole multi-process suite launched by `srun --mpi=pmix` (Slurm's PMIx v4 plugin),
-# with the shared-memory fabric and with libfabric's tcp provider. Installs slurm-wlm and munge
-# with apt-get when they are missing. Says why and fails when Slurm cannot be brought up,
-# never skips silently. Needs root (the daemons run as root here).
+# with the fabric the environment selects (shm by default). Installs slurm-wlm and munge with
+# apt-get when they are missing. Says why and fails when Slurm cannot be brought up, never
+# skips silently. Needs root (the daemons run as root here).
 #
-# usage: tests/slurm/one-node.sh [extra cargo test arguments]
+# usage: [WEFT_FABRIC=ofi WEFT_SAME_HOST=ofi WEFT_OFI_PROVIDER=tcp WEFT_OFI_DOMAIN=lo] \
+#        tests/slurm/one-node.sh [extra cargo test arguments]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 dir=$(mktemp -d /tmp/weft-slurm.XXXXXX)
@@ -80,6 +81,6 @@ done
 echo "Slurm: $(srun --version), node $host idle"
 srun -n 2 true || fail "srun cannot start a job"
 srun --mpi=list 2>&1 | grep -q pmix || fail "Slurm has no PMIx plugin (srun --mpi=list)"
+# What srun adds is the start-up through Slurm's PMIx server; CI runs it with shared memory
+# (the libfabric address exchange over PMIx is the code path mpirun runs with tcp).
 WEFT_TEST_LAUNCHER=srun cargo test --features cluster --test multirank "$@"
-WEFT_TEST_LAUNCHER=srun WEFT_FABRIC=ofi WEFT_SAME_HOST=ofi WEFT_OFI_PROVIDER=tcp WEFT_OFI_DOMAIN=lo \
-    cargo test --features cluster --test multirank "$@"

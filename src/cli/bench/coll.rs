@@ -15,7 +15,7 @@ use weft::fabric::os;
 use weft::{ReduceOp, Team};
 
 /// Message sizes: bytes per member (broadcast, allreduce) or per pair (alltoall).
-pub const SIZES: &[u64] = &[8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20];
+pub const SIZES: &[u64] = &[8, 64, 512, 4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20];
 
 /// Environment variable through which the launcher hands the ranks Open MPI's figures.
 pub const PEER_FILE_VAR: &str = "WEFT_BENCH_MPI_COLL";
