@@ -524,6 +524,11 @@ weft::remote! {
 
 /// Plain `Vec`s of numbers of every size around the threshold, to a peer and to self (run with
 /// the default staging limit and with every chunk read in place).
+///
+/// Known bug: over libfabric's tcp provider with 4 ranks this hangs in about one run in 5-15
+/// (one rendezvous call's result never arrives; the target is idle in a barrier). It happens
+/// whether the numbers are pulled into the pool or into the Vec. `.ci/run` skips this test on
+/// its libfabric runs and says so.
 fn rpc_plain_vecs() -> Res {
     use weft::RpcExt;
     let w = weft::init().map_err(e2s)?;
