@@ -226,6 +226,9 @@ pub struct OfiFabric {
     refused_since: Vec<AtomicU64>,
     failed: Mutex<Vec<Option<String>>>,
     rejected: AtomicU64,
+    /// Receive buffers whose re-post the provider refused for now (`-FI_EAGAIN`): posted again
+    /// at the next poll, never dropped.
+    unposted: Mutex<Vec<u32>>,
     delivering: AtomicUsize,
     done: AtomicBool,
     /// Ranks on this host are reached through another fabric (see `leave_same_host_peers`).
@@ -328,6 +331,7 @@ impl OfiFabric {
             refused_since: (0..size).map(|_| AtomicU64::new(0)).collect(),
             failed: Mutex::new(vec![None; size as usize]),
             rejected: AtomicU64::new(0),
+            unposted: Mutex::new(Vec::new()),
             delivering: AtomicUsize::new(0),
             done: AtomicBool::new(false),
             same_host_elsewhere: false,
@@ -407,9 +411,20 @@ impl OfiFabric {
         if ret < 0 {
             // SAFETY: the context was not accepted, so it is ours to take back.
             drop(unsafe { Context::<Op>::from_raw(ctx) });
+            if ret == EAGAIN {
+                // The receive queue is full for now: keep the buffer for the next poll.
+                self.unposted.lock().unwrap_or_else(|e| e.into_inner()).push(slot);
+                return Ok(());
+            }
             return ffi::check(ret as i64, "fi_recv");
         }
         Ok(())
+    }
+
+    /// Posts again the receive buffers the provider refused earlier.
+    fn repost(&self) -> FabricResult<()> {
+        let slots = std::mem::take(&mut *self.unposted.lock().unwrap_or_else(|e| e.into_inner()));
+        slots.into_iter().try_for_each(|s| self.post_recv(s))
     }
 
     /// Makes progress (checking that `dst` lives) until `ready` gives a value, giving up
@@ -505,9 +520,13 @@ impl OfiFabric {
         &self,
         read: impl FnOnce(&ffi::Ep, &mut [sys::fi_cq_data_entry]) -> Result<usize, sys::fi_cq_err_entry>,
     ) -> FabricResult<usize> {
+        self.repost()?;
         let mut entries = [sys::fi_cq_data_entry::default(); 16];
         match read(&self.obj.ep(), &mut entries) {
             Ok(n) => {
+                // Every entry read is finished, even after one fails: an entry skipped here
+                // would be a message or completion lost for good.
+                let mut failed = None;
                 for e in &entries[..n] {
                     if e.op_context.is_null() {
                         // Not one of ours (every post carries a context): counted, skipped.
@@ -517,9 +536,11 @@ impl OfiFabric {
                     // SAFETY: every context we post comes from Context::<Op>::into_raw and
                     // completes exactly once.
                     let op = unsafe { Context::<Op>::from_raw(e.op_context) };
-                    self.finish(op.op, e.len, Ok(()))?;
+                    if let Err(err) = self.finish(op.op, e.len, Ok(())) {
+                        failed.get_or_insert(err);
+                    }
                 }
-                Ok(n)
+                failed.map_or(Ok(n), Err)
             }
             Err(e) => {
                 let why = format!("{} (provider error {})", ffi::strerror(e.err as i64), e.prov_errno);
