@@ -195,13 +195,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     for f in forwarders {
         let _ = f.join();
     }
-    let mut removed = os::unlink_prefix(&weft_fabric::shm::file_prefix(&job));
-    // libfabric's shm provider names a rank's region after its pid ("PID:N:N") and unlinks it
-    // when the endpoint closes, which a rank that was killed or left without finalizing never
-    // does. Every rank has exited by now, so such a file is garbage.
-    for (_, child) in &children {
-        removed += os::unlink_prefix(&format!("{}:", child.id()));
-    }
+    // Our own files, and libfabric's shm provider regions, named after a rank's pid
+    // ("PID:N:N") and unlinked only when the endpoint closes, which a rank that was killed or
+    // left without finalizing never does. Every rank has exited by now: one scan for all.
+    let pids: Vec<String> = children.iter().map(|(_, c)| format!("{}:", c.id())).collect();
+    let mut prefixes = vec![weft_fabric::shm::file_prefix(&job)];
+    prefixes.extend(pids);
+    let removed = os::unlink_prefixes(&prefixes.iter().map(String::as_str).collect::<Vec<_>>());
     if removed > 0 {
         eprintln!("weft run: removed {removed} shared-memory file(s) a rank left in {}", os::SHM_DIR);
     }

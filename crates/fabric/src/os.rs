@@ -147,11 +147,21 @@ pub fn unlink(name: &str) {
 
 /// Removes every shared file whose name starts with `prefix`; returns how many were removed.
 pub fn unlink_prefix(prefix: &str) -> usize {
+    unlink_prefixes(&[prefix])
+}
+
+/// Removes the files in [`SHM_DIR`] whose names start with any of `prefixes` (one scan of the
+/// directory); returns how many were removed.
+pub fn unlink_prefixes(prefixes: &[&str]) -> usize {
     let Ok(rd) = std::fs::read_dir(SHM_DIR) else {
         return 0;
     };
     rd.flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            prefixes.iter().any(|p| name.starts_with(p))
+        })
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }

@@ -63,7 +63,7 @@ pub(crate) fn number_block<I: Iterator>(it: &I) -> Option<(usize, &[u8])> {
     }
     // One type key for the iterator, looked up among the slice iterators of the number types.
     let key = type_key::<I>();
-    let kind = slice_iters().iter().position(|k| *k == Some(key))?;
+    let kind = keys().slice_iters.iter().position(|k| *k == Some(key))?;
     macro_rules! take {
         ($($i:literal $t:ident $w:literal),*) => {
             match kind {
@@ -73,24 +73,6 @@ pub(crate) fn number_block<I: Iterator>(it: &I) -> Option<(usize, &[u8])> {
         };
     }
     numbers!(take)
-}
-
-/// The type key of `std::slice::Iter<'_, P>` for each number kind (`None` where `P`'s layout
-/// is not its wire format).
-fn slice_iters() -> &'static [Option<TypeId>; KINDS] {
-    static KEYS: OnceLock<[Option<TypeId>; KINDS]> = OnceLock::new();
-    KEYS.get_or_init(|| {
-        let mut keys = [None; KINDS];
-        macro_rules! keys {
-            ($($i:literal $t:ident $w:literal),*) => {$(
-                if std::mem::size_of::<$t>() == $w {
-                    keys[$i] = Some(type_key::<std::slice::Iter<'static, $t>>());
-                }
-            )*};
-        }
-        numbers!(keys);
-        keys
-    })
 }
 
 /// The kind of `Vec<P>` that `V` builds, if `V` is serde's visitor for `Vec<P>` and `P` is a
@@ -106,7 +88,7 @@ pub(crate) fn recognise<'de, V: Visitor<'de>>() -> Option<Kind> {
         return None;
     }
     let key = type_key::<V>();
-    vec_visitors().iter().position(|k| *k == Some(key)).map(Kind)
+    keys().vec_visitors.iter().position(|k| *k == Some(key)).map(Kind)
 }
 
 /// `V`'s value built from `bytes`, the elements of a sequence of kind `kind` (as [`recognise`]
@@ -146,23 +128,29 @@ pub(crate) fn build_from<'de, V: Visitor<'de>>(
     numbers!(take).ok_or_else(|| ArchiveError(format!("visitor of kind {kind:?} builds another type")))
 }
 
-/// The type key of serde's visitor for `Vec<P>` of each number kind (`None` where `P`'s layout
-/// is not its wire format).
-fn vec_visitors() -> &'static [Option<TypeId>; KINDS] {
-    static KEYS: OnceLock<[Option<TypeId>; KINDS]> = OnceLock::new();
+/// The type keys of each number kind `P` (`None` where `P`'s layout is not its wire format),
+/// learnt once: of `std::slice::Iter<'_, P>`, and of serde's visitor for `Vec<P>`.
+struct Keys {
+    slice_iters: [Option<TypeId>; KINDS],
+    vec_visitors: [Option<TypeId>; KINDS],
+}
+
+fn keys() -> &'static Keys {
+    static KEYS: OnceLock<Keys> = OnceLock::new();
     KEYS.get_or_init(|| {
-        let mut keys = [None; KINDS];
-        macro_rules! probe {
+        let mut k = Keys { slice_iters: [None; KINDS], vec_visitors: [None; KINDS] };
+        macro_rules! learn {
             ($($i:literal $t:ident $w:literal),*) => {$(
                 if std::mem::size_of::<$t>() == $w {
+                    k.slice_iters[$i] = Some(type_key::<std::slice::Iter<'static, $t>>());
                     let mut p = Probe(None);
                     let _ = <Vec<$t> as serde::Deserialize>::deserialize(&mut p);
-                    keys[$i] = p.0;
+                    k.vec_visitors[$i] = p.0;
                 }
             )*};
         }
-        numbers!(probe);
-        keys
+        numbers!(learn);
+        k
     })
 }
 
@@ -261,10 +249,11 @@ mod tests {
     #[test]
     fn every_vec_visitor_is_learnt() {
         if cfg!(all(target_endian = "little", target_pointer_width = "64")) {
-            assert!(vec_visitors().iter().all(Option::is_some), "{:?}", vec_visitors());
-            let keys: std::collections::HashSet<_> = vec_visitors().iter().collect();
-            assert_eq!(keys.len(), KINDS, "two kinds share a visitor");
-            let iters: std::collections::HashSet<_> = slice_iters().iter().flatten().collect();
+            let visitors = &keys().vec_visitors;
+            assert!(visitors.iter().all(Option::is_some), "{visitors:?}");
+            let keys_seen: std::collections::HashSet<_> = visitors.iter().collect();
+            assert_eq!(keys_seen.len(), KINDS, "two kinds share a visitor");
+            let iters: std::collections::HashSet<_> = keys().slice_iters.iter().flatten().collect();
             assert_eq!(iters.len(), KINDS, "two kinds share a slice iterator key");
         }
     }
