@@ -15,11 +15,20 @@ export SLURM_CONF=$dir/slurm.conf
 started_munge=0
 cleanup() {
     scontrol shutdown >/dev/null 2>&1 || true
+    local pids=()
     for f in "$dir"/ctld.pid "$dir"/d.pid; do
-        [ -s "$f" ] && kill "$(cat "$f")" 2>/dev/null || true
+        [ -s "$f" ] && pids+=("$(cat "$f")")
+    done
+    [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null || true
+    # The daemons write their state while they stop: remove the directory once they are gone.
+    for _ in $(seq 50); do
+        alive=0
+        for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+        [ "$alive" = 0 ] && break
+        sleep 0.1
     done
     [ "$started_munge" = 1 ] && pkill -x munged 2>/dev/null || true
-    rm -rf "$dir"
+    rm -rf "$dir" 2>/dev/null || true
 }
 fail() {
     echo "Slurm test cannot run: $*" >&2
