@@ -368,12 +368,7 @@ impl Rpc {
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
         let caps = comm.caps();
-        let locate = PoolLocator {
-            pool: self.pool.get(),
-            peer_read: caps.peer_read,
-            stage_max: self.stage_max(),
-            staged: RefCell::default(),
-        };
+        let locate = PoolLocator::new(self.pool.get(), caps.peer_read, self.stage_max());
         let mut archive =
             value.value().encode(threshold, &locate, take_scratch()).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
@@ -395,6 +390,7 @@ impl Rpc {
         let sent = Arc::new(SentState::default());
         let ack = self.next_id.fetch_add(1, Ordering::Relaxed);
         let desc = proto_desc(&archive, max, &locate);
+        locate.check()?;
         // After proto_desc, which may stage the index too.
         let staged = locate.staged.take();
         lock(&self.kept)
@@ -470,8 +466,7 @@ impl Rpc {
     /// message); `false` if it must travel as a message of its own.
     fn reply_eager(&self, am: &AmMsg<'_>, head: Header, value: &dyn Outbound) -> bool {
         // No staging here: a value with chunks goes the long way, staged there.
-        let locate =
-            PoolLocator { pool: self.pool.get(), peer_read: true, stage_max: 0, staged: RefCell::default() };
+        let locate = PoolLocator::new(self.pool.get(), true, 0);
         let Ok(archive) = value.encode(self.threshold(), &locate, take_scratch()) else {
             return false;
         };
@@ -492,6 +487,13 @@ impl Rpc {
     // ----- progress hook (outside handlers) -------------------------------------------------
 
     pub(crate) fn progress(&self, comm: &Comm) -> Result<usize> {
+        if self.pool.get().is_none() {
+            // Start-up has not finished on this rank (its pool is allocated last, in a
+            // collective step whose waits run this hook): a peer that finished first may
+            // already call. Its messages wait in the queue until the pool exists, since
+            // their results are staged in it where the fabric cannot read other memory.
+            return Ok(0);
+        }
         let mut n = 0;
         while self.queued.load(Ordering::Acquire) > 0 {
             let Some(m) = ({
@@ -516,9 +518,7 @@ impl Rpc {
     fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
         let (src, head, payload) = match m {
             Incoming::Message { src, head, payload } => (src, head, payload),
-            Incoming::Result { src, head, out } => {
-                return self.send(comm, src, head, out, self.threshold()).map(|_| ());
-            }
+            Incoming::Result { src, head, out } => return self.send_result(comm, src, head, out),
         };
         let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = head;
         // `Header::decode` admitted only the two modes.
@@ -531,8 +531,16 @@ impl Rpc {
             Ok(p) => p,
             Err(e) => {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
-                if kind == CALL {
-                    self.reply_err(comm, src, call, format!("rank {}: malformed call: {e}", comm.rank()))?;
+                match kind {
+                    CALL => {
+                        self.reply_err(comm, src, call, format!("rank {}: malformed call: {e}", comm.rank()))?
+                    }
+                    // The caller is this rank: it hears why instead of waiting for ever.
+                    RESULT_OK | RESULT_ERR => {
+                        let why = format!("the result from rank {src} could not be received: {e}");
+                        self.deliver(call, false, error_index(&why), vec![]);
+                    }
+                    _ => {}
                 }
                 return Ok(());
             }
@@ -552,7 +560,7 @@ impl Rpc {
                 match self.start_fn(&reg, &index, &source, comm.rank()) {
                     Ok(Started::Done(out)) => {
                         if let Some(c) = call {
-                            self.send(comm, src, result(RESULT_OK, c), out, self.threshold())?;
+                            self.send_result(comm, src, result(RESULT_OK, c), out)?;
                         }
                     }
                     Ok(Started::Running(fut)) => {
@@ -645,7 +653,7 @@ impl Rpc {
                 Ok(())
             }
             Ok(Poll::Ready(out)) => match task.call {
-                Some(c) => self.send(comm, task.src, result(RESULT_OK, c), out, self.threshold()).map(|_| ()),
+                Some(c) => self.send_result(comm, task.src, result(RESULT_OK, c), out),
                 None => Ok(()),
             },
             Err(p) => {
@@ -670,6 +678,19 @@ impl Rpc {
             self.step(comm, t)?;
         }
         Ok(n)
+    }
+
+    /// Sends a result to its caller `dst`; a result that cannot be sent (say, its chunks find
+    /// no room in the registered pool) becomes an error the caller hears instead.
+    fn send_result(&self, comm: &Comm, dst: u32, head: Header, out: Box<dyn Outbound>) -> Result<()> {
+        match self.send(comm, dst, head, out, self.threshold()) {
+            Ok(_) => Ok(()),
+            Err(e @ Error::Encode(_)) => {
+                let why = format!("rank {}: the result could not be sent: {e}", comm.rank());
+                self.reply_err(comm, dst, head.call_id, why)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn reply_err(&self, comm: &Comm, dst: u32, call: u64, why: String) -> Result<()> {
@@ -739,6 +760,11 @@ impl Rpc {
     }
 }
 
+/// The index of an error outcome: `why` as the archive encodes a `String`.
+fn error_index(why: &str) -> Vec<u8> {
+    archive::encode_into(why, usize::MAX, &archive::NoPool, Vec::new()).map(|a| a.index).unwrap_or_default()
+}
+
 fn result(kind: u64, call_id: u64) -> Header {
     Header { kind, mode: EAGER, fn_id: 0, call_id, ack_id: 0 }
 }
@@ -767,6 +793,22 @@ struct PoolLocator<'a> {
     /// Chunks of plain numbers up to this many bytes are staged all the same.
     stage_max: usize,
     staged: RefCell<Vec<weft_fabric::pool::Block>>,
+    /// Why a chunk that had to be staged (the fabric cannot read it in place) was not.
+    unstaged: RefCell<Option<String>>,
+}
+
+impl<'a> PoolLocator<'a> {
+    fn new(pool: Option<&'a RmaPool>, peer_read: bool, stage_max: usize) -> Self {
+        PoolLocator { pool, peer_read, stage_max, staged: RefCell::default(), unstaged: RefCell::default() }
+    }
+
+    /// Fails if a chunk the target could not have read was left in place.
+    fn check(&self) -> Result<()> {
+        match self.unstaged.take() {
+            Some(why) => Err(Error::Encode(why)),
+            None => Ok(()),
+        }
+    }
 }
 impl Locate for PoolLocator<'_> {
     fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
@@ -774,8 +816,29 @@ impl Locate for PoolLocator<'_> {
         p.locate(addr, len).map(|off| (p.segment(), off as u64))
     }
     fn stage(&self, bytes: &[u8], plain: bool) -> Option<(u32, u64)> {
-        let p = self.pool.filter(|_| !self.peer_read || (plain && bytes.len() <= self.stage_max))?;
-        let mut b = p.alloc(bytes.len()).ok()?;
+        if self.peer_read && !(plain && bytes.len() <= self.stage_max) {
+            return None;
+        }
+        let staged = self.pool.ok_or(Error::Misuse("the RPC pool is not allocated yet")).and_then(|p| {
+            let b = p.alloc(bytes.len())?;
+            Ok((p, b))
+        });
+        let (p, mut b) = match staged {
+            Ok(s) => s,
+            Err(e) => {
+                if !self.peer_read {
+                    // The target can only read the pool: this chunk cannot travel.
+                    self.unstaged.borrow_mut().get_or_insert_with(|| {
+                        format!(
+                            "a chunk of {} bytes could not be staged into the registered pool, which this \
+                             fabric needs (WEFT_RPC_POOL_MIB sets its size): {e}",
+                            bytes.len()
+                        )
+                    });
+                }
+                return None;
+            }
+        };
         b.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
         let at = (p.segment(), b.offset() as u64);
         self.staged.borrow_mut().push(b);

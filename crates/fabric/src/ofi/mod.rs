@@ -66,6 +66,8 @@ const PROBE_INTERVAL_NS: u64 = 500_000_000;
 /// A peer whose endpoint refuses probes (the provider answers `-FI_EAGAIN`: it cannot
 /// reconnect, as when the process or its host is gone) for this long is reported dead.
 const PROBE_REFUSED_NS: u64 = 2_000_000_000;
+/// Dropped messages reported on standard error (the rest are only counted).
+const REPORTED_REJECTS: u64 = 16;
 const RX_BYTES: usize = (wire::HEADER + 8 * crate::AM_MAX_ARGS + MAX_MEDIUM + 4095) & !4095;
 
 /// Start-up parameters.
@@ -530,7 +532,7 @@ impl OfiFabric {
                 for e in &entries[..n] {
                     if e.op_context.is_null() {
                         // Not one of ours (every post carries a context): counted, skipped.
-                        self.rejected.fetch_add(1, Ordering::Relaxed);
+                        self.reject(|| "a completion without a context".into());
                         continue;
                     }
                     // SAFETY: every context we post comes from Context::<Op>::into_raw and
@@ -546,7 +548,7 @@ impl OfiFabric {
                 let why = format!("{} (provider error {})", ffi::strerror(e.err as i64), e.prov_errno);
                 if e.op_context.is_null() {
                     // An error no operation of ours can own (e.g. of an injected send).
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.reject(|| format!("an error completion without a context: {why}"));
                     return Ok(1);
                 }
                 // SAFETY: as above; an error entry names one of our contexts.
@@ -560,8 +562,8 @@ impl OfiFabric {
     fn finish(&self, op: Op, len: usize, res: Result<(), String>) -> FabricResult<()> {
         match op {
             Op::Recv { slot } => {
-                if res.is_err() {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                if let Err(why) = &res {
+                    self.reject(|| format!("a receive failed: {why}"));
                 } else {
                     self.receive(slot, len);
                 }
@@ -599,6 +601,15 @@ impl OfiFabric {
         }
         self.inflight.fetch_sub(1, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Counts a message or completion that is dropped (foreign, malformed or failed) and
+    /// says why on standard error for the first [`REPORTED_REJECTS`] of them: in a job of
+    /// well-behaved ranks none is ever dropped, so each is worth a line.
+    fn reject(&self, why: impl FnOnce() -> String) {
+        if self.rejected.fetch_add(1, Ordering::Relaxed) < REPORTED_REJECTS {
+            eprintln!("weft: rank {} (libfabric) dropped {}", self.rank, why());
+        }
     }
 
     fn mark_failed(&self, r: Rank, why: String) {
@@ -659,8 +670,8 @@ impl OfiFabric {
     fn receive(&self, slot: u32, len: usize) {
         let m = match wire::decode(self.rx_bytes(slot, len), self.key, self.size) {
             Ok(m) => m,
-            Err(_) => {
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+            Err(why) => {
+                self.reject(|| format!("a message of {len} bytes: {why}"));
                 return;
             }
         };
@@ -672,13 +683,15 @@ impl OfiFabric {
                 if h.handler == Control::Finalized as u16 {
                     self.finalized[h.src as usize].store(true, Ordering::Release);
                 } else if h.handler == Control::Credit as u16 && !self.credit_back(h.src, h.len) {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.reject(|| format!("{} credits from rank {}: more than it may return", h.len, h.src));
                 }
                 return;
             }
             _ => {
                 // A message under the wrong tag is not ours.
-                self.rejected.fetch_add(1, Ordering::Relaxed);
+                self.reject(|| {
+                    format!("a {:?} message from rank {} in receive buffer {slot}", h.class, h.src)
+                });
                 return;
             }
         };
@@ -688,7 +701,12 @@ impl OfiFabric {
             Kind::LongWritten => Body::Long { region: h.region, offset: h.offset, len: h.len },
             Kind::LongCarried => {
                 if self.write_local(h.region, h.offset, m.payload).is_err() {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.reject(|| {
+                        format!(
+                            "a long AM from rank {} outside region {} (offset {})",
+                            h.src, h.region, h.offset
+                        )
+                    });
                     return;
                 }
                 Body::Long { region: h.region, offset: h.offset, len: h.len }
@@ -742,7 +760,9 @@ impl OfiFabric {
                     }
                     &Body::Long { region, offset, len } => {
                         let Some((map, off)) = self.local_range(region, offset, len) else {
-                            self.rejected.fetch_add(1, Ordering::Relaxed);
+                            self.reject(|| {
+                                format!("a long AM from rank {src} outside region {region} (offset {offset})")
+                            });
                             return Ok(());
                         };
                         // SAFETY: the range lies inside the mapping, kept alive by `map` for
