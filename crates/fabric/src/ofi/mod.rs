@@ -214,7 +214,9 @@ pub struct OfiFabric {
     /// Every rank's main endpoint name, for the address vectors of endpoint contexts.
     names: Vec<Vec<u8>>,
     /// Endpoint contexts (see `slots.rs`) by id, and the next id.
-    contexts: Mutex<Vec<(u32, Arc<ffi::Domain>)>>,
+    contexts: Mutex<Vec<(u32, Arc<slots::SlotContext>)>>,
+    /// Closed contexts kept for reuse.
+    spares: slots::Spares,
     next_context: AtomicU32,
     /// Requests of each peer handled here and not yet credited back.
     owed: Vec<AtomicU32>,
@@ -325,6 +327,7 @@ impl OfiFabric {
             credits: Arc::new((0..size).map(|_| AtomicU32::new(REQUEST_CREDITS)).collect()),
             names,
             contexts: Mutex::new(Vec::new()),
+            spares: slots::Spares::default(),
             next_context: AtomicU32::new(1),
             owed: (0..size).map(|_| AtomicU32::new(0)).collect(),
             owed_retry: AtomicBool::new(false),
@@ -1408,9 +1411,18 @@ impl Fabric for OfiFabric {
                 max: slots::MAX_CONTEXTS,
             });
         }
-        let domain = self.obj.open_domain(&self.names, slots[self.rank as usize] <= 1)?;
+        let single_thread = slots[self.rank as usize] <= 1;
+        let context = match self.spares.take(single_thread) {
+            Some(c) => c,
+            None => slots::SlotContext {
+                returned: Arc::default(),
+                domain: Arc::new(self.obj.open_domain(&self.names, single_thread)?),
+                single_thread,
+                next_key: AtomicU64::new(1),
+            },
+        };
         let id = self.next_context.fetch_add(1, Ordering::AcqRel);
-        contexts.push((id, Arc::new(domain)));
+        contexts.push((id, Arc::new(context)));
         // Receives stay on the main endpoint: the descriptor only names the context.
         Ok(LocalRegion::new(id, Arc::new(os::map_anonymous(4096)?), id.to_le_bytes().to_vec()))
     }
@@ -1423,8 +1435,12 @@ impl Fabric for OfiFabric {
             });
         };
         // The slots hold the domain until they close; what they sent arrives on the main
-        // endpoint and is delivered as usual.
-        contexts.swap_remove(at);
+        // endpoint and is delivered as usual. The context is kept for the next sets, with the
+        // endpoints its slots return as they close.
+        let (_, context) = contexts.swap_remove(at);
+        if let Ok(c) = Arc::try_unwrap(context) {
+            self.spares.keep(c);
+        }
         Ok(true)
     }
 
@@ -1432,7 +1448,7 @@ impl Fabric for OfiFabric {
         &self,
         inboxes: &[Vec<u8>],
         _slots: &[u32],
-        first: u32,
+        _first: u32,
         count: u32,
     ) -> FabricResult<Vec<Box<dyn TxSlot>>> {
         let mine = inboxes.get(self.rank as usize).map(Vec::as_slice).unwrap_or_default();
@@ -1453,11 +1469,8 @@ impl Fabric for OfiFabric {
             tx_size: neg.tx_size,
             send_after_write: neg.send_after_write,
         });
-        (first..first + count)
-            .map(|i| {
-                let s = slots::OfiTxSlot::open(ctx.clone(), params.clone(), 1 + i as u64)?;
-                Ok(Box::new(s) as Box<dyn TxSlot>)
-            })
+        (0..count)
+            .map(|_| Ok(Box::new(slots::OfiTxSlot::open(&ctx, params.clone())?) as Box<dyn TxSlot>))
             .collect()
     }
 
@@ -1590,6 +1603,10 @@ impl Fabric for OfiFabric {
                 self.stage.map.len() as u64,
             ),
             res("messages rejected (foreign key or malformed)".into(), self.rejected.load(Ordering::Relaxed), 0),
+            {
+                let (contexts, endpoints) = self.spares.counts();
+                res(format!("idle endpoint contexts kept for reuse (holding {endpoints} endpoints)"), contexts as u64, 0)
+            },
         ]
     }
 }

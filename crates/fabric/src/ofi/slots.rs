@@ -12,13 +12,18 @@
 //! Receiving stays on each rank's main endpoint (a shared receive context, as in the paper,
 //! which studies the initiator side): AMs from slots land in the same pre-posted buffers
 //! under the same request credits, which the slots take from the fabric's shared counters.
+//!
+//! Closed contexts are kept with their endpoints and reused by the next sets ([`Spares`]):
+//! opening libfabric endpoints costs far more than an endpoint set's life in a loop, and a
+//! provider may hold a peer's state for every endpoint that ever reached it (libfabric's shm
+//! provider: 256 per rank, after which writes wait for ever).
 
 use super::ffi::{self, Context, Domain, TxEndpoint, EAGAIN};
 use super::{frame, RX_BYTES, TAG_REQUEST};
 use crate::os::{self, Mapping};
 use crate::{AmClass, AmOut, FabricError, FabricResult, Rank, RemoteRegion, Resource, TxSlot};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use weft_ofi_sys as sys;
 
@@ -39,6 +44,50 @@ pub(super) struct SlotParams {
     pub send_after_write: bool,
 }
 
+/// A closed slot's libfabric objects, ready for another slot of the same context. Fields drop
+/// in order: the registration before the endpoint it may be bound to.
+pub(super) struct SlotParts {
+    stage_mr: ffi::Mr,
+    tx: TxEndpoint,
+    stage: Mapping,
+}
+
+/// The slots a context's closed endpoints left behind (shared by the context and its slots,
+/// which return their parts when they drop, whichever closes first).
+pub(super) type Returned = Arc<Mutex<Vec<SlotParts>>>;
+
+/// A context (domain) with the endpoints of its slots, open or kept for reuse. Fields drop in
+/// order: the returned endpoints before their domain.
+pub(super) struct SlotContext {
+    pub returned: Returned,
+    pub domain: Arc<Domain>,
+    /// Whether the domain was opened for one thread (`FI_THREAD_DOMAIN`).
+    pub single_thread: bool,
+    /// The next registration key of a new slot (unique in the domain).
+    pub next_key: std::sync::atomic::AtomicU64,
+}
+
+/// Closed contexts kept for reuse, with what their slots returned.
+#[derive(Default)]
+pub(super) struct Spares(Mutex<Vec<SlotContext>>);
+
+impl Spares {
+    /// A kept context opened for the same threading, if any.
+    pub fn take(&self, single_thread: bool) -> Option<SlotContext> {
+        let mut v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = v.iter().position(|c| c.single_thread == single_thread)?;
+        Some(v.swap_remove(at))
+    }
+    pub fn keep(&self, c: SlotContext) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+    }
+    /// Contexts kept, and endpoints they hold.
+    pub fn counts(&self) -> (usize, usize) {
+        let v = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        (v.len(), v.iter().map(|c| c.returned.lock().unwrap_or_else(|e| e.into_inner()).len()).sum())
+    }
+}
+
 /// An operation of a slot in flight.
 struct SlotOp {
     buf: Option<usize>,
@@ -48,10 +97,10 @@ struct SlotOp {
 /// One transmit slot (see the module documentation). Fields drop in order: the
 /// registration before the endpoint it may be bound to, the endpoint before its domain.
 pub(super) struct OfiTxSlot {
-    stage_mr: ffi::Mr,
-    tx: TxEndpoint,
+    /// Taken out only when the slot drops (returned to its context for reuse).
+    parts: Option<SlotParts>,
     ctx: Arc<Domain>,
-    stage: Mapping,
+    returned: Returned,
     free: Vec<usize>,
     inflight: usize,
     failed: Option<FabricError>,
@@ -59,22 +108,43 @@ pub(super) struct OfiTxSlot {
 }
 
 impl OfiTxSlot {
-    /// Opens a slot in context `ctx`; `key` is a registration key unique in that domain.
-    pub fn open(ctx: Arc<Domain>, p: Arc<SlotParams>, key: u64) -> FabricResult<Self> {
-        let tx = ctx.open_endpoint()?;
-        let stage = os::map_anonymous(BUFS * RX_BYTES)?;
-        let stage_mr = ctx.register(&tx, stage.as_ptr() as usize, stage.len(), key)?;
-        Ok(OfiTxSlot { stage_mr, tx, ctx, stage, free: (0..BUFS).collect(), inflight: 0, failed: None, p })
+    /// Opens a slot in context `ctx`, on an endpoint a closed slot of it returned or on a new
+    /// one.
+    pub fn open(ctx: &SlotContext, p: Arc<SlotParams>) -> FabricResult<Self> {
+        let reused = ctx.returned.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let parts = match reused {
+            Some(parts) => parts,
+            None => {
+                let tx = ctx.domain.open_endpoint()?;
+                let stage = os::map_anonymous(BUFS * RX_BYTES)?;
+                let key = ctx.next_key.fetch_add(1, Ordering::Relaxed);
+                let stage_mr = ctx.domain.register(&tx, stage.as_ptr() as usize, stage.len(), key)?;
+                SlotParts { stage_mr, tx, stage }
+            }
+        };
+        Ok(OfiTxSlot {
+            parts: Some(parts),
+            ctx: ctx.domain.clone(),
+            returned: ctx.returned.clone(),
+            free: (0..BUFS).collect(),
+            inflight: 0,
+            failed: None,
+            p,
+        })
+    }
+
+    fn parts(&self) -> &SlotParts {
+        self.parts.as_ref().expect("a slot's parts are taken only when it drops")
     }
 
     fn buf_addr(&self, b: usize) -> usize {
-        self.stage.as_ptr() as usize + b * RX_BYTES
+        self.parts().stage.as_ptr() as usize + b * RX_BYTES
     }
 
     /// Reads this slot's completions; returns how many.
     fn poll(&mut self) -> usize {
         let mut entries = [sys::fi_cq_data_entry::default(); 16];
-        match self.tx.ep().cq_read(&mut entries) {
+        match self.parts().tx.ep().cq_read(&mut entries) {
             Ok(n) => {
                 for e in &entries[..n] {
                     self.finish(e.op_context, None);
@@ -136,7 +206,7 @@ impl OfiTxSlot {
         let ctx = Context::into_raw(op);
         let start = Instant::now();
         loop {
-            let ret = post(&self.tx, ctx);
+            let ret = post(&self.parts().tx, ctx);
             if ret == 0 {
                 self.inflight += 1;
                 return Ok(());
@@ -173,7 +243,7 @@ impl OfiTxSlot {
                 // SAFETY: buffer b (RX_BYTES ≥ piece) is this slot's until the write completes.
                 unsafe { crate::copy::copy_bytes(piece.as_ptr(), at as *mut u8, piece.len()) };
                 let (fa, key, desc) =
-                    (self.ctx.addrs[region.rank as usize], region.key, self.stage_mr.desc());
+                    (self.ctx.addrs[region.rank as usize], region.key, self.parts().stage_mr.desc());
                 let op = SlotOp { buf: Some(b), dst: region.rank };
                 self.post(op, "fi_writemsg", |tx, ctx| {
                     tx.ep().write(at, piece.len(), desc, fa, raddr, key, false, false, ctx)
@@ -222,7 +292,7 @@ impl OfiTxSlot {
         if total <= p.inject.min(512) {
             let mut buf = [0u8; 512];
             f.encode(msg.args, &mut buf[..total]);
-            let ret = self.tx.ep().inject(&buf[..total], fa, TAG_REQUEST);
+            let ret = self.parts().tx.ep().inject(&buf[..total], fa, TAG_REQUEST);
             if ret == EAGAIN && f.write_first.is_none() {
                 self.poll();
                 return Ok(false);
@@ -238,7 +308,7 @@ impl OfiTxSlot {
         // SAFETY: buffer b (RX_BYTES ≥ header + args + MAX_MEDIUM) is this slot's until the
         // send completes.
         f.encode(msg.args, unsafe { std::slice::from_raw_parts_mut(at as *mut u8, total) });
-        let desc = self.stage_mr.desc();
+        let desc = self.parts().stage_mr.desc();
         self.post(SlotOp { buf: Some(b), dst }, "fi_send", |tx, ctx| {
             tx.ep().send(at, total, desc, fa, TAG_REQUEST, ctx)
         })?;
@@ -294,7 +364,8 @@ impl TxSlot for OfiTxSlot {
         Resource {
             kind: "libfabric endpoint + CQ + staging MR (endpoint slot)".into(),
             count: 1,
-            bytes: (self.stage.len() + self.p.tx_size * std::mem::size_of::<sys::fi_cq_data_entry>()) as u64,
+            bytes: (self.parts().stage.len() + self.p.tx_size * std::mem::size_of::<sys::fi_cq_data_entry>())
+                as u64,
         }
     }
 }
@@ -303,6 +374,10 @@ impl Drop for OfiTxSlot {
     /// Waits (bounded) for what is in flight: the contexts and staging buffers must outlive
     /// their operations.
     fn drop(&mut self) {
-        let _ = self.progress_until(0, "closing an endpoint slot", |s| s.inflight == 0);
+        let drained = self.progress_until(0, "closing an endpoint slot", |s| s.inflight == 0);
+        // An endpoint with operations still in flight is closed, not reused.
+        if let (Ok(()), Some(parts)) = (drained, self.parts.take()) {
+            self.returned.lock().unwrap_or_else(|e| e.into_inner()).push(parts);
+        }
     }
 }
