@@ -330,6 +330,35 @@ fn handler_mismatch() -> Res {
     }
 }
 
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
+fn cpu_time() -> Result<Duration, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| e.to_string())?;
+    // Fields after the command name (which may hold spaces) end with ")"; utime and stime are
+    // the 14th and 15th fields, in clock ticks.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or("no ) in /proc/self/stat")?;
+    let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+    // Linux reports these in USER_HZ, which is 100 on every architecture it runs on.
+    let ticks = f.iter().sum::<u64>();
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// While rank 0 works for 2 s without communicating, the others wait in a barrier: they must
+/// sleep, not hold a core (a spinning waiter would take the core its peers need, the lesson of
+/// runtimes whose idle ranks busy-poll).
+fn idle_waits_sleep() -> Res {
+    let w = weft::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 0 {
+        std::thread::sleep(Duration::from_secs(2));
+        return w.barrier().map_err(e2s);
+    }
+    let (t0, c0) = (Instant::now(), cpu_time()?);
+    w.barrier().map_err(e2s)?;
+    let (wall, cpu) = (t0.elapsed(), cpu_time()? - c0);
+    ck(wall >= Duration::from_millis(1500), || format!("the barrier ended after {wall:?}"))?;
+    ck(cpu < wall / 5, || format!("waiting {wall:?} in a barrier used {cpu:?} of CPU"))
+}
+
 /// Rank 1 leaves right after start-up; the others must fail their barrier, not hang.
 fn early_exit() -> Res {
     let w = World::init().map_err(e2s)?;
@@ -1034,6 +1063,7 @@ const CASES: &[Case] = &[
     Case { name: "bad_input", run: bad_input, ranks: &[2, 4], env: &[] },
     Case { name: "handler_mismatch", run: handler_mismatch, ranks: &[2], env: &[] },
     Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
+    Case { name: "idle_waits_sleep", run: idle_waits_sleep, ranks: &[2, 4], env: &[] },
     Case { name: "vanished_rank", run: vanished_rank, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },

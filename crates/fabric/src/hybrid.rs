@@ -354,7 +354,7 @@ impl Fabric for HybridFabric {
         self.parts.shm.has_incoming() || self.parts.ofi.has_incoming()
     }
 
-    fn wait_incoming(&self, timeout: Duration) {
+    fn wait_incoming(&self, timeout: Duration) -> bool {
         let p = &self.parts;
         let seen = p.shm.sleep_begin();
         p.sleepers().count += 1;
@@ -369,6 +369,7 @@ impl Fabric for HybridFabric {
         }
         p.changed.notify_all();
         p.shm.sleep_end();
+        self.has_incoming()
     }
 
     fn notify(&self, rank: Rank) {

@@ -160,8 +160,10 @@ pub trait Fabric: Send + Sync + 'static {
     fn has_incoming(&self) -> bool;
 
     /// Sleeps until an AM arrives for this rank, a peer calls [`Fabric::notify`] on it, or
-    /// `timeout` passes.
-    fn wait_incoming(&self, timeout: std::time::Duration);
+    /// `timeout` passes. True when it woke for traffic (something may be waiting, such as an
+    /// RMA operation the provider carries out during progress, which delivers no event): the
+    /// waiter should poll eagerly again.
+    fn wait_incoming(&self, timeout: std::time::Duration) -> bool;
 
     /// Wakes `rank` if one of its threads sleeps in [`Fabric::wait_incoming`]: for one-sided
     /// writes (a flag set by a put) that the rank waits on. Cheap when nobody sleeps.

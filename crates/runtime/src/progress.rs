@@ -97,8 +97,12 @@ impl Backoff {
             std::thread::yield_now();
             self.iters = self.iters.wrapping_add(63);
         } else {
-            comm.fabric.wait_incoming(self.sleep);
-            self.sleep = (self.sleep * 2).min(MAX_SLEEP);
+            if comm.fabric.wait_incoming(self.sleep) {
+                // Woken by traffic: the peers are talking, poll eagerly again.
+                self.reset();
+            } else {
+                self.sleep = (self.sleep * 2).min(MAX_SLEEP);
+            }
             self.iters = self.iters.wrapping_add(63);
         }
         let next = *self.next_check.get_or_insert(now + self.check);

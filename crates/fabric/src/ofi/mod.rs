@@ -1504,14 +1504,20 @@ impl Fabric for OfiFabric {
         !q.replies.is_empty() || !q.requests.is_empty()
     }
 
-    fn wait_incoming(&self, timeout: Duration) {
+    fn wait_incoming(&self, timeout: Duration) -> bool {
         if self.has_incoming() {
-            return;
+            return true;
         }
         // Sleep on the CQ's descriptor without holding the CQ lock, so that threads waiting
-        // for their own completions keep reading the queue.
-        if self.wait_ready(timeout).is_none() {
-            std::thread::sleep(timeout.min(Duration::from_micros(100)));
+        // for their own completions keep reading the queue. Woken, it reports traffic even
+        // when no event follows: a peer's RMA is carried out inside the next poll and
+        // delivers nothing, yet more of it is likely to come.
+        match self.wait_ready(timeout) {
+            Some(woken) => woken,
+            None => {
+                std::thread::sleep(timeout.min(Duration::from_micros(100)));
+                false
+            }
         }
     }
 

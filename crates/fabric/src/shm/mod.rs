@@ -650,12 +650,13 @@ impl Fabric for ShmFabric {
         self.ring_doorbell(rank);
     }
 
-    fn wait_incoming(&self, timeout: Duration) {
+    fn wait_incoming(&self, timeout: Duration) -> bool {
         let seen = self.sleep_begin();
         if !self.has_incoming() {
             self.sleep(seen, timeout);
         }
         self.sleep_end();
+        self.has_incoming()
     }
 
     fn peer_state(&self, rank: Rank) -> PeerState {
