@@ -15,7 +15,7 @@
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
-//! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two, but a system call) | 4194304 |
+//! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two, but a system call) | 16777216 |
 
 use crate::startup::Identity;
 use crate::{Error, Result};
@@ -234,7 +234,7 @@ impl Config {
                 None => parse("WEFT_COLL_SMALL_BYTES", "a number of bytes")?.unwrap_or(16384),
             },
             vis_pack_bytes: parse("WEFT_VIS_PACK_BYTES", "a number of bytes")?,
-            coll_direct_bytes: parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?.unwrap_or(4 << 20),
+            coll_direct_bytes: parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?.unwrap_or(16 << 20),
         })
     }
 }
