@@ -136,6 +136,45 @@ fn completion_semantics() -> Res {
 
 /// Every rank adds 1 100 000 times to a counter on rank 0 (blocking, NB and NBI mixed), then
 /// checks the exact total; also compare-exchange and swap.
+/// Put with signal: each rank streams messages of growing size (0 to 100 000 words) to the next
+/// rank, each announced by its number in a flag in the data's own segment or in another one;
+/// the receiver checks every word once its flag shows the number. The data must be there when
+/// the flag is, or the check fails. Then the misuses.
+fn put_signal() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+    const MAX: usize = 100_000;
+    let data = w.alloc_segment::<u64>(MAX + 1).map_err(e2s)?;
+    let other = w.alloc_segment::<u64>(2).map_err(e2s)?;
+    let fill = |k: u64, len: usize| -> Vec<u64> { (0..len as u64).map(|j| k << 32 | j).collect() };
+    for k in 1..=60u64 {
+        let len = (k as usize * k as usize * 29) % MAX;
+        // Odd messages signal in the data segment's last word, even ones in another segment.
+        let flag = if k % 2 == 1 { data.at(next, MAX) } else { other.at(next, 0) };
+        w.put_signal(data.at(next, 0), &fill(k, len), flag, k).map_err(e2s)?;
+        let arrived = || match k % 2 {
+            1 => data.local().atomic(MAX).load(Ordering::Acquire) == k,
+            _ => other.local().atomic(0).load(Ordering::Acquire) == k,
+        };
+        w.wait_until(arrived).map_err(e2s)?;
+        let mut got = vec![0u64; len];
+        data.local().copy_out(0, &mut got);
+        ck(got == fill(k, len), || format!("message {k} of {len} words from rank {prev} differs"))?;
+        // Nobody writes the next message before everyone has read this one.
+        w.barrier().map_err(e2s)?;
+    }
+    let e = w.put_signal(data.at(next, 0), &[1u64], other.at(me, 0), 1);
+    ck(n == 1 || matches!(e, Err(Error::Misuse(_))), || format!("signal on another rank: {e:?}"))?;
+    let e = w.put_signal(data.at(next, 0), &[1u64], other.at(next, 2), 1);
+    ck(matches!(e, Err(Error::OutOfBounds { .. })), || format!("signal past the end: {e:?}"))?;
+    let e = w.put_signal(data.at(next, MAX), &[0u64; 2], other.at(next, 0), 1);
+    ck(matches!(e, Err(Error::OutOfBounds { .. })), || format!("data past the end: {e:?}"))?;
+    let e = w.put_signal(data.at(next, 0), &[1u64], data.at(next, 0).byte_add(3), 1);
+    ck(matches!(e, Err(Error::Misaligned { .. })), || format!("misaligned signal: {e:?}"))?;
+    w.barrier().map_err(e2s)
+}
+
 fn atomics() -> Res {
     let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
@@ -1057,6 +1096,8 @@ const CASES: &[Case] = &[
         env: &[("WEFT_RMA", "am")],
     },
     Case { name: "atomics", run: atomics, ranks: &[2, 4], env: &[] },
+    Case { name: "put_signal", run: put_signal, ranks: &[2, 4], env: &[] },
+    Case { name: "put_signal_am_path", run: put_signal, ranks: &[2], env: &[("WEFT_RMA", "am")] },
     Case { name: "atomics_am_path", run: atomics, ranks: &[2], env: &[("WEFT_RMA", "am")] },
     Case { name: "am_kinds", run: am_kinds, ranks: &[2, 4], env: &[] },
     Case { name: "am_flood", run: am_flood, ranks: &[2, 4], env: &[("WEFT_AM_RING_KIB", "16")] },

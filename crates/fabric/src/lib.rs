@@ -78,6 +78,34 @@ pub trait Fabric: Send + Sync + 'static {
     /// `Issued::Done` carries the previous value.
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued>;
 
+    /// Writes `src` to `dst` at `offset`, then stores `value` into the `u64` at `sig_offset` of
+    /// `sig` (a region of the same rank) once the data is visible there: OpenSHMEM's put with
+    /// signal, the pattern of a put followed by a flag. Complete when it returns. Fabrics whose
+    /// memory is mapped do both in one checked call; the default puts, waits for the put and
+    /// stores the signal with [`Fabric::atomic`].
+    fn put_signal(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        src: &[u8],
+        sig: &RemoteRegion,
+        sig_offset: usize,
+        value: u64,
+    ) -> FabricResult<()> {
+        if sig.rank() != dst.rank() {
+            return Err(FabricError::Malformed {
+                what: format!("signal in rank {}'s memory for a put to rank {}", sig.rank(), dst.rank()),
+            });
+        }
+        if let Issued::Pending = self.put(dst, offset, src, 0)? {
+            self.quiet()?;
+        }
+        if let Issued::Pending = self.atomic(sig, sig_offset, AtomicOp::Store(value), 0)? {
+            self.quiet()?;
+        }
+        Ok(())
+    }
+
     /// Copies `len` bytes at `src_offset` of this rank's own registered region `src` to `dst`
     /// at `dst_offset`: a put whose payload the fabric reads from registered memory (what a
     /// NIC does by DMA) instead of from a caller's slice. `src` must be this rank's region.

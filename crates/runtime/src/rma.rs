@@ -97,6 +97,58 @@ impl Comm {
         self.finish(s).map(drop)
     }
 
+    /// Writes `src` to `dst`, then stores `value` into the flag `signal` on the same rank once
+    /// the data is visible there (OpenSHMEM's `shmem_put_signal`): the receiver waits on its
+    /// flag and then reads the data. Returns when both are visible at the target. On shared
+    /// memory this is one checked copy and one release store; elsewhere a put, then an atomic
+    /// store.
+    ///
+    /// ```no_run
+    /// # use std::sync::atomic::Ordering;
+    /// # let world = weft_runtime::World::init()?;
+    /// let data = world.alloc_segment::<u64>(4)?;
+    /// let flag = world.alloc_segment::<u64>(1)?;
+    /// if world.rank() == 0 {
+    ///     world.put_signal(data.at(1, 0), &[1, 2, 3, 4], flag.at(1, 0), 1)?;
+    /// } else if world.rank() == 1 {
+    ///     world.wait_until(|| flag.local().atomic(0).load(Ordering::Acquire) == 1)?;
+    ///     assert_eq!(data.local().read(3), 4);
+    /// }
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn put_signal<T: Pod>(
+        &self,
+        dst: GlobalPtr<T>,
+        src: &[T],
+        signal: GlobalPtr<u64>,
+        value: u64,
+    ) -> Result<()> {
+        if signal.rank() != dst.rank() {
+            return Err(Error::Misuse("put_signal: the signal must be on the rank the data goes to"));
+        }
+        let direct = self.native_rma
+            && self.caps.load_store
+            && self.native_atomics
+            && self.fabric.native_atomics_to(dst.rank());
+        if !direct {
+            self.put(dst, src)?;
+            return self.atomic_store(signal, value);
+        }
+        let bytes = bytes_of(src);
+        let (seg, off) = self.resolve(dst, bytes.len())?;
+        // The flag usually lies in the data's segment (often in its cache line): one lookup.
+        let (sig_seg, sig_off) = if signal.segment() == dst.segment() {
+            (seg, signal.byte_offset())
+        } else {
+            self.resolve(signal, 8)?
+        };
+        if sig_off.checked_add(8).is_none_or(|end| end > sig_seg.bytes) || !sig_off.is_multiple_of(8) {
+            return self.resolve(signal, 8).map(drop); // the precise error
+        }
+        let (region, sig_region) = (seg.remote(dst.rank())?, sig_seg.remote(dst.rank())?);
+        Ok(self.fabric.put_signal(region, off, bytes, sig_region, sig_off, value)?)
+    }
+
     /// Reads `dst.len()` elements at `src` into `dst`.
     pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
         self.get_nb(src, dst)?.wait()

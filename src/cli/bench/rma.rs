@@ -49,32 +49,47 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
 
     ctx.progress.note("rma put+flag ping-pong");
     // Data and flag share one cache line (elements 0 and 1); repetitions alternate with the
-    // cache-line round trip so that both see the same machine conditions.
+    // cache-line round trip so that both see the same machine conditions. Twice: a put then an
+    // atomic store, and the same through `put_signal` (OpenSHMEM's fused put with signal).
     let local = flags.local();
     let iters = 20_000u64;
     let mut rep = 0;
-    let m = lim.interleaved(ctx, 7, || {
-        let base = rep * iters;
-        rep += 1;
-        let t = os::now_ns();
-        for i in base + 1..=base + iters {
-            let flag_set = || local.atomic(1).load(Ordering::Acquire) == i;
-            if driver {
-                w.put(flags.at(1, 0), &[i])?;
-                w.atomic_store(flags.at(1, 1), i)?;
-                w.wait_until(flag_set)?;
-            } else if w.rank() == 1 {
-                w.wait_until(flag_set)?;
-                w.put(flags.at(0, 0), &[i])?;
-                w.atomic_store(flags.at(0, 1), i)?;
+    let mut ping_pong = |fused: bool| {
+        lim.interleaved(ctx, 7, || {
+            let base = rep * iters;
+            rep += 1;
+            let t = os::now_ns();
+            let send = |to: u32, i: u64| {
+                if fused {
+                    w.put_signal(flags.at(to, 0), &[i], flags.at(to, 1), i)
+                } else {
+                    w.put(flags.at(to, 0), &[i])?;
+                    w.atomic_store(flags.at(to, 1), i)
+                }
+            };
+            for i in base + 1..=base + iters {
+                let flag_set = || local.atomic(1).load(Ordering::Acquire) == i;
+                if driver {
+                    send(1, i)?;
+                    w.wait_until(flag_set)?;
+                } else if w.rank() == 1 {
+                    w.wait_until(flag_set)?;
+                    send(0, i)?;
+                }
             }
-        }
-        Ok(driver.then(|| (os::now_ns() - t) as f64 / iters as f64 / 2.0))
-    })?;
+            Ok(driver.then(|| (os::now_ns() - t) as f64 / iters as f64 / 2.0))
+        })
+    };
+    let m = ping_pong(false)?;
+    let fused = ping_pong(true)?;
     if let (Some(half), Some(line)) = (m.weft, m.line_rt) {
         rows.push(
             Row::new("rma", "put+flag ping-pong half RT", 8, half, "ns").vs("half cache-line RT", line / 2.0),
         );
+    }
+    if let (Some(half), Some(line)) = (fused.weft, fused.line_rt) {
+        let metric = "put_signal ping-pong half RT";
+        rows.push(Row::new("rma", metric, 8, half, "ns").vs("half cache-line RT", line / 2.0));
     }
     w.barrier()?;
 

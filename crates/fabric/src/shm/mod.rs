@@ -487,6 +487,38 @@ impl Fabric for ShmFabric {
         Ok(Issued::Done(0))
     }
 
+    fn put_signal(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        src: &[u8],
+        sig: &RemoteRegion,
+        sig_offset: usize,
+        value: u64,
+    ) -> FabricResult<()> {
+        if sig.rank != dst.rank {
+            return Err(FabricError::Malformed {
+                what: format!("signal in rank {}'s memory for a put to rank {}", sig.rank, dst.rank),
+            });
+        }
+        let to = remote_ptr(dst, offset, src.len())?;
+        let s = remote_ptr(sig, sig_offset, 8)?;
+        if !(s as usize).is_multiple_of(8) {
+            return Err(FabricError::Malformed {
+                what: format!("signal at offset {sig_offset}: not 8-byte aligned"),
+            });
+        }
+        // SAFETY: to..to+len lies in a live mapping of dst (bounds checked) and src is a live
+        // slice; they overlap only for a put from a segment into itself (overlap-safe copy).
+        unsafe { crate::copy::copy_bytes(src.as_ptr(), to, src.len()) };
+        // SAFETY: s is 8-aligned inside a live shared mapping (checked above); remote words
+        // are only ever accessed with atomic instructions, coherent across processes.
+        let flag = unsafe { &*(s as *const AtomicU64) };
+        // Release: the data is visible before the signal to whoever reads it with Acquire.
+        flag.store(value, Ordering::Release);
+        Ok(())
+    }
+
     fn put_from(
         &self,
         dst: &RemoteRegion,

@@ -1,8 +1,8 @@
 //! Point-to-point channels between the members of a team, built on one-sided operations: the
-//! sender puts a chunk into its slot in the receiver's scratch and then stores the chunk's
-//! number into the receiver's `filled` flag; the receiver copies the chunk out and stores the
-//! number into its own `drained` flag, which the sender reads (remote atomic load) before it
-//! reuses the slot. Every collective is a sequence of [`Channels::transfer`]s.
+//! sender puts a chunk into its slot in the receiver's scratch and then the chunk's header with
+//! its number as the signal into the receiver's `filled` flag (one put with signal); the
+//! receiver copies the chunk out and stores the number into its own `drained` flag, which the
+//! sender reads (remote atomic load) before it reuses the slot. Every collective is a sequence of [`Channels::transfer`]s.
 //!
 //! Messages of `coll_direct_bytes` ([`crate::Config`]) and more skip the slot where the fabric can read a peer's
 //! memory ([`crate::Caps::peer_read`]): the sender announces its buffer's address in the flag
@@ -193,19 +193,18 @@ impl Channels {
             // m - LINES was drained.
             let line = |sent: u64| (me * LINES + (sent as usize % LINES)) * LINE;
             let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
-            let header = |sent: u64, addr: u64| {
-                comm.put(flags.at(dst, line(sent) + 1), &[o.data.len() as u64, tag, addr])
-            };
-            let publish = |sent: u64| -> Result<()> {
-                comm.atomic_store(flags.at(dst, line(sent)), sent + 1)?;
+            // Writes the line's words after `filled` (header, and inline data) and then stores
+            // the message number into `filled`, in one put with signal.
+            let publish = |sent: u64, words: &[u64]| -> Result<()> {
+                comm.put_signal(flags.at(dst, line(sent) + 1), words, flags.at(dst, line(sent)), sent + 1)?;
                 comm.fabric.notify(dst);
                 Ok(())
             };
+            let header = |addr: u64| [o.data.len() as u64, tag, addr];
             if o.data.len() >= direct_min {
                 // 0: not announced; 1: announced, the receiver is reading; 2: read.
                 if *done == 0 && drained_at_least(line_free(sent[o.to]))? {
-                    header(sent[o.to], o.data.as_ptr() as u64)?;
-                    publish(sent[o.to])?;
+                    publish(sent[o.to], &header(o.data.as_ptr() as u64))?;
                     sent[o.to] += 1;
                     *done = 1;
                 }
@@ -234,22 +233,21 @@ impl Channels {
                 let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
                 match kind {
                     Kind::Inline => {
-                        // Header and data in one line, one put.
+                        // Header and data in the flag's line: one put with signal.
                         let mut words = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
                         bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
-                        comm.put(flags.at(dst, line(sent[o.to]) + 1), &words)?;
+                        publish(sent[o.to], &words)?;
                     }
                     Kind::Sub => {
                         comm.put(slots.at(dst, me * SLOT + sub_slot(sent[o.to])), chunk)?;
-                        header(sent[o.to], 0)?;
+                        publish(sent[o.to], &header(0))?;
                     }
                     Kind::Whole => {
                         comm.put(slots.at(dst, me * SLOT), chunk)?;
-                        header(sent[o.to], 0)?;
+                        publish(sent[o.to], &header(0))?;
                         whole[o.to] = sent[o.to] + 1;
                     }
                 }
-                publish(sent[o.to])?;
                 sent[o.to] += 1;
                 *done += 1;
             }
