@@ -369,7 +369,8 @@ impl Rpc {
     ) -> Result<Option<Arc<SentState>>> {
         let caps = comm.caps();
         let locate = PoolLocator::new(self.pool.get(), caps.peer_read, self.stage_max());
-        let mut archive = self.encode_staged(comm, value.value(), threshold, &locate)?;
+        let mut archive =
+            value.value().encode(threshold, &locate, take_scratch()).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
         if archive.chunks.is_empty() && archive.index.len() <= max {
             let (w, n) = Header { mode: EAGER, ack_id: 0, ..head }.encode();
@@ -400,42 +401,6 @@ impl Rpc {
             return Err(e);
         }
         Ok(Some(sent))
-    }
-
-    /// Encodes `value`. Where a chunk had to be staged and the pool had no room, this is
-    /// back-pressure: it makes progress until a block comes back (the targets' acks release
-    /// what earlier sends staged) and tries again, for up to the start-up timeout
-    /// (`WEFT_INIT_TIMEOUT_S`). It gives up at once when waiting cannot help: a chunk larger
-    /// than the pool, nothing else holding pool memory, or a caller inside an AM handler.
-    /// `locate.check` then reports it.
-    fn encode_staged(
-        &self,
-        comm: &Comm,
-        value: &dyn Outbound,
-        threshold: usize,
-        locate: &PoolLocator<'_>,
-    ) -> Result<Archive> {
-        let deadline = std::time::Instant::now() + comm.config().init_timeout;
-        loop {
-            let archive = value.encode(threshold, locate, take_scratch()).map_err(|e| Error::Encode(e.0))?;
-            let (Some(pool), true) = (locate.pool, locate.unstaged.borrow().is_some()) else {
-                return Ok(archive);
-            };
-            let largest = archive.chunks.iter().map(ChunkRef::len).max().unwrap_or(0);
-            if largest > pool.usage().0 as u64 || comm.in_am_handler() {
-                return Ok(archive);
-            }
-            // Give back what this attempt staged, then wait for another send's blocks.
-            locate.staged.take();
-            recycle_scratch(archive.index);
-            let held = pool.usage().1;
-            let past = || std::time::Instant::now() > deadline;
-            if held == 0 || past() {
-                return value.encode(threshold, locate, take_scratch()).map_err(|e| Error::Encode(e.0));
-            }
-            locate.unstaged.take();
-            comm.wait_until(|| pool.usage().1 < held || past())?;
-        }
     }
 
     // ----- handlers (inside AM progress: queue only) ----------------------------------------

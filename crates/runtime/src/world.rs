@@ -293,11 +293,6 @@ impl Comm {
     pub fn config(&self) -> &Config {
         &self.cfg
     }
-    /// True while this thread runs an AM handler: requests cannot be sent from there, and a
-    /// wait there delivers only replies.
-    pub fn in_am_handler(&self) -> bool {
-        crate::am::in_handler().is_some()
-    }
     /// The fabric's native capabilities.
     pub fn caps(&self) -> Caps {
         self.caps
