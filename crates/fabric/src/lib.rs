@@ -92,11 +92,7 @@ pub trait Fabric: Send + Sync + 'static {
         sig_offset: usize,
         value: u64,
     ) -> FabricResult<()> {
-        if sig.rank() != dst.rank() {
-            return Err(FabricError::Malformed {
-                what: format!("signal in rank {}'s memory for a put to rank {}", sig.rank(), dst.rank()),
-            });
-        }
+        crate::types::check_signal_rank(dst, sig)?;
         if let Issued::Pending = self.put(dst, offset, src, 0)? {
             self.quiet()?;
         }

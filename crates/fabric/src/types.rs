@@ -239,6 +239,17 @@ pub(crate) fn check_medium(p: &[u8], max: usize) -> crate::FabricResult<()> {
     Ok(())
 }
 
+/// Checks that a put with signal keeps its signal on the rank the data goes to (every
+/// fabric's `put_signal`).
+pub(crate) fn check_signal_rank(dst: &RemoteRegion, sig: &RemoteRegion) -> crate::FabricResult<()> {
+    if sig.rank != dst.rank {
+        return Err(crate::FabricError::Malformed {
+            what: format!("signal in rank {}'s memory for a put to rank {}", sig.rank, dst.rank),
+        });
+    }
+    Ok(())
+}
+
 /// Payload of an incoming AM.
 #[derive(Debug)]
 pub enum AmInPayload<'a> {

@@ -138,13 +138,10 @@ impl Comm {
         let (seg, off) = self.resolve(dst, bytes.len())?;
         // The flag usually lies in the data's segment (often in its cache line): one lookup.
         let (sig_seg, sig_off) = if signal.segment() == dst.segment() {
-            (seg, signal.byte_offset())
+            (seg, Self::checked_offset(seg, signal, 8)?)
         } else {
             self.resolve(signal, 8)?
         };
-        if sig_off.checked_add(8).is_none_or(|end| end > sig_seg.bytes) || !sig_off.is_multiple_of(8) {
-            return self.resolve(signal, 8).map(drop); // the precise error
-        }
         let (region, sig_region) = (seg.remote(dst.rank())?, sig_seg.remote(dst.rank())?);
         Ok(self.fabric.put_signal(region, off, bytes, sig_region, sig_off, value)?)
     }

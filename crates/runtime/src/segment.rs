@@ -293,12 +293,18 @@ impl Comm {
             return Err(Error::NoSuchSegment(p.seg));
         };
         seg.remote(p.rank)?;
+        Ok((seg, Self::checked_offset(seg, p, len)?))
+    }
+
+    /// The offset of `p` in `seg` (the segment it names, on a rank that holds it), checked for
+    /// alignment and for `len` bytes: the part of [`Comm::resolve`] after the lookup.
+    pub(crate) fn checked_offset<T>(seg: &SegInfo, p: GlobalPtr<T>, len: usize) -> Result<usize> {
         let align = std::mem::align_of::<T>();
         if !p.byte_offset.is_multiple_of(align) {
             return Err(Error::Misaligned { offset: p.byte_offset, align });
         }
         match p.byte_offset.checked_add(len) {
-            Some(end) if end <= seg.bytes => Ok((seg, p.byte_offset)),
+            Some(end) if end <= seg.bytes => Ok(p.byte_offset),
             _ => Err(Error::OutOfBounds {
                 rank: p.rank,
                 segment: p.seg,

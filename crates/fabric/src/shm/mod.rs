@@ -388,6 +388,20 @@ fn remote_ptr(region: &RemoteRegion, offset: usize, len: usize) -> FabricResult<
     Ok((region.addr as usize + offset) as *mut u8)
 }
 
+/// The `u64` at `offset` of a peer's mapping, bounds- and alignment-checked, for atomic access.
+fn remote_word(region: &RemoteRegion, offset: usize) -> FabricResult<&AtomicU64> {
+    let p = remote_ptr(region, offset, 8)?;
+    if !(p as usize).is_multiple_of(8) {
+        return Err(FabricError::Malformed {
+            what: format!("atomic at offset {offset}: not 8-byte aligned"),
+        });
+    }
+    // SAFETY: p is 8-aligned and inside the live shared mapping the region names (bounds
+    // checked; the fabric keeps peer mappings while regions naming them are in use); every
+    // access to remote words goes through atomic instructions, coherent across processes.
+    Ok(unsafe { &*(p as *const AtomicU64) })
+}
+
 /// A put on shared memory: a bounds-checked copy into the peer's mapping.
 fn put_bytes(dst: &RemoteRegion, offset: usize, src: &[u8]) -> FabricResult<()> {
     let p = remote_ptr(dst, offset, src.len())?;
@@ -496,24 +510,10 @@ impl Fabric for ShmFabric {
         sig_offset: usize,
         value: u64,
     ) -> FabricResult<()> {
-        if sig.rank != dst.rank {
-            return Err(FabricError::Malformed {
-                what: format!("signal in rank {}'s memory for a put to rank {}", sig.rank, dst.rank),
-            });
-        }
-        let to = remote_ptr(dst, offset, src.len())?;
-        let s = remote_ptr(sig, sig_offset, 8)?;
-        if !(s as usize).is_multiple_of(8) {
-            return Err(FabricError::Malformed {
-                what: format!("signal at offset {sig_offset}: not 8-byte aligned"),
-            });
-        }
-        // SAFETY: to..to+len lies in a live mapping of dst (bounds checked) and src is a live
-        // slice; they overlap only for a put from a segment into itself (overlap-safe copy).
-        unsafe { crate::copy::copy_bytes(src.as_ptr(), to, src.len()) };
-        // SAFETY: s is 8-aligned inside a live shared mapping (checked above); remote words
-        // are only ever accessed with atomic instructions, coherent across processes.
-        let flag = unsafe { &*(s as *const AtomicU64) };
+        crate::types::check_signal_rank(dst, sig)?;
+        // Both checked before anything is written.
+        let flag = remote_word(sig, sig_offset)?;
+        put_bytes(dst, offset, src)?;
         // Release: the data is visible before the signal to whoever reads it with Acquire.
         flag.store(value, Ordering::Release);
         Ok(())
@@ -551,16 +551,7 @@ impl Fabric for ShmFabric {
     }
 
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, _token: u64) -> FabricResult<Issued> {
-        let p = remote_ptr(dst, offset, 8)?;
-        if !(p as usize).is_multiple_of(8) {
-            return Err(FabricError::Malformed {
-                what: format!("atomic at offset {offset}: not 8-byte aligned"),
-            });
-        }
-        // SAFETY: p is 8-aligned and inside a live shared mapping; every access to remote
-        // atomics goes through atomic instructions, which are coherent across processes.
-        let a = unsafe { &*(p as *const AtomicU64) };
-        Ok(Issued::Done(op.apply(a)))
+        Ok(Issued::Done(op.apply(remote_word(dst, offset)?)))
     }
 
     fn quiet(&self) -> FabricResult<()> {
