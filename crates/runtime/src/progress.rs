@@ -186,14 +186,16 @@ impl Comm {
         set: PollSet,
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        // Already done (a send into free space, a message that is already here): no backoff
+        // or waiter count to set up.
+        if cond() {
+            return Ok(());
+        }
         let mut backoff = Backoff::new(self);
         // A thread waiting here delivers everything and sleeps on the fabric's doorbell, which
         // arriving traffic rings: the progress thread has nothing to add meanwhile.
         let _waiting = (set == PollSet::All).then(|| Waiting::enter(self));
         loop {
-            if cond() {
-                return Ok(());
-            }
             if self.fabric.progress(self, set)? > 0 {
                 // Activity: the peer is awake and talking, keep spinning.
                 backoff.reset();

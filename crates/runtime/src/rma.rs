@@ -11,7 +11,7 @@
 
 use crate::ops::{nbi_push, OpState};
 use crate::segment::GlobalPtr;
-use crate::{AtomicHandle, Comm, Error, Pod, Result, RmaHandle};
+use crate::{AtomicHandle, Comm, Error, Pod, Result, RmaHandle, Segment};
 use std::cell::RefCell;
 use std::sync::Arc;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
@@ -126,11 +126,7 @@ impl Comm {
         if signal.rank() != dst.rank() {
             return Err(Error::Misuse("put_signal: the signal must be on the rank the data goes to"));
         }
-        let direct = self.native_rma
-            && self.caps.load_store
-            && self.native_atomics
-            && self.fabric.native_atomics_to(dst.rank());
-        if !direct {
+        if !self.direct_signal(dst.rank()) {
             self.put(dst, src)?;
             return self.atomic_store(signal, value);
         }
@@ -144,6 +140,32 @@ impl Comm {
         };
         let (region, sig_region) = (seg.remote(dst.rank())?, sig_seg.remote(dst.rank())?);
         Ok(self.fabric.put_signal(region, off, bytes, sig_region, sig_off, value)?)
+    }
+
+    /// True if a put with signal to `rank` is the fabric's own (data and flag written by this
+    /// rank's CPU), not a put followed by an atomic.
+    fn direct_signal(&self, rank: u32) -> bool {
+        self.native_rma && self.caps.load_store && self.native_atomics && self.fabric.native_atomics_to(rank)
+    }
+
+    /// [`Comm::put_signal`] of `words` to element `index` of `seg` on `rank`, with the signal at
+    /// element `sig_index` of the same segment: the collectives' channels publish with it, one
+    /// table lookup fewer than through [`GlobalPtr`]s (the fabric still checks both ranges).
+    pub(crate) fn put_signal_within(
+        &self,
+        seg: &Segment<u64>,
+        rank: u32,
+        index: usize,
+        words: &[u64],
+        sig_index: usize,
+        value: u64,
+    ) -> Result<()> {
+        if !self.direct_signal(rank) {
+            return self.put_signal(seg.at(rank, index), words, seg.at(rank, sig_index), value);
+        }
+        let region = seg.remote_region(rank)?;
+        let (off, sig_off) = (index.wrapping_mul(8), sig_index.wrapping_mul(8));
+        Ok(self.fabric.put_signal(region, off, bytes_of(words), region, sig_off, value)?)
     }
 
     /// Reads `dst.len()` elements at `src` into `dst`.

@@ -92,6 +92,10 @@ impl<T: Pod> Segment<T> {
     pub fn local(&self) -> LocalView<'_, T> {
         LocalView::new(&self.info.local, self.len).expect("segment memory is sized and aligned for T")
     }
+    /// The fabric's view of `rank`'s copy (an error where `rank` does not hold the segment).
+    pub(crate) fn remote_region(&self, rank: u32) -> Result<&RemoteRegion> {
+        self.info.remote(rank)
+    }
     /// Address of element `index` on `rank` (checked when used).
     pub fn at(&self, rank: u32, index: usize) -> GlobalPtr<T> {
         GlobalPtr {

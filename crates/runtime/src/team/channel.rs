@@ -25,10 +25,11 @@
 
 use super::Core;
 use crate::{Error, Result, Segment};
-use std::future::poll_fn;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Mutex;
-use std::task::Poll;
+use std::task::{Context, Poll};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
 /// Bytes of one chunk (one slot per source in every member's scratch).
@@ -45,19 +46,22 @@ pub const SUB: usize = SLOT / LINES;
 pub(crate) struct Channels {
     flags: Segment<u64>,
     slots: Segment<u8>,
-    state: Mutex<State>,
+    state: Mutex<Vec<Peer>>,
 }
 
-struct State {
-    /// Chunks sent to each member and received from each member, since the team was made.
-    sent: Vec<u64>,
-    recvd: Vec<u64>,
-    /// The last `drained` read from each member (it only grows).
-    drained: Vec<u64>,
-    /// Number of the last message sent to each member through its whole slot (0: none).
-    whole: Vec<u64>,
-    /// Members the running transfer still owes a message to or waits on.
-    pending: Vec<bool>,
+/// What this member knows of its channel with one member (one struct per member: a step
+/// touches one cache line per peer, not one per counter).
+#[derive(Clone, Copy, Default)]
+struct Peer {
+    /// Chunks sent to the member and received from it, since the team was made.
+    sent: u64,
+    recvd: u64,
+    /// The last `drained` read from the member (it only grows).
+    drained: u64,
+    /// Number of the last message sent to the member through its whole slot (0: none).
+    whole: u64,
+    /// The running transfer still owes the member a message or waits on it.
+    pending: bool,
 }
 
 /// A message to one member.
@@ -120,45 +124,28 @@ impl Channels {
     /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
     /// [`Channels::slot_bytes`]).
     pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize) -> Self {
-        let state = State {
-            sent: vec![0; n],
-            recvd: vec![0; n],
-            drained: vec![0; n],
-            whole: vec![0; n],
-            pending: vec![false; n],
-        };
-        Channels { flags, slots, state: Mutex::new(state) }
+        Channels { flags, slots, state: Mutex::new(vec![Peer::default(); n]) }
     }
 
     /// True if the running transfer still owes team rank `t` a message or waits on it.
     pub fn needs(&self, t: usize) -> bool {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).pending.get(t).copied().unwrap_or(false)
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).get(t).is_some_and(|p| p.pending)
     }
 
     /// Moves all `outs` and `ins` (none to or from this rank itself) concurrently, chunk by
-    /// chunk; ready when all are done. Each poll moves what it can without waiting (the
-    /// caller makes progress between polls). `tag` names the collective: a receiver that finds
-    /// another tag or length than it expects reports the mismatch instead of reading it.
-    pub async fn transfer(
-        &self,
-        team: &Core<'_>,
+    /// chunk; the future is ready when all are done. Each poll moves what it can without
+    /// waiting (the caller makes progress between polls). `tag` names the collective: a
+    /// receiver that finds another tag or length than it expects reports the mismatch instead
+    /// of reading it.
+    pub fn transfer<'t, 'c, 'o, 'i>(
+        &'t self,
+        team: &'t Core<'c>,
         tag: u64,
-        outs: &[Out<'_>],
-        ins: &mut [In<'_>],
-    ) -> Result<()> {
-        // Progress per message, on the stack for up to INLINE_COUNTERS messages each way (no
-        // allocation in a small collective, where malloc and free would cost as much as
-        // the messages).
-        let (mut out_inline, mut in_inline) = ([0u64; INLINE_COUNTERS], [0u64; INLINE_COUNTERS]);
-        let (mut out_heap, mut in_heap) = (Vec::new(), Vec::new());
-        let out_done = counters(&mut out_inline, &mut out_heap, outs.len());
-        let in_done = counters(&mut in_inline, &mut in_heap, ins.len());
-        poll_fn(|_| match self.step(team, tag, outs, ins, out_done, in_done) {
-            Ok(false) => Poll::Pending,
-            Ok(true) => Poll::Ready(Ok(())),
-            Err(e) => Poll::Ready(Err(e)),
-        })
-        .await
+        outs: &'t [Out<'o>],
+        ins: &'t mut [In<'i>],
+    ) -> Transfer<'t, 'c, 'o, 'i> {
+        let done = Counters::zeroed(outs.len() + ins.len());
+        Transfer { channels: self, team, tag, outs, ins, done }
     }
 
     /// One pass over a transfer: sends the chunks whose slots are free, takes the chunks that
@@ -172,164 +159,262 @@ impl Channels {
         out_done: &mut [u64],
         in_done: &mut [u64],
     ) -> Result<bool> {
-        let (flags, slots, comm) = (&self.flags, &self.slots, team.comm);
-        let (me, n) = (team.me, team.members.len());
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let State { sent, recvd, drained, whole, pending } = &mut *st;
-        pending.iter_mut().for_each(|p| *p = false);
-        let local = flags.local();
+        let mut peers = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let mut all = true;
-        let direct_min = if comm.caps().peer_read { comm.cfg.coll_direct_bytes } else { usize::MAX };
         for (o, done) in outs.iter().zip(out_done.iter_mut()) {
-            let dst = team.members[o.to];
-            // True once the receiver drained `need` messages (the cached count first).
-            let mut drained_at_least = |need: u64| -> Result<bool> {
-                if drained[o.to] < need {
-                    drained[o.to] = comm.atomic_load(flags.at(dst, (n * LINES + me) * LINE))?;
-                }
-                Ok(drained[o.to] >= need)
-            };
-            // Message number m = sent + 1 goes into line (m - 1) % LINES, free once message
-            // m - LINES was drained.
-            let line = |sent: u64| (me * LINES + (sent as usize % LINES)) * LINE;
-            let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
-            // Writes the line's words after `filled` (header, and inline data) and then stores
-            // the message number into `filled`, in one put with signal.
-            let publish = |sent: u64, words: &[u64]| -> Result<()> {
-                comm.put_signal(flags.at(dst, line(sent) + 1), words, flags.at(dst, line(sent)), sent + 1)?;
-                comm.fabric.notify(dst);
-                Ok(())
-            };
-            let header = |addr: u64| [o.data.len() as u64, tag, addr];
-            if o.data.len() >= direct_min {
-                // 0: not announced; 1: announced, the receiver is reading; 2: read.
-                if *done == 0 && drained_at_least(line_free(sent[o.to]))? {
-                    publish(sent[o.to], &header(o.data.as_ptr() as u64))?;
-                    sent[o.to] += 1;
-                    *done = 1;
-                }
-                // The buffer is free again once the receiver drained this very message.
-                if *done == 1 && drained_at_least(sent[o.to])? {
-                    *done = 2;
-                }
-                all &= *done == 2;
-                pending[o.to] |= *done < 2;
-                continue;
-            }
-            let total = chunks(o.data.len());
-            let kind = Kind::of(o.data.len());
-            while *done < total {
-                // A message needs its line; in a sub-slot also the end of the last whole-slot
-                // message; a whole-slot chunk needs everything sent before drained.
-                let need = match kind {
-                    Kind::Inline => line_free(sent[o.to]),
-                    Kind::Sub => line_free(sent[o.to]).max(whole[o.to]),
-                    Kind::Whole => sent[o.to],
-                };
-                if !drained_at_least(need)? {
-                    break;
-                }
-                let at = *done as usize * SLOT;
-                let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
-                match kind {
-                    Kind::Inline => {
-                        // Header and data in the flag's line: one put with signal.
-                        let mut words = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
-                        bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
-                        publish(sent[o.to], &words)?;
-                    }
-                    Kind::Sub => {
-                        comm.put(slots.at(dst, me * SLOT + sub_slot(sent[o.to])), chunk)?;
-                        publish(sent[o.to], &header(0))?;
-                    }
-                    Kind::Whole => {
-                        comm.put(slots.at(dst, me * SLOT), chunk)?;
-                        publish(sent[o.to], &header(0))?;
-                        whole[o.to] = sent[o.to] + 1;
-                    }
-                }
-                sent[o.to] += 1;
-                *done += 1;
-            }
-            all &= *done == total;
-            pending[o.to] |= *done < total;
+            let peer = peers.get_mut(o.to).ok_or(Error::Misuse("channel to a non-member"))?;
+            let finished = self.send(team, tag, o, peer, done)?;
+            all &= finished;
+            // Set, not or-ed: outs come first, and a member this transfer does not touch was
+            // left not pending by the transfer before.
+            peer.pending = !finished;
         }
         for (i, done) in ins.iter_mut().zip(in_done.iter_mut()) {
-            let total = chunks(i.out.len());
-            let src = i.from;
-            while *done < total {
-                let base = (src * LINES + recvd[src] as usize % LINES) * LINE;
-                if local.atomic(base).load(Ordering::Acquire) <= recvd[src] {
-                    break;
-                }
-                let (len, their_tag, addr) =
-                    (local.read(base + 1), local.read(base + 2), local.read(base + 3));
-                if their_tag != tag || len != i.out.len() as u64 {
-                    return Err(Error::Mismatch(format!(
-                        "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {} bytes for {tag:#x}",
-                        team.members[src],
-                        i.out.len()
-                    )));
-                }
-                if addr != 0 {
-                    // Announced for a direct read: the whole message, straight from the
-                    // sender's buffer.
-                    comm.read_peer(team.members[src], addr, i.out)?;
-                    *done = total;
-                } else {
-                    match Kind::of(i.out.len()) {
-                        Kind::Inline => {
-                            let mut words = [0u64; 4];
-                            local.copy_out(base + 4, &mut words);
-                            i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
-                        }
-                        Kind::Sub => slots.local().copy_out(src * SLOT + sub_slot(recvd[src]), i.out),
-                        Kind::Whole => {
-                            let at = *done as usize * SLOT;
-                            let end = (at + SLOT).min(i.out.len());
-                            slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
-                        }
-                    }
-                    *done += 1;
-                }
-                recvd[src] += 1;
-                local.atomic((n * LINES + src) * LINE).store(recvd[src], Ordering::Release);
-                comm.fabric.notify(team.members[src]);
-            }
-            all &= *done == total;
-            pending[src] |= *done < total;
+            let peer = peers.get_mut(i.from).ok_or(Error::Misuse("channel from a non-member"))?;
+            let finished = self.receive(team, tag, i, peer, done)?;
+            all &= finished;
+            peer.pending |= !finished;
         }
         Ok(all)
     }
+
+    /// Spins (a bounded number of flag reads) until the next chunk of an unfinished `ins`
+    /// arrives; true if one did.
+    fn await_arrival(&self, ins: &[In<'_>], in_done: &[u64]) -> bool {
+        // (flag word, messages taken) of up to WATCHED unfinished ins.
+        let mut watch = [(0usize, 0u64); WATCHED];
+        let mut k = 0;
+        {
+            let peers = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, &done) in ins.iter().zip(in_done) {
+                if done < chunks(i.out.len()) && k < WATCHED {
+                    let Some(p) = peers.get(i.from) else { return false };
+                    watch[k] = ((i.from * LINES + p.recvd as usize % LINES) * LINE, p.recvd);
+                    k += 1;
+                }
+            }
+        }
+        let local = self.flags.local();
+        for _ in 0..ARRIVAL_SPINS {
+            if watch[..k].iter().any(|&(at, seen)| local.atomic(at).load(Ordering::Acquire) > seen) {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        false
+    }
+
+    /// Sends what it can of `o` (`done`: chunks sent so far, or the direct-read state); true
+    /// once the whole message is out (for a direct read: read).
+    fn send(&self, team: &Core<'_>, tag: u64, o: &Out<'_>, peer: &mut Peer, done: &mut u64) -> Result<bool> {
+        let (flags, comm) = (&self.flags, team.comm);
+        let (me, n) = (team.me, team.members.len());
+        let dst = team.members[o.to];
+        // True once the receiver drained `need` messages (the cached count first).
+        let drained_at_least = |peer: &mut Peer, need: u64| -> Result<bool> {
+            if peer.drained < need {
+                peer.drained = comm.atomic_load(flags.at(dst, (n * LINES + me) * LINE))?;
+            }
+            Ok(peer.drained >= need)
+        };
+        // Message number m = sent + 1 goes into line (m - 1) % LINES, free once message
+        // m - LINES was drained.
+        let line = |sent: u64| (me * LINES + (sent as usize % LINES)) * LINE;
+        let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
+        // Writes the line's words after `filled` (header, and inline data) and then stores
+        // the message number into `filled`, in one put with signal.
+        let publish = |sent: u64, words: &[u64]| -> Result<()> {
+            comm.put_signal_within(flags, dst, line(sent) + 1, words, line(sent), sent + 1)?;
+            comm.fabric.notify(dst);
+            Ok(())
+        };
+        let header = |addr: u64| [o.data.len() as u64, tag, addr];
+        let direct_min = if comm.caps().peer_read { comm.cfg.coll_direct_bytes } else { usize::MAX };
+        if o.data.len() >= direct_min {
+            // 0: not announced; 1: announced, the receiver is reading; 2: read.
+            if *done == 0 && drained_at_least(peer, line_free(peer.sent))? {
+                publish(peer.sent, &header(o.data.as_ptr() as u64))?;
+                peer.sent += 1;
+                *done = 1;
+            }
+            // The buffer is free again once the receiver drained this very message.
+            if *done == 1 && drained_at_least(peer, peer.sent)? {
+                *done = 2;
+            }
+            return Ok(*done == 2);
+        }
+        let total = chunks(o.data.len());
+        let kind = Kind::of(o.data.len());
+        while *done < total {
+            // A message needs its line; in a sub-slot also the end of the last whole-slot
+            // message; a whole-slot chunk needs everything sent before drained.
+            let need = match kind {
+                Kind::Inline => line_free(peer.sent),
+                Kind::Sub => line_free(peer.sent).max(peer.whole),
+                Kind::Whole => peer.sent,
+            };
+            if !drained_at_least(peer, need)? {
+                break;
+            }
+            let at = *done as usize * SLOT;
+            let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
+            match kind {
+                Kind::Inline => {
+                    // Header and data in the flag's line: one put with signal.
+                    let mut words = [o.data.len() as u64, tag, 0, 0, 0, 0, 0];
+                    bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
+                    publish(peer.sent, &words)?;
+                }
+                Kind::Sub => {
+                    comm.put(self.slots.at(dst, me * SLOT + sub_slot(peer.sent)), chunk)?;
+                    publish(peer.sent, &header(0))?;
+                }
+                Kind::Whole => {
+                    comm.put(self.slots.at(dst, me * SLOT), chunk)?;
+                    publish(peer.sent, &header(0))?;
+                    peer.whole = peer.sent + 1;
+                }
+            }
+            peer.sent += 1;
+            *done += 1;
+        }
+        Ok(*done == total)
+    }
+
+    /// Takes what arrived of `i` (`done`: chunks taken so far); true once all of it is here.
+    fn receive(
+        &self,
+        team: &Core<'_>,
+        tag: u64,
+        i: &mut In<'_>,
+        peer: &mut Peer,
+        done: &mut u64,
+    ) -> Result<bool> {
+        let (comm, me, n) = (team.comm, team.me, team.members.len());
+        let local = self.flags.local();
+        let total = chunks(i.out.len());
+        let src = i.from;
+        while *done < total {
+            let base = (src * LINES + peer.recvd as usize % LINES) * LINE;
+            if local.atomic(base).load(Ordering::Acquire) <= peer.recvd {
+                break;
+            }
+            let (len, their_tag, addr) = (local.read(base + 1), local.read(base + 2), local.read(base + 3));
+            if their_tag != tag || len != i.out.len() as u64 {
+                return Err(Error::Mismatch(format!(
+                    "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {} bytes for {tag:#x}",
+                    team.members[src],
+                    i.out.len()
+                )));
+            }
+            if addr != 0 {
+                // Announced for a direct read: the whole message, straight from the sender's
+                // buffer.
+                comm.read_peer(team.members[src], addr, i.out)?;
+                *done = total;
+            } else {
+                match Kind::of(i.out.len()) {
+                    Kind::Inline => {
+                        let mut words = [0u64; 4];
+                        local.copy_out(base + 4, &mut words);
+                        i.out.copy_from_slice(&bytes_of(&words)[..i.out.len()]);
+                    }
+                    Kind::Sub => self.slots.local().copy_out(src * SLOT + sub_slot(peer.recvd), i.out),
+                    Kind::Whole => {
+                        let at = *done as usize * SLOT;
+                        let end = (at + SLOT).min(i.out.len());
+                        self.slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                    }
+                }
+                *done += 1;
+            }
+            peer.recvd += 1;
+            local.atomic((n * LINES + src) * LINE).store(peer.recvd, Ordering::Release);
+            comm.fabric.notify(team.members[src]);
+        }
+        Ok(*done == total)
+    }
 }
 
-/// Members a small alltoall describes without allocating.
-pub(crate) const INLINE_PEERS: usize = 16;
-/// Messages each way a transfer counts without allocating (few: the counters are zeroed on
-/// every transfer, and a tree or ring step has one or two).
-const INLINE_COUNTERS: usize = 4;
+/// Flag reads [`Transfer`]'s poll spins for at most before it hands back to the wait loop.
+const ARRIVAL_SPINS: usize = 256;
+/// Unfinished messages it watches at most.
+const WATCHED: usize = 4;
 
-/// `len` zeroed counters: the front of `inline` if it is long enough, else `heap`, grown.
-fn counters<'a>(inline: &'a mut [u64], heap: &'a mut Vec<u64>, len: usize) -> &'a mut [u64] {
-    if len <= inline.len() {
-        &mut inline[..len]
-    } else {
-        heap.resize(len, 0);
-        heap
+/// Members a small alltoall describes without allocating.
+pub(crate) const INLINE_PEERS: usize = 8;
+/// Messages (both ways together) a transfer counts without allocating: a tree or ring step
+/// has one or two each way, a small alltoall of up to 5 members 8.
+const INLINE_COUNTERS: usize = 8;
+
+/// Progress per message of a transfer (outs first, then ins): on the stack for up to
+/// [`INLINE_COUNTERS`] messages, so a small collective does not pay malloc and free, which
+/// cost as much as its messages.
+enum Counters {
+    Inline([u64; INLINE_COUNTERS]),
+    Heap(Vec<u64>),
+}
+
+impl Counters {
+    fn zeroed(len: usize) -> Counters {
+        if len <= INLINE_COUNTERS {
+            Counters::Inline([0; INLINE_COUNTERS])
+        } else {
+            Counters::Heap(vec![0; len])
+        }
+    }
+    fn get(&mut self) -> &mut [u64] {
+        match self {
+            Counters::Inline(c) => c,
+            Counters::Heap(c) => c,
+        }
+    }
+}
+
+/// A running [`Channels::transfer`]: a small future (it is moved into the collective's own
+/// future and polled many times), holding references and the counters only.
+pub(crate) struct Transfer<'t, 'c, 'o, 'i> {
+    channels: &'t Channels,
+    team: &'t Core<'c>,
+    tag: u64,
+    outs: &'t [Out<'o>],
+    ins: &'t mut [In<'i>],
+    done: Counters,
+}
+
+impl Future for Transfer<'_, '_, '_, '_> {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<()>> {
+        let t = self.get_mut();
+        let (out_done, in_done) = t.done.get().split_at_mut(t.outs.len());
+        // In a blocking collective on cores of its own, watch the flags of the messages still
+        // expected for a moment before handing back to the wait loop: their arrival is then
+        // seen within a few loads, not after a round of AM progress.
+        let mut watch = t.team.spin_on_flags();
+        loop {
+            match t.channels.step(t.team, t.tag, t.outs, t.ins, out_done, in_done) {
+                Ok(false) => {}
+                Ok(true) => return Poll::Ready(Ok(())),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if !std::mem::take(&mut watch) || !t.channels.await_arrival(t.ins, in_done) {
+                return Poll::Pending;
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{counters, INLINE_COUNTERS};
+    use super::{Counters, INLINE_COUNTERS};
 
     #[test]
     fn counters_inline_then_heap() {
-        let (mut inline, mut heap) = ([0u64; INLINE_COUNTERS], Vec::new());
-        assert_eq!(counters(&mut inline, &mut heap, 3).len(), 3);
-        assert!(heap.is_empty(), "a small transfer must not allocate");
-        let big = counters(&mut inline, &mut heap, INLINE_COUNTERS + 1);
-        assert_eq!(big.len(), INLINE_COUNTERS + 1);
-        assert!(big.iter().all(|&c| c == 0));
+        let mut small = Counters::zeroed(3);
+        assert!(matches!(small, Counters::Inline(_)), "a small transfer must not allocate");
+        assert!(small.get().iter().all(|&c| c == 0));
+        let mut big = Counters::zeroed(INLINE_COUNTERS + 1);
+        assert_eq!(big.get().len(), INLINE_COUNTERS + 1);
+        assert!(big.get().iter().all(|&c| c == 0));
     }
 }

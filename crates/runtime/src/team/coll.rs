@@ -15,7 +15,7 @@
 //! (for allreduce) on every member. Lengths and collective kinds are checked on arrival:
 //! members that disagree get [`Error::Mismatch`].
 
-use super::channel::{In, Out, INLINE_PEERS};
+use super::channel::{In, Out, Transfer, INLINE_PEERS};
 use super::{Core, Team};
 use crate::{Error, Pod, Result};
 use weft_fabric::copy::{copy_slice, to_vec};
@@ -138,6 +138,15 @@ fn combine<T>(acc: &mut [T], x: &[T], f: &impl Fn(&mut T, &T)) {
     acc.iter_mut().zip(x).for_each(|(a, b)| f(a, b));
 }
 
+/// `v mod n` for `v < 2n` (no division on the latency paths).
+fn wrap(v: usize, n: usize) -> usize {
+    if v >= n {
+        v - n
+    } else {
+        v
+    }
+}
+
 /// Element counts of `n` near-equal blocks of `len` elements.
 fn even_blocks(len: usize, n: usize) -> Vec<usize> {
     (0..n).map(|i| len / n + usize::from(i < len % n)).collect()
@@ -158,7 +167,7 @@ fn check_counts(counts: &[usize], n: usize, me: usize, mine: usize, what: &'stat
 
 /// The algorithms, as futures over borrowed data: [`Team`]'s blocking collectives run them at
 /// once, its non-blocking ones queue them (see [`super::CollHandle`]).
-impl Core<'_> {
+impl<'c> Core<'c> {
     fn check_root(&self, root: u32) -> Result<usize> {
         (root < self.size() as u32)
             .then_some(root as usize)
@@ -170,8 +179,13 @@ impl Core<'_> {
         elems.saturating_mul(std::mem::size_of::<T>()) <= self.comm.cfg.coll_small_bytes
     }
 
-    async fn send_recv(&self, tag: u64, outs: &[Out<'_>], ins: &mut [In<'_>]) -> Result<()> {
-        self.channels.transfer(self, tag, outs, ins).await
+    fn send_recv<'t, 'o, 'i>(
+        &'t self,
+        tag: u64,
+        outs: &'t [Out<'o>],
+        ins: &'t mut [In<'i>],
+    ) -> Transfer<'t, 'c, 'o, 'i> {
+        self.channels.transfer(self, tag, outs, ins)
     }
 
     /// Exchanges `out` with `peer` (both directions at once).
@@ -186,8 +200,8 @@ impl Core<'_> {
         let (me, n) = (self.me, self.size());
         let mut dist = 1;
         while dist < n {
-            let outs = [Out { to: (me + dist) % n, data: &[] }];
-            let mut ins = [In { from: (me + n - dist) % n, out: &mut [] }];
+            let outs = [Out { to: wrap(me + dist, n), data: &[] }];
+            let mut ins = [In { from: wrap(me + n - dist, n), out: &mut [] }];
             self.send_recv(tag::BARRIER, &outs, &mut ins).await?;
             dist <<= 1;
         }
@@ -198,8 +212,8 @@ impl Core<'_> {
     pub(super) async fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
         let root = self.check_root(root)?;
         let n = self.size();
-        let vr = (self.me + n - root) % n;
-        let real = |v: usize| (v + root) % n;
+        let vr = wrap(self.me + n - root, n);
+        let real = |v: usize| wrap(v + root, n);
         let mut mask = 1;
         while mask < n {
             if vr & mask != 0 {
@@ -209,10 +223,10 @@ impl Core<'_> {
             }
             mask <<= 1;
         }
-        // The children, nearest last: on the stack up to 8 (a team of up to 256 members), so a
+        // The children, nearest last: on the stack up to 4 (a team of up to 16 members), so a
         // small broadcast does not pay malloc and free.
         let data = bytes_of(buf);
-        let (mut inline, mut heap) = ([Out { to: 0, data: &[] }; 8], Vec::new());
+        let (mut inline, mut heap) = ([Out { to: 0, data: &[] }; 4], Vec::new());
         let mut k = 0;
         let mut m = mask >> 1;
         while m > 0 {
@@ -231,6 +245,9 @@ impl Core<'_> {
             }
             m >>= 1;
         }
+        if k == 0 {
+            return Ok(()); // a leaf
+        }
         let outs = if k <= inline.len() { &inline[..k] } else { &heap[..] };
         self.send_recv(tag::BROADCAST, outs, &mut []).await
     }
@@ -244,8 +261,8 @@ impl Core<'_> {
     ) -> Result<Option<Vec<T>>> {
         let root = self.check_root(root)?;
         let n = self.size();
-        let vr = (self.me + n - root) % n;
-        let real = |v: usize| (v + root) % n;
+        let vr = wrap(self.me + n - root, n);
+        let real = |v: usize| wrap(v + root, n);
         let mut acc = to_vec(data);
         let mut theirs = vec![T::zeroed(); data.len()];
         let mut mask = 1;

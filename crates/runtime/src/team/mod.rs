@@ -18,6 +18,7 @@ use channel::Channels;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -55,6 +56,9 @@ pub(crate) struct Core<'c> {
     channels: Channels,
     /// Non-blocking collectives not finished yet, oldest first (only the first one runs).
     queue: Mutex<VecDeque<Queued<'c>>>,
+    /// The queue's length, kept with it under its lock: a blocking collective reads it
+    /// without taking the lock.
+    queued: AtomicUsize,
 }
 
 /// A non-blocking collective waiting its turn; it stores its own result.
@@ -110,6 +114,27 @@ fn alloc_among<T: Pod>(comm: &Comm, g: &Group<'_>, seq: &Mutex<Seq>, len: usize)
     comm.alloc_segment_among(len, g.members, &exchange, &barrier)
 }
 
+thread_local! {
+    /// Set while this thread runs a blocking collective on a core of its own: its transfers
+    /// may spin on their flags (see [`channel::Transfer`]).
+    static SPIN_ON_FLAGS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Sets [`SPIN_ON_FLAGS`] for its lifetime, then restores it.
+struct SpinScope(bool);
+
+impl SpinScope {
+    fn enter(on: bool) -> SpinScope {
+        SpinScope(SPIN_ON_FLAGS.with(|s| s.replace(on)))
+    }
+}
+
+impl Drop for SpinScope {
+    fn drop(&mut self) {
+        SPIN_ON_FLAGS.with(|s| s.set(self.0));
+    }
+}
+
 impl<'c> Core<'c> {
     fn group(&self) -> Group<'_> {
         Group { id: self.id, members: &self.members, me: self.me }
@@ -117,6 +142,11 @@ impl<'c> Core<'c> {
 
     fn size(&self) -> usize {
         self.members.len()
+    }
+
+    /// True if this thread runs a blocking collective and may spin on flags.
+    fn spin_on_flags(&self) -> bool {
+        SPIN_ON_FLAGS.with(|s| s.get())
     }
 
     /// True if world rank `w` is a member this team's running collective still waits on.
@@ -134,14 +164,22 @@ impl<'c> Core<'c> {
                 return false;
             }
             q.pop_front();
+            self.queued.store(q.len(), Ordering::Release);
         }
         true
     }
 
+    /// Queues a non-blocking collective behind the ones called before it.
+    fn enqueue(&self, fut: Queued<'c>) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.push_back(fut);
+        self.queued.store(q.len(), Ordering::Release);
+    }
+
     /// Finishes the queued non-blocking collectives.
     fn drain(&self) -> Result<()> {
-        if self.queue.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
-            return Ok(()); // the usual case: no wait to set up
+        if self.queued.load(Ordering::Acquire) == 0 {
+            return Ok(()); // the usual case: no lock to take, no wait to set up
         }
         let deps = |w: u32| self.needs(w);
         self.comm.wait(Deps::Needed(&deps), || self.drive())
@@ -149,12 +187,14 @@ impl<'c> Core<'c> {
 
     /// Runs a collective to completion: first the non-blocking ones called before it, then
     /// `fut`, making progress and watching the members it waits on.
+    #[inline(always)]
     fn run<R>(&self, fut: impl Future<Output = Result<R>>) -> Result<R> {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("team collective inside an AM handler"));
         }
         self.drain()?;
         let deps = |w: u32| self.needs(w);
+        let _spin = SpinScope::enter(!self.comm.cfg.spin.is_zero());
         let mut fut = pin!(fut);
         let mut cx = Context::from_waker(Waker::noop());
         let mut out = None;
@@ -177,7 +217,16 @@ impl<'c> Team<'c> {
         let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
         let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n))?;
         let channels = Channels::new(flags, slots, n);
-        let core = Core { comm, id, members, me, seq, channels, queue: Mutex::new(VecDeque::new()) };
+        let core = Core {
+            comm,
+            id,
+            members,
+            me,
+            seq,
+            channels,
+            queue: Mutex::new(VecDeque::new()),
+            queued: AtomicUsize::new(0),
+        };
         Ok(Team { core: Arc::new(core) })
     }
 
@@ -282,7 +331,9 @@ impl Drop for Team<'_> {
         let c = &self.core;
         if c.drain().is_err() {
             // A member failed: the queued collectives cannot finish; their handles report it.
-            c.queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            let mut q = c.queue.lock().unwrap_or_else(|p| p.into_inner());
+            q.clear();
+            c.queued.store(0, Ordering::Release);
         }
     }
 }

@@ -118,7 +118,7 @@ impl<'c> Team<'c> {
             let r = fut.await;
             *writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         });
-        self.core.queue.lock().unwrap_or_else(|p| p.into_inner()).push_back(queued);
+        self.core.enqueue(queued);
         self.core.drive();
         Ok(CollHandle { core: self.core.clone(), slot, next_check: None })
     }
