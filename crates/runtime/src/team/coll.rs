@@ -18,6 +18,7 @@
 use super::channel::{In, Out, Transfer, INLINE_PEERS};
 use super::{Core, Team};
 use crate::{Error, Pod, Result};
+use std::pin::pin;
 use weft_fabric::copy::{copy_slice, to_vec};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
@@ -574,12 +575,12 @@ impl Team<'_> {
     /// Blocks until every member has called `barrier` (dissemination over the team's channels,
     /// ⌈log2 n⌉ rounds).
     pub fn barrier(&self) -> Result<()> {
-        self.core.run(self.core.barrier())
+        self.core.run(pin!(self.core.barrier()))
     }
 
     /// Copies team rank `root`'s `buf` into every member's `buf` (binomial tree).
     pub fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
-        self.core.run(self.core.broadcast(root, buf))
+        self.core.run(pin!(self.core.broadcast(root, buf)))
     }
 
     /// Combines every member's `data` element-wise with `op`; team rank `root` gets the
@@ -597,7 +598,7 @@ impl Team<'_> {
         data: &[T],
         f: impl Fn(&mut T, &T),
     ) -> Result<Option<Vec<T>>> {
-        self.core.run(self.core.reduce(root, data, &f))
+        self.core.run(pin!(self.core.reduce(root, data, &f)))
     }
 
     /// Every member gets the element-wise combination of every member's `data`: recursive
@@ -617,7 +618,7 @@ impl Team<'_> {
 
     /// As [`Team::allreduce`], with a user combination (associative and commutative).
     pub fn allreduce_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Vec<T>> {
-        self.core.run(self.core.allreduce(data, &f))
+        self.core.run(pin!(self.core.allreduce(data, &f)))
     }
 
     /// As [`Team::allreduce`], into `out` (as long as `data`): no allocation for the result, as
@@ -646,7 +647,7 @@ impl Team<'_> {
             return Err(Error::Misuse("allreduce_into: the output must be as long as the data"));
         }
         copy_slice(out, data);
-        self.core.run(self.core.allreduce_in_place(out, &f))
+        self.core.run(pin!(self.core.allreduce_in_place(out, &f)))
     }
 
     /// Team rank `root` gets every member's `data` (all the same length), in team order.
@@ -657,7 +658,7 @@ impl Team<'_> {
     /// Team rank `root` gets member `i`'s `counts[i]` elements, concatenated in team order.
     /// Every member passes the same `counts`.
     pub fn gatherv<T: Pod>(&self, root: u32, data: &[T], counts: &[usize]) -> Result<Option<Vec<T>>> {
-        self.core.run(self.core.gatherv(root, data, counts))
+        self.core.run(pin!(self.core.gatherv(root, data, counts)))
     }
 
     /// Every member gets every member's `data` (all the same length), in team order.
@@ -668,13 +669,13 @@ impl Team<'_> {
     /// Every member gets member `i`'s `counts[i]` elements, concatenated in team order (one
     /// round up to the latency limit, a ring above).
     pub fn allgatherv<T: Pod>(&self, data: &[T], counts: &[usize]) -> Result<Vec<T>> {
-        self.core.run(self.core.allgatherv(data, counts))
+        self.core.run(pin!(self.core.allgatherv(data, counts)))
     }
 
     /// Team rank `root` passes `Some(data)` with `count` elements for each member, in team
     /// order; every member gets its `count`.
     pub fn scatter<T: Pod>(&self, root: u32, data: Option<&[T]>, count: usize) -> Result<Vec<T>> {
-        self.core.run(self.core.scatter(root, data, count))
+        self.core.run(pin!(self.core.scatter(root, data, count)))
     }
 
     /// Member `i` sends block `j` of its `data` (`data.len() / n` elements each) to member `j`,
@@ -697,16 +698,32 @@ impl Team<'_> {
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```
     pub fn alltoall_into<T: Pod>(&self, data: &[T], out: &mut [T]) -> Result<()> {
-        let c = self.alltoall_counts(data.len())?;
-        self.core.run(self.core.alltoallv_into(data, &c, &c, out))
+        let n = self.core.size();
+        let block = self.alltoall_block(data.len())?;
+        // The counts on the stack for up to INLINE_PEERS members: no allocation per call.
+        let (inline, heap);
+        let counts: &[usize] = if n <= INLINE_PEERS {
+            inline = [block; INLINE_PEERS];
+            &inline[..n]
+        } else {
+            heap = vec![block; n];
+            &heap
+        };
+        let r = self.core.run(pin!(self.core.alltoallv_into(data, counts, counts, out)));
+        r
     }
 
-    pub(super) fn alltoall_counts(&self, len: usize) -> Result<Vec<usize>> {
+    /// Elements per member of an alltoall of `len` elements.
+    fn alltoall_block(&self, len: usize) -> Result<usize> {
         let n = self.core.size();
         if !len.is_multiple_of(n) {
             return Err(Error::Misuse("alltoall: the data must be n equal blocks"));
         }
-        Ok(vec![len / n; n])
+        Ok(len / n)
+    }
+
+    pub(super) fn alltoall_counts(&self, len: usize) -> Result<Vec<usize>> {
+        Ok(vec![self.alltoall_block(len)?; self.core.size()])
     }
 
     /// As [`Team::alltoall`] with blocks of `send_counts[j]` elements to member `j` and of
@@ -718,7 +735,7 @@ impl Team<'_> {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>> {
-        self.core.run(self.core.alltoallv(data, send_counts, recv_counts))
+        self.core.run(pin!(self.core.alltoallv(data, send_counts, recv_counts)))
     }
 
     /// Exclusive prefix reduction: team rank `i > 0` gets the combination of ranks `0..i`'s
@@ -729,6 +746,6 @@ impl Team<'_> {
 
     /// As [`Team::exscan`], with a user combination (applied in rank order).
     pub fn exscan_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Option<Vec<T>>> {
-        self.core.run(self.core.exscan(data, &f))
+        self.core.run(pin!(self.core.exscan(data, &f)))
     }
 }

@@ -17,7 +17,7 @@ use crate::{Comm, Error, Pod, Result, Segment};
 use channel::Channels;
 use std::collections::VecDeque;
 use std::future::Future;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
@@ -187,15 +187,16 @@ impl<'c> Core<'c> {
 
     /// Runs a collective to completion: first the non-blocking ones called before it, then
     /// `fut`, making progress and watching the members it waits on.
-    #[inline(always)]
-    fn run<R>(&self, fut: impl Future<Output = Result<R>>) -> Result<R> {
+    ///
+    /// The caller pins the future where it makes it (`run(pin!(…))`): a collective's future
+    /// is a few hundred bytes, and moving it into place cost a `memcpy` per call.
+    fn run<R, F: Future<Output = Result<R>>>(&self, mut fut: Pin<&mut F>) -> Result<R> {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("team collective inside an AM handler"));
         }
         self.drain()?;
         let deps = |w: u32| self.needs(w);
         let _spin = SpinScope::enter(!self.comm.cfg.spin.is_zero());
-        let mut fut = pin!(fut);
         let mut cx = Context::from_waker(Waker::noop());
         let mut out = None;
         self.comm.wait(Deps::Needed(&deps), || match fut.as_mut().poll(&mut cx) {
