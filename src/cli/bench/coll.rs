@@ -1,12 +1,19 @@
 //! `coll` suite: latency of barrier, broadcast, allreduce and alltoall by message size, for
 //! weft's team collectives and — with the `mpi` feature — Open MPI's, timed by the same
-//! driver in the same `weft bench` run (Open MPI first, under `mpirun`, then weft).
+//! driver in the same `weft bench` run.
 //!
 //! Method (as OSU's collective benchmarks): for each collective and size, a few calls to warm
 //! up and estimate the time, then the members agree on an iteration count (about 20 ms of
 //! work), then five timed runs; each run's figure is the mean over members of their time per
 //! call, and the row is the fastest run (on this shared machine noise only ever adds time, and
 //! both libraries are timed alike).
+//!
+//! With Open MPI, both libraries run in the same processes under `mpirun` (weft starts through
+//! PMIx) and their timed runs alternate, one of Open MPI's then one of weft's, collective by
+//! collective: this machine's speed drifts by several times within minutes (the cache-line
+//! round trip between its two cores moves between ~120 and ~430 ns), so figures taken one
+//! library after the other compare two different machines. Where weft cannot start under
+//! `mpirun`, Open MPI is measured alone first and weft after it in its own ranks.
 
 use super::limits::Limits;
 use super::report::Row;
@@ -56,57 +63,133 @@ pub struct Sample {
 pub struct PeerResults {
     pub library: String,
     pub samples: Vec<Sample>,
+    /// weft's figures, measured in the same processes as `samples` with the timed runs
+    /// alternating; empty where weft could not start under `mpirun`.
+    #[serde(default)]
+    pub weft: Vec<Sample>,
 }
 
-/// Mean time per call of `op` over the members (the fastest of [`RUNS`] runs).
-fn time<B: CollBackend>(
+/// Iterations of `op` that take about [`RUN_NS`] (the members agree), after a warm-up.
+fn iterations<B: CollBackend>(
     b: &mut B,
-    mut op: impl FnMut(&mut B) -> Result<(), B::Error>,
-) -> Result<f64, B::Error> {
+    op: &mut impl FnMut(&mut B) -> Result<(), B::Error>,
+) -> Result<u64, B::Error> {
     b.barrier()?;
     let t = os::now_ns();
     for _ in 0..5 {
         op(b)?;
     }
     let est = b.max((os::now_ns() - t) as f64 / 5.0)?;
-    let iters = (RUN_NS / est.max(1.0)).clamp(5.0, 20_000.0) as u64;
-    let mut runs = vec![];
-    for _ in 0..RUNS {
-        b.barrier()?;
-        let t = os::now_ns();
-        for _ in 0..iters {
-            op(b)?;
-        }
-        let mine = (os::now_ns() - t) as f64 / iters as f64;
-        runs.push(b.sum(mine)? / b.size() as f64);
-    }
-    Ok(runs.into_iter().fold(f64::INFINITY, f64::min))
+    Ok((RUN_NS / est.max(1.0)).clamp(5.0, 20_000.0) as u64)
 }
 
-/// Every collective at every size.
+/// One timed run of `iters` calls: the mean over the members of their time per call.
+fn timed_run<B: CollBackend>(
+    b: &mut B,
+    op: &mut impl FnMut(&mut B) -> Result<(), B::Error>,
+    iters: u64,
+) -> Result<f64, B::Error> {
+    b.barrier()?;
+    let t = os::now_ns();
+    for _ in 0..iters {
+        op(b)?;
+    }
+    let mine = (os::now_ns() - t) as f64 / iters as f64;
+    Ok(b.sum(mine)? / b.size() as f64)
+}
+
+/// The cases measured, in order: (collective, bytes).
+fn cases() -> Vec<(&'static str, u64)> {
+    let mut c = vec![("barrier", 0)];
+    for &bytes in SIZES {
+        c.extend([("broadcast", bytes), ("allreduce", bytes), ("alltoall", bytes)]);
+    }
+    c
+}
+
+/// Buffers of one case, kept across its calls (as a program keeps them).
+struct Buffers {
+    buf: Vec<u8>,
+    f: Vec<f64>,
+    blocks: Vec<u8>,
+}
+
+impl Buffers {
+    fn new(bytes: u64, n: usize) -> Buffers {
+        Buffers {
+            buf: vec![1u8; bytes as usize],
+            f: vec![1.0f64; (bytes as usize / 8).max(1)],
+            blocks: vec![2u8; bytes as usize * n],
+        }
+    }
+    /// One call of collective `coll` on `b`.
+    fn call<B: CollBackend>(&mut self, b: &mut B, coll: &str) -> Result<(), B::Error> {
+        match coll {
+            "barrier" => b.barrier(),
+            "broadcast" => b.broadcast(&mut self.buf),
+            "allreduce" => b.allreduce(&self.f),
+            _ => b.alltoall(&self.blocks),
+        }
+    }
+}
+
+/// Every collective at every size, on one library.
 pub fn measure<B: CollBackend>(b: &mut B, mut note: impl FnMut(&str)) -> Result<Vec<Sample>, B::Error> {
     let n = b.size();
-    let sample = |coll: &str, bytes: u64, ns: f64| Sample { coll: coll.into(), bytes, ns };
-    note("barrier");
-    let mut out = vec![sample("barrier", 0, time(b, |b| b.barrier())?)];
-    for &bytes in SIZES {
-        note(&format!("collectives of {bytes} B"));
-        let mut buf = vec![1u8; bytes as usize];
-        out.push(sample("broadcast", bytes, time(b, |b| b.broadcast(&mut buf))?));
-        let f = vec![1.0f64; (bytes as usize / 8).max(1)];
-        out.push(sample("allreduce", bytes, time(b, |b| b.allreduce(&f))?));
-        let blocks = vec![2u8; bytes as usize * n];
-        out.push(sample("alltoall", bytes, time(b, |b| b.alltoall(&blocks))?));
+    let mut out = vec![];
+    for (coll, bytes) in cases() {
+        note(&format!("{coll} of {bytes} B"));
+        let mut bufs = Buffers::new(bytes, n);
+        let mut op = |b: &mut B| bufs.call(b, coll);
+        let iters = iterations(b, &mut op)?;
+        let mut best = f64::INFINITY;
+        for _ in 0..RUNS {
+            best = best.min(timed_run(b, &mut op, iters)?);
+        }
+        out.push(Sample { coll: coll.into(), bytes, ns: best });
     }
     Ok(out)
 }
 
+/// Every collective at every size on two libraries in the same processes, their timed runs
+/// alternating (one of `a`'s, then one of `b`'s): `(a's samples, b's samples)`.
+#[cfg(feature = "mpi")]
+pub fn measure_interleaved<A: CollBackend, B: CollBackend>(
+    a: &mut A,
+    b: &mut B,
+) -> Result<(Vec<Sample>, Vec<Sample>), String> {
+    let n = a.size();
+    let (mut out_a, mut out_b) = (vec![], vec![]);
+    for (coll, bytes) in cases() {
+        let mut bufs = Buffers::new(bytes, n);
+        let mut op_a = |x: &mut A| bufs.call(x, coll);
+        let iters_a = iterations(a, &mut op_a).map_err(|e| e.to_string())?;
+        let mut bufs_b = Buffers::new(bytes, n);
+        let mut op_b = |x: &mut B| bufs_b.call(x, coll);
+        let iters_b = iterations(b, &mut op_b).map_err(|e| e.to_string())?;
+        let (mut best_a, mut best_b) = (f64::INFINITY, f64::INFINITY);
+        for _ in 0..RUNS {
+            best_a = best_a.min(timed_run(a, &mut op_a, iters_a).map_err(|e| e.to_string())?);
+            best_b = best_b.min(timed_run(b, &mut op_b, iters_b).map_err(|e| e.to_string())?);
+        }
+        out_a.push(Sample { coll: coll.into(), bytes, ns: best_a });
+        out_b.push(Sample { coll: coll.into(), bytes, ns: best_b });
+    }
+    Ok((out_a, out_b))
+}
+
 /// weft's team collectives over the world team, into buffers kept across calls (as the
 /// Open MPI side does).
-struct WeftColl<'a> {
+pub struct WeftColl<'a> {
     team: Team<'a>,
     out_f: Vec<f64>,
     out_b: Vec<u8>,
+}
+
+impl<'a> WeftColl<'a> {
+    pub fn new(world: &'a weft::World) -> weft::Result<WeftColl<'a>> {
+        Ok(WeftColl { team: world.world_team()?, out_f: vec![], out_b: vec![] })
+    }
 }
 
 impl CollBackend for WeftColl<'_> {
@@ -151,12 +234,26 @@ fn floor_ns(lim: &Limits, coll: &str, bytes: u64, n: usize) -> Option<f64> {
 
 pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
     let w = &ctx.world;
-    let mut b = WeftColl { team: w.world_team()?, out_f: vec![], out_b: vec![] };
-    let samples = measure(&mut b, |what| ctx.progress.note(&format!("coll: {what}")))?;
-    let peer: Option<PeerResults> = std::env::var(PEER_FILE_VAR)
+    let mut peer: Option<PeerResults> = std::env::var(PEER_FILE_VAR)
         .ok()
         .and_then(|p| std::fs::read_to_string(p).ok())
         .and_then(|s| serde_json::from_str(&s).ok());
+    // weft's figures from the interleaved run beside Open MPI's where there is one, else
+    // measured here and now.
+    let samples = match peer.as_mut().map(|p| std::mem::take(&mut p.weft)) {
+        Some(interleaved) if !interleaved.is_empty() => {
+            if w.rank() == 0 {
+                eprintln!(
+                    "weft bench coll: weft and Open MPI timed in the same processes, their runs alternating"
+                );
+            }
+            interleaved
+        }
+        _ => {
+            let mut b = WeftColl::new(w)?;
+            measure(&mut b, |what| ctx.progress.note(&format!("coll: {what}")))?
+        }
+    };
     let n = w.size() as usize;
     let mut rows = vec![];
     for s in samples {

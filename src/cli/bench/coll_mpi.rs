@@ -1,7 +1,9 @@
 //! Open MPI's collectives for the `coll` suite (cargo feature `mpi`): the same driver as
-//! weft's, run by `weft __mpi-coll` under `mpirun` before the weft ranks start.
+//! weft's, run by `weft __mpi-coll` under `mpirun` before the weft ranks start. weft starts
+//! in the same processes (through PMIx) and the two libraries' timed runs alternate; where it
+//! cannot, Open MPI is measured alone and the weft ranks measure weft afterwards.
 
-use super::coll::{measure, CollBackend, PeerResults, PEER_FILE_VAR};
+use super::coll::{measure, measure_interleaved, CollBackend, PeerResults, WeftColl, PEER_FILE_VAR};
 use mpi::collective::SystemOperation;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
@@ -52,6 +54,8 @@ impl CollBackend for MpiColl {
 
 /// One MPI process of `weft __rank __mpi-coll OUT`: measures, and rank 0 writes the results to OUT.
 pub fn worker(out: &Path) -> Result<(), String> {
+    // As the weft ranks do: buffers are timed warm, not on page faults.
+    weft::fabric::os::keep_freed_memory();
     let universe = mpi::initialize().ok_or("MPI is already initialised")?;
     let world = universe.world();
     let library = mpi::environment::library_version()
@@ -59,9 +63,24 @@ pub fn worker(out: &Path) -> Result<(), String> {
         .unwrap_or_else(|_| "MPI".into());
     let rank = world.rank();
     let mut b = MpiColl { world, out_f: vec![], out_b: vec![] };
-    let Ok(samples) = measure(&mut b, |_| {});
+    // weft beside it (declared after `universe`, so finalized before MPI is).
+    let weft_world = weft::init();
+    let (samples, weft) = match &weft_world {
+        Ok(w) => {
+            let mut ours = WeftColl::new(w).map_err(|e| e.to_string())?;
+            measure_interleaved(&mut b, &mut ours)?
+        }
+        Err(e) => {
+            if rank == 0 {
+                eprintln!("weft bench coll: weft cannot start under mpirun ({e}); timing Open MPI alone");
+            }
+            let Ok(samples) = measure(&mut b, |_| {});
+            (samples, vec![])
+        }
+    };
     if rank == 0 {
-        let text = serde_json::to_string(&PeerResults { library, samples }).map_err(|e| e.to_string())?;
+        let text =
+            serde_json::to_string(&PeerResults { library, samples, weft }).map_err(|e| e.to_string())?;
         std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
     }
     Ok(())
