@@ -13,8 +13,15 @@
 //! slot doubles as `LINES` sub-slots of [`SUB`] bytes, so a sender may be up to `LINES`
 //! messages ahead of the receiver as long as they fit a sub-slot (message `m` uses line and
 //! sub-slot `(m - 1) % LINES`, free once message `m - LINES` was drained). A longer message
-//! uses the whole slot in chunks of [`SLOT`] bytes: each waits until the receiver drained
-//! everything before it, and sub-slots wait until it was drained. The sender caches the last
+//! uses the whole slot. In a one-way transfer (only sends or only receives: a tree's or a
+//! chain's step) it goes in chunks of [`CHUNK`] bytes (half the slot) that alternate between
+//! the halves: its first chunk waits until the receiver drained everything before it, each
+//! later one until the chunk before the one before it was drained, so the sender copies chunk
+//! `j + 1` in while the receiver copies chunk `j` out. In an exchange (both ways at once, where
+//! both members copy anyway) it goes in chunks of the whole slot, each waiting until
+//! everything before it was drained: half the handshakes. The tag carries the choice, so
+//! members that disagree get a mismatch, not mixed-up data. Sub-slots wait until the last
+//! chunk was drained. The sender caches the last
 //! `drained` it read and reads it again only when the cached value says "not free", so
 //! back-to-back small collectives do not pay a remote load each.
 //!
@@ -32,8 +39,11 @@ use std::sync::Mutex;
 use std::task::{Context, Poll};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
-/// Bytes of one chunk (one slot per source in every member's scratch).
+/// Bytes of one slot (one per source in every member's scratch).
 pub const SLOT: usize = 256 << 10;
+/// Bytes of a chunk of a long message in a one-way transfer: half a slot, so two are in
+/// flight.
+pub const CHUNK: usize = SLOT / 2;
 /// `u64` words per flag line.
 const LINE: usize = 8;
 /// Messages up to this many bytes travel inside the flag line (words 4..8).
@@ -84,7 +94,7 @@ enum Kind {
     Inline,
     /// In sub-slot `(m - 1) % LINES` of the slot.
     Sub,
-    /// Through the whole slot, in chunks of [`SLOT`] bytes.
+    /// Through the whole slot, in chunks (see [`chunk_bytes`]).
     Whole,
 }
 
@@ -105,10 +115,31 @@ fn sub_slot(count: u64) -> usize {
     (count as usize % LINES) * SUB
 }
 
+/// Tag bit of a one-way transfer (long messages pipelined through the slot's halves).
+const PIPELINED: u64 = 1 << 32;
+
+/// Bytes of one chunk of a long message.
+fn chunk_bytes(pipelined: bool) -> usize {
+    if pipelined {
+        CHUNK
+    } else {
+        SLOT
+    }
+}
+
+/// Byte offset, in a source's slot, of chunk `j` of a long message.
+fn chunk_at(j: u64, pipelined: bool) -> usize {
+    if pipelined {
+        (j as usize % 2) * CHUNK
+    } else {
+        0
+    }
+}
+
 /// Chunks of a message of `len` bytes (an empty message is one empty chunk: it still tells
 /// the receiver the sender got there).
-fn chunks(len: usize) -> u64 {
-    len.div_ceil(SLOT).max(1) as u64
+fn chunks(len: usize, pipelined: bool) -> u64 {
+    len.div_ceil(chunk_bytes(pipelined)).max(1) as u64
 }
 
 impl Channels {
@@ -145,6 +176,7 @@ impl Channels {
         ins: &'t mut [In<'i>],
     ) -> Transfer<'t, 'c, 'o, 'i> {
         let done = Counters::zeroed(outs.len() + ins.len());
+        let tag = if outs.is_empty() || ins.is_empty() { tag | PIPELINED } else { tag };
         Transfer { channels: self, team, tag, outs, ins, done }
     }
 
@@ -252,7 +284,8 @@ impl Channels {
             }
             return Ok(*done == 2);
         }
-        let total = chunks(o.data.len());
+        let pipelined = tag & PIPELINED != 0;
+        let total = chunks(o.data.len(), pipelined);
         let kind = Kind::of(o.data.len());
         while *done < total {
             // A message needs its line; in a sub-slot also the end of the last whole-slot
@@ -260,13 +293,16 @@ impl Channels {
             let need = match kind {
                 Kind::Inline => line_free(peer.sent),
                 Kind::Sub => line_free(peer.sent).max(peer.whole),
-                Kind::Whole => peer.sent,
+                // The first chunk: everything before drained (sub-slots span both halves);
+                // chunk j > 0: chunk j - 2, in the same half, drained.
+                Kind::Whole if *done == 0 || !pipelined => peer.sent,
+                Kind::Whole => peer.sent - 1,
             };
             if !drained_at_least(peer, need)? {
                 break;
             }
-            let at = *done as usize * SLOT;
-            let chunk = &o.data[at..(at + SLOT).min(o.data.len())];
+            let at = *done as usize * chunk_bytes(pipelined);
+            let chunk = &o.data[at..(at + chunk_bytes(pipelined)).min(o.data.len())];
             match kind {
                 Kind::Inline => {
                     // Header and data in the flag's line: one put with signal.
@@ -279,7 +315,7 @@ impl Channels {
                     publish(peer.sent, &header(0))?;
                 }
                 Kind::Whole => {
-                    comm.put(self.slots.at(dst, me * SLOT), chunk)?;
+                    comm.put(self.slots.at(dst, me * SLOT + chunk_at(*done, pipelined)), chunk)?;
                     publish(peer.sent, &header(0))?;
                     peer.whole = peer.sent + 1;
                 }
@@ -301,7 +337,8 @@ impl Channels {
     ) -> Result<bool> {
         let (comm, me, n) = (team.comm, team.me, team.members.len());
         let local = self.flags.local();
-        let total = chunks(i.out.len());
+        let pipelined = tag & PIPELINED != 0;
+        let total = chunks(i.out.len(), pipelined);
         let src = i.from;
         while *done < total {
             let base = (src * LINES + peer.recvd as usize % LINES) * LINE;
@@ -330,9 +367,10 @@ impl Channels {
                     }
                     Kind::Sub => self.slots.local().copy_out(src * SLOT + sub_slot(peer.recvd), i.out),
                     Kind::Whole => {
-                        let at = *done as usize * SLOT;
-                        let end = (at + SLOT).min(i.out.len());
-                        self.slots.local().copy_out(src * SLOT, &mut i.out[at..end]);
+                        let at = *done as usize * chunk_bytes(pipelined);
+                        let end = (at + chunk_bytes(pipelined)).min(i.out.len());
+                        let from = src * SLOT + chunk_at(*done, pipelined);
+                        self.slots.local().copy_out(from, &mut i.out[at..end]);
                     }
                 }
                 *done += 1;
