@@ -872,6 +872,17 @@ fn channel_send_ahead() -> Res {
     team.barrier().map_err(e2s)
 }
 
+/// Collectives of 160 KiB and 1 MiB called again and again: the team's tuner tries both ways
+/// of moving them (slots, direct read), then keeps the faster and explores the other.
+fn collectives_tuned() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let world = w.world_team().map_err(e2s)?;
+    for _ in 0..3 {
+        check_collectives(&world, &[20_000, 1 << 17])?;
+    }
+    Ok(())
+}
+
 fn teams_and_collectives() -> Res {
     let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
@@ -1125,6 +1136,7 @@ const CASES: &[Case] = &[
         env: &[("WEFT_RMA", "am")],
     },
     Case { name: "vis_transfers", run: vis_transfers, ranks: &[2, 4], env: &[] },
+    Case { name: "collectives_tuned", run: collectives_tuned, ranks: &[2, 3], env: &[] },
     // Messages through the slots only (no direct reads), so the big one uses the whole slot.
     Case {
         name: "channel_send_ahead",
@@ -1147,8 +1159,8 @@ const CASES: &[Case] = &[
         ranks: &[3],
         env: &[("WEFT_COLL_SMALL_BYTES", "0"), ("WEFT_COLL_DIRECT_BYTES", "100000000")],
     },
-    // Messages from 32 KiB up read straight from the senders' buffers (the default reads
-    // only from 4 MiB up).
+    // Messages from 32 KiB up read straight from the senders' buffers (by default only from
+    // 16 MiB up, or from 32 KiB in the calls where the tuner tries the direct way).
     Case {
         name: "teams_and_collectives_direct_reads",
         run: teams_and_collectives,

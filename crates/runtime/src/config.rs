@@ -16,6 +16,7 @@
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
 //! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two, but a system call) | 16777216 |
+//! | `WEFT_COLL_TUNE` | `1`: blocking broadcasts, reductions and alltoalls from 64 KiB up (below `WEFT_COLL_DIRECT_BYTES`) time both ways of moving their messages (slots or direct read) and take the faster, trying the other now and then | 1 where the fabric can read peer memory, unless `WEFT_COLL_DIRECT_BYTES` is set |
 
 use crate::startup::Identity;
 use crate::{Error, Result};
@@ -78,6 +79,9 @@ pub struct Config {
     pub coll_small_bytes: usize,
     /// Smallest team-collective message read straight from the sender's buffer.
     pub coll_direct_bytes: usize,
+    /// Blocking collectives below `coll_direct_bytes` choose between the slots and the direct
+    /// read by timing both (see `team/tune.rs`).
+    pub coll_tune: bool,
     /// Largest average piece of a non-contiguous transfer sent packed in AMs (`None`: the
     /// fabric's default).
     pub vis_pack_bytes: Option<usize>,
@@ -213,6 +217,7 @@ impl Config {
                 Some("ofi") => ofi_choice()?,
                 Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
             };
+        let direct_bytes = parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?;
         let progress_thread = match o.progress_thread {
             Some(b) => Some(b),
             None => parse_bool("WEFT_PROGRESS_THREAD")?,
@@ -234,7 +239,9 @@ impl Config {
                 None => parse("WEFT_COLL_SMALL_BYTES", "a number of bytes")?.unwrap_or(16384),
             },
             vis_pack_bytes: parse("WEFT_VIS_PACK_BYTES", "a number of bytes")?,
-            coll_direct_bytes: parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?.unwrap_or(16 << 20),
+            coll_direct_bytes: direct_bytes.unwrap_or(16 << 20),
+            // A threshold the user chose is kept as chosen.
+            coll_tune: parse_bool("WEFT_COLL_TUNE")?.unwrap_or(direct_bytes.is_none()),
         })
     }
 }

@@ -34,7 +34,7 @@ use super::Core;
 use crate::{Error, Result, Segment};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::task::{Context, Poll};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
@@ -57,6 +57,9 @@ pub(crate) struct Channels {
     flags: Segment<u64>,
     slots: Segment<u8>,
     state: Mutex<Vec<Peer>>,
+    /// Messages from this many bytes up are read directly where the fabric can (the
+    /// configured `coll_direct_bytes`, or lower while a tuned collective tries the direct way).
+    direct_from: AtomicUsize,
 }
 
 /// What this member knows of its channel with one member (one struct per member: a step
@@ -154,8 +157,14 @@ impl Channels {
 
     /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
     /// [`Channels::slot_bytes`]).
-    pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize) -> Self {
-        Channels { flags, slots, state: Mutex::new(vec![Peer::default(); n]) }
+    pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize, direct_from: usize) -> Self {
+        let state = Mutex::new(vec![Peer::default(); n]);
+        Channels { flags, slots, state, direct_from: AtomicUsize::new(direct_from) }
+    }
+
+    /// Messages sent from now on are read directly from `bytes` up (where the fabric can).
+    pub fn set_direct_from(&self, bytes: usize) {
+        self.direct_from.store(bytes, Ordering::Relaxed);
     }
 
     /// True if the running transfer still owes team rank `t` a message or waits on it.
@@ -270,7 +279,8 @@ impl Channels {
             Ok(())
         };
         let header = |addr: u64| [o.data.len() as u64, tag, addr];
-        let direct_min = if comm.caps().peer_read { comm.cfg.coll_direct_bytes } else { usize::MAX };
+        let direct_min =
+            if comm.caps().peer_read { self.direct_from.load(Ordering::Relaxed) } else { usize::MAX };
         if o.data.len() >= direct_min {
             // 0: not announced; 1: announced, the receiver is reading; 2: read.
             if *done == 0 && drained_at_least(peer, line_free(peer.sent))? {

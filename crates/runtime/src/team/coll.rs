@@ -580,7 +580,8 @@ impl Team<'_> {
 
     /// Copies team rank `root`'s `buf` into every member's `buf` (binomial tree).
     pub fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
-        self.core.run(pin!(self.core.broadcast(root, buf)))
+        let bytes = std::mem::size_of_val(buf);
+        self.core.run_tuned(tag::BROADCAST, bytes, pin!(self.core.broadcast(root, buf)))
     }
 
     /// Combines every member's `data` element-wise with `op`; team rank `root` gets the
@@ -598,7 +599,8 @@ impl Team<'_> {
         data: &[T],
         f: impl Fn(&mut T, &T),
     ) -> Result<Option<Vec<T>>> {
-        self.core.run(pin!(self.core.reduce(root, data, &f)))
+        let bytes = std::mem::size_of_val(data);
+        self.core.run_tuned(tag::REDUCE, bytes, pin!(self.core.reduce(root, data, &f)))
     }
 
     /// Every member gets the element-wise combination of every member's `data`: recursive
@@ -618,7 +620,8 @@ impl Team<'_> {
 
     /// As [`Team::allreduce`], with a user combination (associative and commutative).
     pub fn allreduce_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Vec<T>> {
-        self.core.run(pin!(self.core.allreduce(data, &f)))
+        let bytes = std::mem::size_of_val(data);
+        self.core.run_tuned(tag::ALLREDUCE, bytes, pin!(self.core.allreduce(data, &f)))
     }
 
     /// As [`Team::allreduce`], into `out` (as long as `data`): no allocation for the result, as
@@ -647,7 +650,8 @@ impl Team<'_> {
             return Err(Error::Misuse("allreduce_into: the output must be as long as the data"));
         }
         copy_slice(out, data);
-        self.core.run(pin!(self.core.allreduce_in_place(out, &f)))
+        let bytes = std::mem::size_of_val(data);
+        self.core.run_tuned(tag::ALLREDUCE, bytes, pin!(self.core.allreduce_in_place(out, &f)))
     }
 
     /// Team rank `root` gets every member's `data` (all the same length), in team order.
@@ -682,7 +686,9 @@ impl Team<'_> {
     /// and gets block `i` of every member, in team order.
     pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
         let c = self.alltoall_counts(data.len())?;
-        self.alltoallv(data, &c, &c)
+        let bytes = c.first().map_or(0, |&b| b * std::mem::size_of::<T>());
+        let r = self.core.run_tuned(tag::ALLTOALL, bytes, pin!(self.core.alltoallv(data, &c, &c)));
+        r
     }
 
     /// As [`Team::alltoall`], into `out` (as long as `data`): no allocation for the result.
@@ -709,7 +715,12 @@ impl Team<'_> {
             heap = vec![block; n];
             &heap
         };
-        let r = self.core.run(pin!(self.core.alltoallv_into(data, counts, counts, out)));
+        let bytes = block * std::mem::size_of::<T>();
+        let r = self.core.run_tuned(
+            tag::ALLTOALL,
+            bytes,
+            pin!(self.core.alltoallv_into(data, counts, counts, out)),
+        );
         r
     }
 

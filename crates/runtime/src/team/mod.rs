@@ -10,6 +10,7 @@
 mod channel;
 pub mod coll;
 mod nb;
+mod tune;
 
 use crate::collective::Group;
 use crate::progress::Deps;
@@ -59,6 +60,8 @@ pub(crate) struct Core<'c> {
     /// The queue's length, kept with it under its lock: a blocking collective reads it
     /// without taking the lock.
     queued: AtomicUsize,
+    /// How long collectives went each way (see [`tune`]).
+    tuner: Mutex<tune::Tuner>,
 }
 
 /// A non-blocking collective waiting its turn; it stores its own result.
@@ -210,6 +213,40 @@ impl<'c> Core<'c> {
     }
 }
 
+impl Core<'_> {
+    /// [`Core::run`] for a collective of kind `coll` moving `bytes` per member: from
+    /// [`tune::TUNE_MIN`] up, where both ways exist, its long messages go the way the team's
+    /// measurements say is faster (see [`tune`]), and the call is timed.
+    fn run_tuned<R, F: Future<Output = Result<R>>>(
+        &self,
+        coll: u64,
+        bytes: usize,
+        fut: Pin<&mut F>,
+    ) -> Result<R> {
+        let cfg = &self.comm.cfg;
+        if !cfg.coll_tune
+            || bytes < tune::TUNE_MIN
+            || bytes >= cfg.coll_direct_bytes
+            || !self.comm.caps().peer_read
+        {
+            return self.run(fut);
+        }
+        let key = tune::Key::new(coll, bytes);
+        let way = self.tuner.lock().unwrap_or_else(|p| p.into_inner()).choose(key);
+        if way == tune::Way::Direct {
+            self.channels.set_direct_from(tune::DIRECT_MIN);
+        }
+        let t = weft_fabric::os::now_ns();
+        let r = self.run(fut);
+        let took = weft_fabric::os::now_ns().saturating_sub(t) as f64;
+        self.channels.set_direct_from(cfg.coll_direct_bytes);
+        if r.is_ok() {
+            self.tuner.lock().unwrap_or_else(|p| p.into_inner()).record(key, way, took);
+        }
+        r
+    }
+}
+
 impl<'c> Team<'c> {
     fn new(comm: &'c Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team<'c>> {
         let seq = Mutex::new(Seq::default());
@@ -217,7 +254,7 @@ impl<'c> Team<'c> {
         let n = members.len();
         let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
         let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n))?;
-        let channels = Channels::new(flags, slots, n);
+        let channels = Channels::new(flags, slots, n, comm.cfg.coll_direct_bytes);
         let core = Core {
             comm,
             id,
@@ -227,6 +264,7 @@ impl<'c> Team<'c> {
             channels,
             queue: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
+            tuner: Mutex::default(),
         };
         Ok(Team { core: Arc::new(core) })
     }
