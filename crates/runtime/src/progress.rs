@@ -73,6 +73,12 @@ impl Backoff {
         self.sleep = Duration::from_micros(50);
     }
 
+    /// True once the wait got past its first round of polls (see [`Backoff::snooze`]).
+    #[inline]
+    pub(crate) fn spun(&self) -> bool {
+        self.iters >= 63
+    }
+
     /// Waits a little; returns true when it is time to check the peers.
     #[inline]
     pub(crate) fn snooze(&mut self, comm: &Comm) -> bool {
@@ -193,8 +199,10 @@ impl Comm {
         }
         let mut backoff = Backoff::new(self);
         // A thread waiting here delivers everything and sleeps on the fabric's doorbell, which
-        // arriving traffic rings: the progress thread has nothing to add meanwhile.
-        let _waiting = (set == PollSet::All).then(|| Waiting::enter(self));
+        // arriving traffic rings: the progress thread has nothing to add meanwhile. Counted
+        // from the first back-off on: most waits end within a few polls, and the count is an
+        // atomic read-modify-write on each side of the wait.
+        let mut waiting = None;
         loop {
             if self.fabric.progress(self, set)? > 0 {
                 // Activity: the peer is awake and talking, keep spinning.
@@ -206,6 +214,9 @@ impl Comm {
             self.take_error()?;
             if cond() {
                 return Ok(());
+            }
+            if waiting.is_none() && set == PollSet::All && backoff.spun() {
+                waiting = Some(Waiting::enter(self));
             }
             if backoff.snooze(self) {
                 if let Some((rank, e)) = self.check_peers(deps) {
