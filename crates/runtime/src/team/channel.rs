@@ -34,8 +34,7 @@ use super::Core;
 use crate::{Error, Result, Segment};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
@@ -56,14 +55,16 @@ pub const SUB: usize = SLOT / LINES;
 pub(crate) struct Channels {
     flags: Segment<u64>,
     slots: Segment<u8>,
-    state: Mutex<Vec<Peer>>,
+    /// Per member. Atomics rather than a lock: a team runs one collective at a time, so only
+    /// one thread steps its channels, and a lock cost as much as a small message (plain loads
+    /// and stores here; concurrent misuse gives wrong data, never undefined behaviour).
+    state: Vec<PeerCell>,
     /// Messages from this many bytes up are read directly where the fabric can (the
     /// configured `coll_direct_bytes`, or lower while a tuned collective tries the direct way).
     direct_from: AtomicUsize,
 }
 
-/// What this member knows of its channel with one member (one struct per member: a step
-/// touches one cache line per peer, not one per counter).
+/// What this member knows of its channel with one member, as a step works on it.
 #[derive(Clone, Copy, Default)]
 struct Peer {
     /// Chunks sent to the member and received from it, since the team was made.
@@ -73,8 +74,35 @@ struct Peer {
     drained: u64,
     /// Number of the last message sent to the member through its whole slot (0: none).
     whole: u64,
+}
+
+/// [`Peer`] as the channels keep it (one struct per member: a step touches one cache line per
+/// peer, not one per counter).
+#[derive(Default)]
+struct PeerCell {
+    sent: AtomicU64,
+    recvd: AtomicU64,
+    drained: AtomicU64,
+    whole: AtomicU64,
     /// The running transfer still owes the member a message or waits on it.
-    pending: bool,
+    pending: AtomicBool,
+}
+
+impl PeerCell {
+    fn load(&self) -> Peer {
+        Peer {
+            sent: self.sent.load(Ordering::Relaxed),
+            recvd: self.recvd.load(Ordering::Relaxed),
+            drained: self.drained.load(Ordering::Relaxed),
+            whole: self.whole.load(Ordering::Relaxed),
+        }
+    }
+    fn store(&self, p: &Peer) {
+        self.sent.store(p.sent, Ordering::Relaxed);
+        self.recvd.store(p.recvd, Ordering::Relaxed);
+        self.drained.store(p.drained, Ordering::Relaxed);
+        self.whole.store(p.whole, Ordering::Relaxed);
+    }
 }
 
 /// A message to one member.
@@ -158,7 +186,7 @@ impl Channels {
     /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
     /// [`Channels::slot_bytes`]).
     pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize, direct_from: usize) -> Self {
-        let state = Mutex::new(vec![Peer::default(); n]);
+        let state = (0..n).map(|_| PeerCell::default()).collect();
         Channels { flags, slots, state, direct_from: AtomicUsize::new(direct_from) }
     }
 
@@ -169,7 +197,7 @@ impl Channels {
 
     /// True if the running transfer still owes team rank `t` a message or waits on it.
     pub fn needs(&self, t: usize) -> bool {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).get(t).is_some_and(|p| p.pending)
+        self.state.get(t).is_some_and(|p| p.pending.load(Ordering::Relaxed))
     }
 
     /// Moves all `outs` and `ins` (none to or from this rank itself) concurrently, chunk by
@@ -200,25 +228,43 @@ impl Channels {
         out_done: &mut [u64],
         in_done: &mut [u64],
     ) -> Result<bool> {
-        let mut peers = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        // Which members this transfer still needs, as of this step (what `needs` reports):
+        // cleared for every member it touches, then set for those it waits on. A finished
+        // transfer so leaves all of them clear.
+        for t in outs.iter().map(|o| o.to).chain(ins.iter().map(|i| i.from)) {
+            if let Some(c) = self.state.get(t) {
+                c.pending.store(false, Ordering::Relaxed);
+            }
+        }
         let mut all = true;
         for (o, done) in outs.iter().zip(out_done.iter_mut()) {
-            let peer = peers.get_mut(o.to).ok_or(Error::Misuse("channel to a non-member"))?;
-            // Set, not or-ed: outs come first, and a member this transfer does not touch was
-            // left not pending by the transfer before.
-            peer.pending = *done != FINISHED && !self.send(team, tag, o, peer, done)?;
-            if !peer.pending {
+            let cell = self.state.get(o.to).ok_or(Error::Misuse("channel to a non-member"))?;
+            let waiting = *done != FINISHED && {
+                let mut peer = cell.load();
+                let r = self.send(team, tag, o, &mut peer, done);
+                cell.store(&peer); // also what an error left: those messages went out
+                !r?
+            };
+            if waiting {
+                cell.pending.store(true, Ordering::Relaxed);
+            } else {
                 *done = FINISHED;
             }
-            all &= !peer.pending;
+            all &= !waiting;
         }
         for (i, done) in ins.iter_mut().zip(in_done.iter_mut()) {
-            let peer = peers.get_mut(i.from).ok_or(Error::Misuse("channel from a non-member"))?;
-            let waiting = *done != FINISHED && !self.receive(team, tag, i, peer, done)?;
-            if !waiting {
+            let cell = self.state.get(i.from).ok_or(Error::Misuse("channel from a non-member"))?;
+            let waiting = *done != FINISHED && {
+                let mut peer = cell.load();
+                let r = self.receive(team, tag, i, &mut peer, done);
+                cell.store(&peer);
+                !r?
+            };
+            if waiting {
+                cell.pending.store(true, Ordering::Relaxed);
+            } else {
                 *done = FINISHED;
             }
-            peer.pending |= waiting;
             all &= !waiting;
         }
         Ok(all)
@@ -234,14 +280,12 @@ impl Channels {
         // (flag word, messages taken) of up to WATCHED unfinished ins.
         let mut watch = [(0usize, 0u64); WATCHED];
         let mut k = 0;
-        {
-            let peers = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            for (i, &done) in ins.iter().zip(in_done) {
-                if done != FINISHED && k < WATCHED {
-                    let Some(p) = peers.get(i.from) else { return false };
-                    watch[k] = ((i.from * LINES + p.recvd as usize % LINES) * LINE, p.recvd);
-                    k += 1;
-                }
+        for (i, &done) in ins.iter().zip(in_done) {
+            if done != FINISHED && k < WATCHED {
+                let Some(p) = self.state.get(i.from) else { return false };
+                let recvd = p.recvd.load(Ordering::Relaxed);
+                watch[k] = ((i.from * LINES + recvd as usize % LINES) * LINE, recvd);
+                k += 1;
             }
         }
         if k == 0 {
