@@ -53,6 +53,10 @@ pub(crate) struct Backoff {
     next_check: Option<Instant>,
     spin: Duration,
     check: Duration,
+    /// Polls between two calls of the slow part: 64 when waits spin first; 4 when they yield
+    /// at once (more ranks than cores), so a waiter soon hands the core to the peer it
+    /// waits for.
+    stride: u32,
 }
 
 impl Backoff {
@@ -64,6 +68,7 @@ impl Backoff {
             next_check: None,
             spin: comm.cfg.spin,
             check: comm.cfg.peer_check,
+            stride: if comm.cfg.spin.is_zero() { 4 } else { 64 },
         }
     }
 
@@ -83,7 +88,7 @@ impl Backoff {
     #[inline]
     pub(crate) fn snooze(&mut self, comm: &Comm) -> bool {
         self.iters = self.iters.wrapping_add(1);
-        if !self.iters.is_multiple_of(64) {
+        if !self.iters.is_multiple_of(self.stride) {
             // No PAUSE here: a poll of the rings is delay enough, and PAUSE (tens of ns on
             // current cores) would add to every message's detection latency.
             return false;
@@ -91,7 +96,7 @@ impl Backoff {
         self.pause(comm)
     }
 
-    /// The slow part of [`Backoff::snooze`], every 64th call.
+    /// The slow part of [`Backoff::snooze`], every `stride`th call.
     #[inline(never)]
     fn pause(&mut self, comm: &Comm) -> bool {
         let now = Instant::now();
