@@ -10,9 +10,10 @@
 //! `drained`, which is also what tells the sender its buffer is free again.
 //!
 //! Send-ahead: each source has [`LINES`] flag lines in each receiver, used in turn, and its
-//! slot doubles as `LINES` sub-slots of [`SUB`] bytes, so a sender may be up to `LINES`
-//! messages ahead of the receiver as long as they fit a sub-slot (message `m` uses line and
-//! sub-slot `(m - 1) % LINES`, free once message `m - LINES` was drained). A longer message
+//! slot doubles as [`SUBS`] sub-slots of [`SUB`] bytes, so a sender may be up to `LINES`
+//! inline messages or `SUBS` sub-slot messages ahead of the receiver (message `m` uses line
+//! `(m - 1) % LINES`, free once message `m - LINES` was drained, and sub-slot
+//! `(m - 1) % SUBS`, free once message `m - SUBS` was drained). A longer message
 //! uses the whole slot. In a one-way transfer (only sends or only receives: a tree's or a
 //! chain's step) it goes in chunks of [`CHUNK`] bytes (half the slot) that alternate between
 //! the halves: its first chunk waits until the receiver drained everything before it, each
@@ -47,10 +48,13 @@ pub const CHUNK: usize = SLOT / 2;
 const LINE: usize = 8;
 /// Messages up to this many bytes travel inside the flag line (words 4..8).
 const INLINE: usize = 32;
-/// Flag lines per source in each receiver: how many messages a sender may be ahead.
-pub const LINES: usize = 8;
-/// Messages up to this many bytes use one of the `LINES` sub-slots of their source's slot.
-pub const SUB: usize = SLOT / LINES;
+/// Flag lines per source in each receiver: how many messages a sender may be ahead (deep, so
+/// that a rank sharing its core with others finds many messages when it gets the core).
+pub const LINES: usize = 32;
+/// Sub-slots per source's slot.
+pub const SUBS: usize = 8;
+/// Messages up to this many bytes use one of the `SUBS` sub-slots of their source's slot.
+pub const SUB: usize = SLOT / SUBS;
 
 pub(crate) struct Channels {
     flags: Segment<u64>,
@@ -123,7 +127,7 @@ pub(crate) struct In<'a> {
 enum Kind {
     /// In its flag line.
     Inline,
-    /// In sub-slot `(m - 1) % LINES` of the slot.
+    /// In sub-slot `(m - 1) % SUBS` of the slot.
     Sub,
     /// Through the whole slot, in chunks (see [`chunk_bytes`]).
     Whole,
@@ -143,7 +147,7 @@ impl Kind {
 
 /// Byte offset, in a source's slot, of the sub-slot of message number `m = count + 1`.
 fn sub_slot(count: u64) -> usize {
-    (count as usize % LINES) * SUB
+    (count as usize % SUBS) * SUB
 }
 
 /// Tag bit of a one-way transfer (long messages pipelined through the slot's halves).
@@ -315,6 +319,8 @@ impl Channels {
         // m - LINES was drained.
         let line = |sent: u64| (me * LINES + (sent as usize % LINES)) * LINE;
         let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
+        // Its sub-slot (m - 1) % SUBS, free once message m - SUBS was drained.
+        let sub_free = |sent: u64| (sent + 1).saturating_sub(SUBS as u64);
         // Writes the line's words after `filled` (header, and inline data) and then stores
         // the message number into `filled`, in one put with signal.
         let publish = |sent: u64, words: &[u64]| -> Result<()> {
@@ -346,7 +352,7 @@ impl Channels {
             // message; a whole-slot chunk needs everything sent before drained.
             let need = match kind {
                 Kind::Inline => line_free(peer.sent),
-                Kind::Sub => line_free(peer.sent).max(peer.whole),
+                Kind::Sub => line_free(peer.sent).max(sub_free(peer.sent)).max(peer.whole),
                 // The first chunk: everything before drained (sub-slots span both halves);
                 // chunk j > 0: chunk j - 2, in the same half, drained.
                 Kind::Whole if *done == 0 || !pipelined => peer.sent,
