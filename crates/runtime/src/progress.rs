@@ -45,6 +45,10 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// Polls of a wait before its first call of the slow part of [`Backoff::snooze`] (with
+/// cores of its own): most waits end within them.
+const FIRST_POLLS: u32 = 64;
+
 /// Spin, then yield, then sleep on the fabric's doorbell with growing timeouts.
 pub(crate) struct Backoff {
     start: Option<Instant>,
@@ -68,7 +72,7 @@ impl Backoff {
             next_check: None,
             spin: comm.cfg.spin,
             check: comm.cfg.peer_check,
-            stride: if comm.cfg.spin.is_zero() { 4 } else { 64 },
+            stride: if comm.cfg.spin.is_zero() { 4 } else { FIRST_POLLS },
         }
     }
 
@@ -78,10 +82,10 @@ impl Backoff {
         self.sleep = Duration::from_micros(50);
     }
 
-    /// True once the wait got past its first round of polls (see [`Backoff::snooze`]).
+    /// True once the wait got past its first [`FIRST_POLLS`] polls.
     #[inline]
     pub(crate) fn spun(&self) -> bool {
-        self.iters >= 63
+        self.iters >= FIRST_POLLS - 1
     }
 
     /// Waits a little; returns true when it is time to check the peers.

@@ -133,20 +133,42 @@ impl Buffers {
     }
 }
 
+/// One library's timing of one case: its buffers, its iteration count and its fastest run.
+struct Timing {
+    coll: &'static str,
+    bufs: Buffers,
+    iters: u64,
+    best: f64,
+}
+
+impl Timing {
+    /// Warms up and agrees on the iteration count.
+    fn start<B: CollBackend>(b: &mut B, coll: &'static str, bytes: u64) -> Result<Timing, B::Error> {
+        let mut bufs = Buffers::new(bytes, b.size());
+        let iters = iterations(b, &mut |x: &mut B| bufs.call(x, coll))?;
+        Ok(Timing { coll, bufs, iters, best: f64::INFINITY })
+    }
+    /// One timed run.
+    fn run<B: CollBackend>(&mut self, b: &mut B) -> Result<(), B::Error> {
+        let (bufs, coll) = (&mut self.bufs, self.coll);
+        self.best = self.best.min(timed_run(b, &mut |x: &mut B| bufs.call(x, coll), self.iters)?);
+        Ok(())
+    }
+    fn sample(&self, bytes: u64) -> Sample {
+        Sample { coll: self.coll.into(), bytes, ns: self.best }
+    }
+}
+
 /// Every collective at every size, on one library.
 pub fn measure<B: CollBackend>(b: &mut B, mut note: impl FnMut(&str)) -> Result<Vec<Sample>, B::Error> {
-    let n = b.size();
     let mut out = vec![];
     for (coll, bytes) in cases() {
         note(&format!("{coll} of {bytes} B"));
-        let mut bufs = Buffers::new(bytes, n);
-        let mut op = |b: &mut B| bufs.call(b, coll);
-        let iters = iterations(b, &mut op)?;
-        let mut best = f64::INFINITY;
+        let mut t = Timing::start(b, coll, bytes)?;
         for _ in 0..RUNS {
-            best = best.min(timed_run(b, &mut op, iters)?);
+            t.run(b)?;
         }
-        out.push(Sample { coll: coll.into(), bytes, ns: best });
+        out.push(t.sample(bytes));
     }
     Ok(out)
 }
@@ -158,22 +180,16 @@ pub fn measure_interleaved<A: CollBackend, B: CollBackend>(
     a: &mut A,
     b: &mut B,
 ) -> Result<(Vec<Sample>, Vec<Sample>), String> {
-    let n = a.size();
     let (mut out_a, mut out_b) = (vec![], vec![]);
     for (coll, bytes) in cases() {
-        let mut bufs = Buffers::new(bytes, n);
-        let mut op_a = |x: &mut A| bufs.call(x, coll);
-        let iters_a = iterations(a, &mut op_a).map_err(|e| e.to_string())?;
-        let mut bufs_b = Buffers::new(bytes, n);
-        let mut op_b = |x: &mut B| bufs_b.call(x, coll);
-        let iters_b = iterations(b, &mut op_b).map_err(|e| e.to_string())?;
-        let (mut best_a, mut best_b) = (f64::INFINITY, f64::INFINITY);
+        let mut ta = Timing::start(a, coll, bytes).map_err(|e| e.to_string())?;
+        let mut tb = Timing::start(b, coll, bytes).map_err(|e| e.to_string())?;
         for _ in 0..RUNS {
-            best_a = best_a.min(timed_run(a, &mut op_a, iters_a).map_err(|e| e.to_string())?);
-            best_b = best_b.min(timed_run(b, &mut op_b, iters_b).map_err(|e| e.to_string())?);
+            ta.run(a).map_err(|e| e.to_string())?;
+            tb.run(b).map_err(|e| e.to_string())?;
         }
-        out_a.push(Sample { coll: coll.into(), bytes, ns: best_a });
-        out_b.push(Sample { coll: coll.into(), bytes, ns: best_b });
+        out_a.push(ta.sample(bytes));
+        out_b.push(tb.sample(bytes));
     }
     Ok((out_a, out_b))
 }

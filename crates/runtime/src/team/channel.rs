@@ -171,6 +171,23 @@ fn chunk_at(j: u64, pipelined: bool) -> usize {
     }
 }
 
+/// Bytes of chunk `j` of a message of `len` bytes.
+fn chunk_range(j: u64, len: usize, pipelined: bool) -> std::ops::Range<usize> {
+    let at = j as usize * chunk_bytes(pipelined);
+    at..(at + chunk_bytes(pipelined)).min(len)
+}
+
+/// Word, in a member's flag segment, of the line that message number `count + 1` from team
+/// rank `src` uses.
+fn line_word(src: usize, count: u64) -> usize {
+    (src * LINES + count as usize % LINES) * LINE
+}
+
+/// Word, in a member's flag segment of `n` members, of its `drained` count for team rank `src`.
+fn drained_word(n: usize, src: usize) -> usize {
+    (n * LINES + src) * LINE
+}
+
 /// Chunks of a message of `len` bytes (an empty message is one empty chunk: it still tells
 /// the receiver the sender got there).
 fn chunks(len: usize, pipelined: bool) -> u64 {
@@ -242,36 +259,38 @@ impl Channels {
         }
         let mut all = true;
         for (o, done) in outs.iter().zip(out_done.iter_mut()) {
-            let cell = self.state.get(o.to).ok_or(Error::Misuse("channel to a non-member"))?;
-            let waiting = *done != FINISHED && {
-                let mut peer = cell.load();
-                let r = self.send(team, tag, o, &mut peer, done);
-                cell.store(&peer); // also what an error left: those messages went out
-                !r?
-            };
-            if waiting {
-                cell.pending.store(true, Ordering::Relaxed);
-            } else {
-                *done = FINISHED;
-            }
-            all &= !waiting;
+            all &= self.advance(o.to, done, |peer, done| self.send(team, tag, o, peer, done))?;
         }
         for (i, done) in ins.iter_mut().zip(in_done.iter_mut()) {
-            let cell = self.state.get(i.from).ok_or(Error::Misuse("channel from a non-member"))?;
-            let waiting = *done != FINISHED && {
-                let mut peer = cell.load();
-                let r = self.receive(team, tag, i, &mut peer, done);
-                cell.store(&peer);
-                !r?
-            };
-            if waiting {
-                cell.pending.store(true, Ordering::Relaxed);
-            } else {
-                *done = FINISHED;
-            }
-            all &= !waiting;
+            let from = i.from;
+            all &= self.advance(from, done, |peer, done| self.receive(team, tag, i, peer, done))?;
         }
         Ok(all)
+    }
+
+    /// Moves one message of a step with `go` (a send or a receive) on the channel with team
+    /// rank `t`, unless it is finished; marks the member needed while the message is not
+    /// done, and the message finished once it is. True if it is done.
+    fn advance(
+        &self,
+        t: usize,
+        done: &mut u64,
+        go: impl FnOnce(&mut Peer, &mut u64) -> Result<bool>,
+    ) -> Result<bool> {
+        if *done == FINISHED {
+            return Ok(true);
+        }
+        let cell = self.state.get(t).ok_or(Error::Misuse("channel with a non-member"))?;
+        let mut peer = cell.load();
+        let r = go(&mut peer, done);
+        cell.store(&peer); // also what an error left: those messages went out
+        if r? {
+            *done = FINISHED;
+            Ok(true)
+        } else {
+            cell.pending.store(true, Ordering::Relaxed);
+            Ok(false)
+        }
     }
 
     /// Spins (a bounded number of flag reads) until the next chunk of an unfinished `ins`
@@ -288,7 +307,7 @@ impl Channels {
             if done != FINISHED && k < WATCHED {
                 let Some(p) = self.state.get(i.from) else { return false };
                 let recvd = p.recvd.load(Ordering::Relaxed);
-                watch[k] = ((i.from * LINES + recvd as usize % LINES) * LINE, recvd);
+                watch[k] = (line_word(i.from, recvd), recvd);
                 k += 1;
             }
         }
@@ -311,13 +330,13 @@ impl Channels {
         // True once the receiver drained `need` messages (the cached count first).
         let drained_at_least = |peer: &mut Peer, need: u64| -> Result<bool> {
             if peer.drained < need {
-                peer.drained = comm.atomic_load(flags.at(dst, (n * LINES + me) * LINE))?;
+                peer.drained = comm.atomic_load(flags.at(dst, drained_word(n, me)))?;
             }
             Ok(peer.drained >= need)
         };
         // Message number m = sent + 1 goes into line (m - 1) % LINES, free once message
         // m - LINES was drained.
-        let line = |sent: u64| (me * LINES + (sent as usize % LINES)) * LINE;
+        let line = |sent: u64| line_word(me, sent);
         let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
         // Its sub-slot (m - 1) % SUBS, free once message m - SUBS was drained.
         let sub_free = |sent: u64| (sent + 1).saturating_sub(SUBS as u64);
@@ -361,8 +380,7 @@ impl Channels {
             if !drained_at_least(peer, need)? {
                 break;
             }
-            let at = *done as usize * chunk_bytes(pipelined);
-            let chunk = &o.data[at..(at + chunk_bytes(pipelined)).min(o.data.len())];
+            let chunk = &o.data[chunk_range(*done, o.data.len(), pipelined)];
             match kind {
                 Kind::Inline => {
                     // Header and data in the flag's line: one put with signal.
@@ -401,7 +419,7 @@ impl Channels {
         let total = chunks(i.out.len(), pipelined);
         let src = i.from;
         while *done < total {
-            let base = (src * LINES + peer.recvd as usize % LINES) * LINE;
+            let base = line_word(src, peer.recvd);
             if local.atomic(base).load(Ordering::Acquire) <= peer.recvd {
                 break;
             }
@@ -427,16 +445,15 @@ impl Channels {
                     }
                     Kind::Sub => self.slots.local().copy_out(src * SLOT + sub_slot(peer.recvd), i.out),
                     Kind::Whole => {
-                        let at = *done as usize * chunk_bytes(pipelined);
-                        let end = (at + chunk_bytes(pipelined)).min(i.out.len());
+                        let range = chunk_range(*done, i.out.len(), pipelined);
                         let from = src * SLOT + chunk_at(*done, pipelined);
-                        self.slots.local().copy_out(from, &mut i.out[at..end]);
+                        self.slots.local().copy_out(from, &mut i.out[range]);
                     }
                 }
                 *done += 1;
             }
             peer.recvd += 1;
-            local.atomic((n * LINES + src) * LINE).store(peer.recvd, Ordering::Release);
+            local.atomic(drained_word(n, src)).store(peer.recvd, Ordering::Release);
             comm.fabric.notify(team.members[src]);
         }
         Ok(*done == total)
@@ -500,7 +517,7 @@ impl Future for Transfer<'_, '_, '_, '_> {
         // In a blocking collective on cores of its own, watch the flags of the messages still
         // expected for a moment before handing back to the wait loop: their arrival is then
         // seen within a few loads, not after a round of AM progress.
-        let mut watch = t.team.spin_on_flags();
+        let mut watch = super::spin_on_flags();
         loop {
             match t.channels.step(t.team, t.tag, t.outs, t.ins, out_done, in_done) {
                 Ok(false) => {}

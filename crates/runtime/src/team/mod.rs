@@ -123,6 +123,11 @@ thread_local! {
     static SPIN_ON_FLAGS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// True if this thread runs a blocking collective and may spin on flags.
+fn spin_on_flags() -> bool {
+    SPIN_ON_FLAGS.with(|s| s.get())
+}
+
 /// Sets [`SPIN_ON_FLAGS`] for its lifetime, then restores it.
 struct SpinScope(bool);
 
@@ -145,11 +150,6 @@ impl<'c> Core<'c> {
 
     fn size(&self) -> usize {
         self.members.len()
-    }
-
-    /// True if this thread runs a blocking collective and may spin on flags.
-    fn spin_on_flags(&self) -> bool {
-        SPIN_ON_FLAGS.with(|s| s.get())
     }
 
     /// True if world rank `w` is a member this team's running collective still waits on.
@@ -211,9 +211,7 @@ impl<'c> Core<'c> {
         })?;
         out.unwrap_or(Err(Error::Misuse("collective future vanished")))
     }
-}
 
-impl Core<'_> {
     /// [`Core::run`] for a collective of kind `coll` moving `bytes` per member: from
     /// [`tune::TUNE_MIN`] up, where both ways exist, its long messages go the way the team's
     /// measurements say is faster (see [`tune`]), and the call is timed.

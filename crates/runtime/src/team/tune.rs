@@ -102,28 +102,27 @@ impl Tuner {
 mod tests {
     use super::{Key, Tuner, Way, EXPLORE};
 
+    /// `calls` calls of `k`, each taking what `cost` says for its way: the ways chosen.
+    fn calls(t: &mut Tuner, k: Key, calls: u64, cost: impl Fn(Way) -> f64) -> Vec<Way> {
+        (0..calls)
+            .map(|_| {
+                let w = t.choose(k);
+                t.record(k, w, cost(w));
+                w
+            })
+            .collect()
+    }
+
     #[test]
     fn tries_both_then_keeps_the_faster_and_explores() {
         let mut t = Tuner::default();
         let k = Key::new(1, 1 << 20);
-        let cost = |w: Way| if w == Way::Direct { 100.0 } else { 300.0 };
-        let mut ways = vec![];
-        for _ in 0..(3 * EXPLORE) {
-            let w = t.choose(k);
-            t.record(k, w, cost(w));
-            ways.push(w);
-        }
+        let ways = calls(&mut t, k, 3 * EXPLORE, |w| if w == Way::Direct { 100.0 } else { 300.0 });
         assert_eq!(&ways[..4], &[Way::Slots, Way::Slots, Way::Direct, Way::Direct]);
         let slots_later = ways[4..].iter().filter(|&&w| w == Way::Slots).count();
         assert_eq!(slots_later, 2, "only the exploring calls go the slower way: {ways:?}");
         // The machine changes: the direct read becomes slower; exploration notices.
-        let cost = |w: Way| if w == Way::Direct { 500.0 } else { 300.0 };
-        let mut last = vec![];
-        for _ in 0..(4 * EXPLORE) {
-            let w = t.choose(k);
-            t.record(k, w, cost(w));
-            last.push(w);
-        }
+        let last = calls(&mut t, k, 4 * EXPLORE, |w| if w == Way::Direct { 500.0 } else { 300.0 });
         let direct_late = last[2 * EXPLORE as usize..].iter().filter(|&&w| w == Way::Direct).count();
         assert_eq!(direct_late, 2, "back to the slots but for the exploring calls: {last:?}");
     }
