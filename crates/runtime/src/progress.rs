@@ -46,40 +46,48 @@ impl Drop for Waiting<'_> {
 }
 
 /// Polls of a wait before its first call of the slow part of [`Backoff::snooze`] (with
-/// cores of its own): most waits end within them.
+/// cores of its own): most waits end within them. A power of two.
 const FIRST_POLLS: u32 = 64;
 
 /// Spin, then yield, then sleep on the fabric's doorbell with growing timeouts.
+///
+/// Made on every wait that does not end at once (every AM round trip, for one), so making one
+/// costs two stores: the clock and the configuration are read at its first slow call.
 pub(crate) struct Backoff {
-    start: Option<Instant>,
     iters: u32,
-    sleep: Duration,
-    next_check: Option<Instant>,
-    spin: Duration,
-    check: Duration,
-    /// Polls between two calls of the slow part: 64 when waits spin first; 4 when they yield
-    /// at once (more ranks than cores), so a waiter soon hands the core to the peer it
-    /// waits for.
-    stride: u32,
+    /// Polls between two calls of the slow part, less one (a power of two less one, so the
+    /// test is a mask, not a division): 64 when waits spin first; 4 when they yield at once
+    /// (more ranks than cores), so a waiter soon hands the core to the peer it waits for.
+    stride_mask: u32,
+    slow: Option<Slow>,
 }
 
+/// The part of a [`Backoff`] its slow calls use.
+struct Slow {
+    /// When the current spell of waiting began (`None`: at the next slow call).
+    start: Option<Instant>,
+    sleep: Duration,
+    next_check: Instant,
+    spin: Duration,
+    check: Duration,
+}
+
+/// First sleep on the doorbell (it doubles up to [`MAX_SLEEP`]).
+const FIRST_SLEEP: Duration = Duration::from_micros(50);
+
 impl Backoff {
+    #[inline]
     pub(crate) fn new(comm: &Comm) -> Self {
-        Backoff {
-            start: None,
-            iters: 0,
-            sleep: Duration::from_micros(50),
-            next_check: None,
-            spin: comm.cfg.spin,
-            check: comm.cfg.peer_check,
-            stride: if comm.cfg.spin.is_zero() { 4 } else { FIRST_POLLS },
-        }
+        let stride = if comm.cfg.spin.is_zero() { 4 } else { FIRST_POLLS };
+        Backoff { iters: 0, stride_mask: stride - 1, slow: None }
     }
 
     /// Back to the spinning phase (after activity).
+    #[inline]
     pub(crate) fn reset(&mut self) {
-        self.start = None;
-        self.sleep = Duration::from_micros(50);
+        if let Some(s) = &mut self.slow {
+            s.reset();
+        }
     }
 
     /// True once the wait got past its first [`FIRST_POLLS`] polls.
@@ -92,7 +100,7 @@ impl Backoff {
     #[inline]
     pub(crate) fn snooze(&mut self, comm: &Comm) -> bool {
         self.iters = self.iters.wrapping_add(1);
-        if !self.iters.is_multiple_of(self.stride) {
+        if self.iters & self.stride_mask != 0 {
             // No PAUSE here: a poll of the rings is delay enough, and PAUSE (tens of ns on
             // current cores) would add to every message's detection latency.
             return false;
@@ -104,28 +112,42 @@ impl Backoff {
     #[inline(never)]
     fn pause(&mut self, comm: &Comm) -> bool {
         let now = Instant::now();
-        let start = *self.start.get_or_insert(now);
-        let waited = now - start;
-        if waited < self.spin {
+        let s = self.slow.get_or_insert_with(|| Slow {
+            start: None,
+            sleep: FIRST_SLEEP,
+            next_check: now + comm.cfg.peer_check,
+            spin: comm.cfg.spin,
+            check: comm.cfg.peer_check,
+        });
+        let waited = now - *s.start.get_or_insert(now);
+        if waited < s.spin {
             std::hint::spin_loop();
-        } else if waited < self.spin + YIELD_WINDOW {
+        } else if waited < s.spin + YIELD_WINDOW {
             std::thread::yield_now();
             self.iters = self.iters.wrapping_add(63);
         } else {
-            if comm.fabric.wait_incoming(self.sleep) {
+            if comm.fabric.wait_incoming(s.sleep) {
                 // Woken by traffic: the peers are talking, poll eagerly again.
-                self.reset();
+                s.reset();
             } else {
-                self.sleep = (self.sleep * 2).min(MAX_SLEEP);
+                s.sleep = (s.sleep * 2).min(MAX_SLEEP);
             }
             self.iters = self.iters.wrapping_add(63);
         }
-        let next = *self.next_check.get_or_insert(now + self.check);
-        if now >= next {
-            self.next_check = Some(now + self.check);
+        if now >= s.next_check {
+            s.next_check = now + s.check;
             return true;
         }
         false
+    }
+}
+
+impl Slow {
+    /// Back to spinning: the next slow call starts the clock again.
+    #[inline]
+    fn reset(&mut self) {
+        self.start = None;
+        self.sleep = FIRST_SLEEP;
     }
 }
 

@@ -320,33 +320,19 @@ impl ShmFabric {
         let Some(mut rx) = inbound.rx.try_lock() else {
             return Ok(0);
         };
-        let mut delivered = 0;
-        let mut result = Ok(());
-        for _ in 0..64 {
-            match rx.recv(|m| {
-                let payload = match m.body {
-                    Body::Short => AmInPayload::Short,
-                    Body::Medium(p) => AmInPayload::Medium(p),
-                    Body::Long { region, offset, len } => self.long_payload(src, region, offset, len)?,
-                };
-                sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
-                Ok(())
-            }) {
-                Ok(true) => delivered += 1,
-                Ok(false) => break,
-                Err(e) => {
-                    result = Err(e);
-                    break;
-                }
-            }
-            if !rx.ready() {
-                break;
-            }
-        }
+        let delivered = rx.recv(64, |m| {
+            let payload = match m.body {
+                Body::Short => AmInPayload::Short,
+                Body::Medium(p) => AmInPayload::Medium(p),
+                Body::Long { region, offset, len } => self.long_payload(src, region, offset, len)?,
+            };
+            sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
+            Ok(())
+        });
         // Pollers peek at the ring through this copy of the head (also after an error: the
         // bad message was consumed).
         inbound.head.store(rx.head(), Ordering::Relaxed);
-        result.map(|()| delivered)
+        delivered
     }
 
     /// The payload of a long AM: bytes already written to one of our regions.
@@ -381,6 +367,11 @@ fn ring_doorbell(c: &Control) {
         c.doorbell.fetch_add(1, Ordering::Release);
         os::futex_wake_all(&c.doorbell);
     }
+}
+
+#[cold]
+fn no_such_rank(rank: Rank, size: u32) -> FabricError {
+    FabricError::Peer { rank, reason: format!("does not exist (job of {size})") }
 }
 
 fn remote_ptr(region: &RemoteRegion, offset: usize, len: usize) -> FabricResult<*mut u8> {
@@ -562,24 +553,17 @@ impl Fabric for ShmFabric {
 
     fn read_peer(&self, rank: Rank, addr: u64, dst: &mut [u8]) -> FabricResult<()> {
         if rank >= self.size {
-            return Err(FabricError::Peer { rank, reason: format!("does not exist (job of {})", self.size) });
+            return Err(no_such_rank(rank, self.size));
         }
         os::read_process(self.control(rank).pid(), addr, dst)
     }
 
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
-        if dst >= self.size {
-            return Err(FabricError::Peer {
-                rank: dst,
-                reason: format!("does not exist (job of {})", self.size),
-            });
-        }
+        let Some(rings) = self.senders.get(dst as usize) else {
+            return Err(no_such_rank(dst, self.size));
+        };
         let body = body_for(dst, msg, self.max_medium)?;
-        let sent = self.senders[dst as usize][class_index(msg.class)].lock().try_send(
-            msg.handler,
-            msg.args,
-            body,
-        )?;
+        let sent = rings[class_index(msg.class)].lock().try_send(msg.handler, msg.args, body)?;
         if sent {
             self.ring_doorbell(dst);
         }

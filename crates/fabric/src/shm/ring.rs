@@ -153,21 +153,27 @@ impl Sender {
             }
         }
         if k > room_to_end {
-            self.write_header(self.tail, 0, KIND_SKIP, 0, room_to_end, 0, 0);
-            self.ring.stamp(self.tail).store(self.tail + 1, Ordering::Release);
+            self.publish(self.tail, (KIND_SKIP << 16) | (room_to_end << 32));
             self.tail += room_to_end;
         }
         let pos = self.tail;
         let slot = self.ring.slot(pos);
-        let (kind, len, w2, w3) = match body {
-            Body::Short => (KIND_SHORT, 0, 0, 0),
-            Body::Medium(p) => (KIND_MEDIUM, p.len() as u64, 0, 0),
-            Body::Long { region, offset, len } => (KIND_LONG, len, region as u64, offset),
+        let (kind, len) = match body {
+            Body::Short => (KIND_SHORT, 0),
+            Body::Medium(p) => (KIND_MEDIUM, p.len() as u64),
+            Body::Long { region, offset, len } => {
+                // SAFETY: words 2 and 3 of a free slot owned by this producer until the stamp
+                // is stored (only long messages use them).
+                unsafe {
+                    slot.cast::<u64>().add(2).write_volatile(region as u64);
+                    slot.cast::<u64>().add(3).write_volatile(offset);
+                }
+                (KIND_LONG, len)
+            }
         };
-        self.write_header(pos, handler, kind, args.len() as u64, len, w2, w3);
         // SAFETY: the k slots starting at `slot` are inside the ring (no wrap: checked above)
         // and free (consumed by the receiver, checked above); the receiver reads them only
-        // after the release store of the stamp below.
+        // after it sees the stamp, which `publish` stores last (release).
         unsafe {
             // A word loop, not memcpy: at most AM_MAX_ARGS words, usually none or a few, where
             // a call to memcpy costs more than the copy.
@@ -179,21 +185,19 @@ impl Sender {
                 crate::copy::copy_bytes(p.as_ptr(), slot.add(HEADER + args.len() * 8), p.len());
             }
         }
-        self.ring.stamp(pos).store(pos + 1, Ordering::Release);
+        let meta = handler as u64 | (kind << 16) | ((args.len() as u64) << 24) | (len << 32);
+        self.publish(pos, meta);
         self.tail += k;
         Ok(true)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn write_header(&self, pos: u64, handler: u16, kind: u64, nargs: u64, len: u64, w2: u64, w3: u64) {
-        let meta = handler as u64 | (kind << 16) | (nargs << 24) | (len << 32);
-        let slot = self.ring.slot(pos).cast::<u64>();
-        // SAFETY: words 1..4 of a free slot owned by this producer until the stamp is stored.
-        unsafe {
-            slot.add(1).write_volatile(meta);
-            slot.add(2).write_volatile(w2);
-            slot.add(3).write_volatile(w3);
-        }
+    /// Stores the header word `meta` and then, with release ordering, the stamp of the message
+    /// at `pos`: a receiver that sees the stamp sees the whole message.
+    #[inline]
+    fn publish(&self, pos: u64, meta: u64) {
+        // SAFETY: word 1 of a free slot owned by this producer until the stamp is stored.
+        unsafe { self.ring.slot(pos).cast::<u64>().add(1).write_volatile(meta) };
+        self.ring.stamp(pos).store(pos + 1, Ordering::Release);
     }
 }
 
@@ -221,66 +225,86 @@ impl Receiver {
         self.head
     }
 
-    /// Hands the next message to `f` and releases its slots; `Ok(false)` if none is waiting.
-    /// An error from `f` is returned after the message is released (it was consumed).
+    /// Hands up to `max` waiting messages to `f` in order, releasing each one's slots, and
+    /// returns how many there were. An error from `f` ends the batch and is returned after its
+    /// message was released (it was consumed); a malformed header ends it and stays where it
+    /// is (nothing after it can be trusted).
+    ///
+    /// One loop for the whole batch, and the consumed position published once at its end: the
+    /// producer reads it only when its ring looks full.
     #[inline]
-    pub fn recv(&mut self, f: impl FnOnce(Message<'_>) -> FabricResult<()>) -> FabricResult<bool> {
-        loop {
-            if !self.ready() {
-                return Ok(false);
-            }
-            let slot = self.ring.slot(self.head);
-            // SAFETY: the acquire load of the stamp in ready() makes the producer's writes of
-            // this message visible; the producer does not touch these slots until we publish
-            // `consumed` past them.
-            let meta = unsafe { slot.cast::<u64>().add(1).read_volatile() };
-            let handler = (meta & 0xffff) as u16;
-            let kind = (meta >> 16) & 0xff;
-            let nargs = ((meta >> 24) & 0xff) as usize;
-            let len = meta >> 32;
-            let room_to_end = self.ring.room_to_end(self.head);
-            if kind == KIND_SKIP {
-                if len != room_to_end {
-                    return Err(malformed_skip(len, room_to_end));
+    pub fn recv(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(Message<'_>) -> FabricResult<()>,
+    ) -> FabricResult<usize> {
+        let start = self.head;
+        let mut n = 0;
+        let mut result = Ok(());
+        while n < max && self.ready() {
+            match self.take(&mut f) {
+                Ok(true) => n += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    result = Err(e);
+                    break;
                 }
-                self.release(room_to_end);
-                continue;
             }
-            let medium = if kind == KIND_MEDIUM { len as usize } else { 0 };
-            let k = slots_for(nargs, medium) as u64;
-            if kind > KIND_LONG || nargs > AM_MAX_ARGS || medium > self.max_medium || k > room_to_end {
-                return Err(malformed_header(kind, nargs, medium, k));
-            }
-            // SAFETY: the k slots lie inside the ring (checked) and are ours until released;
-            // args are 8-aligned (slot is 64-aligned, header 32 bytes).
-            let (args, body) = unsafe {
-                let words = slot.cast::<u64>();
-                let args = std::slice::from_raw_parts(words.add(4), nargs);
-                let body = match kind {
-                    KIND_SHORT => Body::Short,
-                    KIND_MEDIUM => {
-                        Body::Medium(std::slice::from_raw_parts(slot.add(HEADER + nargs * 8), medium))
-                    }
-                    _ => Body::Long {
-                        region: words.add(2).read_volatile() as u32,
-                        offset: words.add(3).read_volatile(),
-                        len,
-                    },
-                };
-                (args, body)
-            };
-            let handled = f(Message { handler, args, body });
-            for i in 1..k {
-                self.ring.stamp(self.head + i).store(0, Ordering::Relaxed);
-            }
-            self.release(k);
-            return handled.map(|()| true);
         }
+        if self.head != start {
+            self.ring.consumed().store(self.head, Ordering::Release);
+        }
+        result.map(|()| n)
     }
 
-    fn release(&mut self, k: u64) {
+    /// Hands the message at the head (known to be ready) to `f` and moves past it; `Ok(false)`
+    /// for a skip marker.
+    #[inline]
+    fn take(&mut self, f: &mut impl FnMut(Message<'_>) -> FabricResult<()>) -> FabricResult<bool> {
+        let slot = self.ring.slot(self.head);
+        // SAFETY: the acquire load of the stamp in ready() makes the producer's writes of this
+        // message visible; the producer does not touch these slots until we publish `consumed`
+        // past them.
+        let meta = unsafe { slot.cast::<u64>().add(1).read_volatile() };
+        let handler = (meta & 0xffff) as u16;
+        let kind = (meta >> 16) & 0xff;
+        let nargs = ((meta >> 24) & 0xff) as usize;
+        let len = meta >> 32;
+        let room_to_end = self.ring.room_to_end(self.head);
+        if kind == KIND_SKIP {
+            if len != room_to_end {
+                return Err(malformed_skip(len, room_to_end));
+            }
+            self.head += room_to_end;
+            return Ok(false);
+        }
+        let medium = if kind == KIND_MEDIUM { len as usize } else { 0 };
+        let k = slots_for(nargs, medium) as u64;
+        if kind > KIND_LONG || nargs > AM_MAX_ARGS || medium > self.max_medium || k > room_to_end {
+            return Err(malformed_header(kind, nargs, medium, k));
+        }
+        // SAFETY: the k slots lie inside the ring (checked) and are ours until released;
+        // args are 8-aligned (slot is 64-aligned, header 32 bytes).
+        let (args, body) = unsafe {
+            let words = slot.cast::<u64>();
+            let args = std::slice::from_raw_parts(words.add(4), nargs);
+            let body = match kind {
+                KIND_SHORT => Body::Short,
+                KIND_MEDIUM => Body::Medium(std::slice::from_raw_parts(slot.add(HEADER + nargs * 8), medium)),
+                _ => Body::Long {
+                    region: words.add(2).read_volatile() as u32,
+                    offset: words.add(3).read_volatile(),
+                    len,
+                },
+            };
+            (args, body)
+        };
+        let handled = f(Message { handler, args, body });
+        for i in 1..k {
+            self.ring.stamp(self.head + i).store(0, Ordering::Relaxed);
+        }
         self.head += k;
-        self.ring.consumed().store(self.head, Ordering::Release);
+        handled.map(|()| true)
     }
 }
 
@@ -318,8 +342,8 @@ mod tests {
             assert!(tx.try_send(7, &[round, 2], Body::Medium(&evil)).unwrap());
             assert!(tx.try_send(9, &[round], Body::Short).unwrap());
             let mut got = vec![];
-            while rx
-                .recv(|m| {
+            let n = rx
+                .recv(64, |m| {
                     got.push((
                         m.handler,
                         m.args.to_vec(),
@@ -327,8 +351,8 @@ mod tests {
                     ));
                     Ok(())
                 })
-                .unwrap()
-            {}
+                .unwrap();
+            assert_eq!(n, 2);
             assert_eq!(got, vec![(7, vec![round, 2], true), (9, vec![round], false)]);
         }
     }
@@ -345,12 +369,13 @@ mod tests {
             sent += 1;
         }
         assert_eq!(sent, 16);
-        assert!(rx
-            .recv(|m| {
+        let n = rx
+            .recv(1, |m| {
                 assert_eq!(m.args, &[0]);
                 Ok(())
             })
-            .unwrap());
+            .unwrap();
+        assert_eq!(n, 1);
         assert!(tx.try_send(1, &[99], Body::Short).unwrap());
         assert!(tx.try_send(1, &[0; 17], Body::Short).is_err());
     }
