@@ -29,12 +29,14 @@ thread_local! {
     static IN_HANDLER: Cell<Option<AmClass>> = const { Cell::new(None) };
 }
 
+#[inline]
 pub(crate) fn in_handler() -> Option<AmClass> {
     IN_HANDLER.with(|h| h.get())
 }
 
 /// What this thread may handle while it waits: inside a handler only replies (so handlers
 /// never recurse into requests), everything otherwise.
+#[inline]
 pub(crate) fn poll_set() -> PollSet {
     if in_handler().is_some() {
         PollSet::RepliesOnly

@@ -102,11 +102,17 @@ impl Comm {
     }
 
     /// Runs the progress hooks (never inside an AM handler). Returns the events they handled.
+    /// Inline for its first test: it runs on every poll of every wait, and waits are generic
+    /// (compiled in the caller's crate, where a plain function would be a call).
     #[inline]
     pub(crate) fn run_hooks(&self) -> Result<usize> {
         if self.ext.hooks.is_empty() || crate::am::in_handler().is_some() {
             return Ok(0);
         }
+        self.run_each_hook()
+    }
+
+    fn run_each_hook(&self) -> Result<usize> {
         let mut n = 0;
         for h in &self.ext.hooks {
             n += h(self)?;

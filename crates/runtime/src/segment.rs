@@ -21,6 +21,7 @@ pub(crate) struct SegInfo {
 }
 
 impl SegInfo {
+    #[inline]
     pub fn remote(&self, rank: u32) -> Result<&RemoteRegion> {
         // A match, not `ok_or`: an eagerly built error is dropped on every successful call.
         match self.remote.get(rank as usize) {
@@ -44,6 +45,9 @@ impl SegmentTable {
             count: std::sync::Mutex::new(0),
         }
     }
+    /// Inline: every put and get looks its segment up here, from the caller's crate (the
+    /// RMA calls are generic, so they are compiled there).
+    #[inline]
     pub fn get(&self, id: u32) -> Option<&Arc<SegInfo>> {
         self.slots.get(id as usize)?.get()
     }

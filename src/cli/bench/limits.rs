@@ -183,18 +183,46 @@ pub fn memcpy_ns(bytes: u64) -> f64 {
 /// Time of `copy(dst, src)` for `bytes` with `dst` placed `skew` bytes after `src` modulo
 /// 4 KiB, ns (median of five runs).
 fn copy_ns(bytes: usize, skew: usize, copy: impl Fn(&mut [u8], &[u8])) -> f64 {
-    let src_buf = vec![1u8; bytes + 4096];
-    let mut dst_buf = vec![0u8; bytes + 8192];
-    let s = src_buf.as_ptr().align_offset(4096);
-    let d = dst_buf.as_ptr().align_offset(4096) + skew;
-    let src = &src_buf[s..s + bytes];
-    let dst = &mut dst_buf[d..d + bytes];
+    let mut bufs = CopyBufs::new(bytes, skew);
     let Ok(ns) = ns_per_op::<std::convert::Infallible>(5, reps_for(bytes as u64), || {
-        copy(dst, std::hint::black_box(src));
-        std::hint::black_box(&mut *dst);
+        bufs.copy_with(&copy);
         Ok(())
     });
     ns
+}
+
+/// A page-aligned source and a destination `skew` bytes past a page boundary, for timing
+/// copies.
+pub struct CopyBufs {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+    at: (usize, usize),
+    bytes: usize,
+}
+
+impl CopyBufs {
+    pub fn new(bytes: usize, skew: usize) -> Self {
+        let src = vec![1u8; bytes + 4096];
+        let dst = vec![0u8; bytes + 8192];
+        let at = (src.as_ptr().align_offset(4096), dst.as_ptr().align_offset(4096) + skew);
+        CopyBufs { src, dst, at, bytes }
+    }
+
+    fn copy_with(&mut self, copy: impl Fn(&mut [u8], &[u8])) {
+        let (s, d) = self.at;
+        let dst = &mut self.dst[d..d + self.bytes];
+        copy(dst, std::hint::black_box(&self.src[s..s + self.bytes]));
+        std::hint::black_box(dst);
+    }
+
+    /// ns per memcpy, over one run of `reps` copies.
+    pub fn memcpy_ns(&mut self, reps: u64) -> f64 {
+        let t = os::now_ns();
+        for _ in 0..reps {
+            self.copy_with(|d, s| d.copy_from_slice(s));
+        }
+        (os::now_ns() - t) as f64 / reps as f64
+    }
 }
 
 /// The 4K-aliasing case (see `weft_fabric::copy`): 256 KiB with the destination 16 bytes
