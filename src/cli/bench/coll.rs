@@ -2,11 +2,18 @@
 //! weft's team collectives and — with the `mpi` feature — Open MPI's, timed by the same
 //! driver in the same `weft bench` run.
 //!
-//! Method (as OSU's collective benchmarks): for each collective and size, a few calls to warm
-//! up and estimate the time, then the members agree on an iteration count (about 20 ms of
-//! work), then five timed runs; each run's figure is the mean over members of their time per
-//! call, and the row is the fastest run (on this shared machine noise only ever adds time, and
-//! both libraries are timed alike).
+//! Method: for each collective and size, a few calls to warm up and estimate the time, then
+//! the members agree on an iteration count (about 20 ms of work), then five timed runs; each
+//! run's figure is the mean over members of their time per call, and the row is the fastest
+//! run (on this shared machine noise only ever adds time, and both libraries are timed alike).
+//! Two figures per case:
+//! - *latency*, as OSU's collective benchmarks take it: each call timed on its own, with a
+//!   barrier (not timed) between calls, so that no call starts before the last one ended
+//!   everywhere;
+//! - *back-to-back*: the calls one after the other with nothing between, where a root that
+//!   may run ahead of its receivers (a broadcast's) is paced by how much its library buffers.
+//!
+//! The barrier itself is timed back-to-back only.
 //!
 //! With Open MPI, both libraries run in the same processes under `mpirun` (weft starts through
 //! PMIx) and their timed runs alternate, one of Open MPI's then one of weft's, collective by
@@ -55,6 +62,9 @@ pub trait CollBackend {
 pub struct Sample {
     pub coll: String,
     pub bytes: u64,
+    /// Timed back-to-back (else as a latency, see the module documentation).
+    #[serde(default)]
+    pub back_to_back: bool,
     pub ns: f64,
 }
 
@@ -83,26 +93,40 @@ fn iterations<B: CollBackend>(
     Ok((RUN_NS / est.max(1.0)).clamp(5.0, 20_000.0) as u64)
 }
 
-/// One timed run of `iters` calls: the mean over the members of their time per call.
+/// One timed run of `iters` calls: the mean over the members of their time per call. For a
+/// latency, each call is timed on its own and followed by an untimed barrier.
 fn timed_run<B: CollBackend>(
     b: &mut B,
     op: &mut impl FnMut(&mut B) -> Result<(), B::Error>,
     iters: u64,
+    back_to_back: bool,
 ) -> Result<f64, B::Error> {
     b.barrier()?;
-    let t = os::now_ns();
-    for _ in 0..iters {
-        op(b)?;
+    let mut mine = 0;
+    if back_to_back {
+        let t = os::now_ns();
+        for _ in 0..iters {
+            op(b)?;
+        }
+        mine = os::now_ns() - t;
+    } else {
+        for _ in 0..iters {
+            let t = os::now_ns();
+            op(b)?;
+            mine += os::now_ns() - t;
+            b.barrier()?;
+        }
     }
-    let mine = (os::now_ns() - t) as f64 / iters as f64;
-    Ok(b.sum(mine)? / b.size() as f64)
+    Ok(b.sum(mine as f64 / iters as f64)? / b.size() as f64)
 }
 
-/// The cases measured, in order: (collective, bytes).
-fn cases() -> Vec<(&'static str, u64)> {
-    let mut c = vec![("barrier", 0)];
-    for &bytes in SIZES {
-        c.extend([("broadcast", bytes), ("allreduce", bytes), ("alltoall", bytes)]);
+/// The cases measured, in order: (collective, bytes, back-to-back).
+fn cases() -> Vec<(&'static str, u64, bool)> {
+    let mut c = vec![("barrier", 0, true)];
+    for back_to_back in [false, true] {
+        for &bytes in SIZES {
+            c.extend(["broadcast", "allreduce", "alltoall"].map(|coll| (coll, bytes, back_to_back)));
+        }
     }
     c
 }
@@ -136,6 +160,7 @@ impl Buffers {
 /// One library's timing of one case: its buffers, its iteration count and its fastest run.
 struct Timing {
     coll: &'static str,
+    back_to_back: bool,
     bufs: Buffers,
     iters: u64,
     best: f64,
@@ -143,32 +168,43 @@ struct Timing {
 
 impl Timing {
     /// Warms up and agrees on the iteration count.
-    fn start<B: CollBackend>(b: &mut B, coll: &'static str, bytes: u64) -> Result<Timing, B::Error> {
+    fn start<B: CollBackend>(
+        b: &mut B,
+        (coll, bytes, back_to_back): (&'static str, u64, bool),
+    ) -> Result<Timing, B::Error> {
         let mut bufs = Buffers::new(bytes, b.size());
-        let iters = iterations(b, &mut |x: &mut B| bufs.call(x, coll))?;
-        Ok(Timing { coll, bufs, iters, best: f64::INFINITY })
+        let iters = iterations(b, &mut |x: &mut B| {
+            bufs.call(x, coll)?;
+            if back_to_back {
+                Ok(())
+            } else {
+                x.barrier()
+            }
+        })?;
+        Ok(Timing { coll, back_to_back, bufs, iters, best: f64::INFINITY })
     }
     /// One timed run.
     fn run<B: CollBackend>(&mut self, b: &mut B) -> Result<(), B::Error> {
         let (bufs, coll) = (&mut self.bufs, self.coll);
-        self.best = self.best.min(timed_run(b, &mut |x: &mut B| bufs.call(x, coll), self.iters)?);
+        let ns = timed_run(b, &mut |x: &mut B| bufs.call(x, coll), self.iters, self.back_to_back)?;
+        self.best = self.best.min(ns);
         Ok(())
     }
     fn sample(&self, bytes: u64) -> Sample {
-        Sample { coll: self.coll.into(), bytes, ns: self.best }
+        Sample { coll: self.coll.into(), bytes, back_to_back: self.back_to_back, ns: self.best }
     }
 }
 
 /// Every collective at every size, on one library.
 pub fn measure<B: CollBackend>(b: &mut B, mut note: impl FnMut(&str)) -> Result<Vec<Sample>, B::Error> {
     let mut out = vec![];
-    for (coll, bytes) in cases() {
-        note(&format!("{coll} of {bytes} B"));
-        let mut t = Timing::start(b, coll, bytes)?;
+    for case in cases() {
+        note(&format!("{} of {} B", case.0, case.1));
+        let mut t = Timing::start(b, case)?;
         for _ in 0..RUNS {
             t.run(b)?;
         }
-        out.push(t.sample(bytes));
+        out.push(t.sample(case.1));
     }
     Ok(out)
 }
@@ -181,15 +217,15 @@ pub fn measure_interleaved<A: CollBackend, B: CollBackend>(
     b: &mut B,
 ) -> Result<(Vec<Sample>, Vec<Sample>), String> {
     let (mut out_a, mut out_b) = (vec![], vec![]);
-    for (coll, bytes) in cases() {
-        let mut ta = Timing::start(a, coll, bytes).map_err(|e| e.to_string())?;
-        let mut tb = Timing::start(b, coll, bytes).map_err(|e| e.to_string())?;
+    for case in cases() {
+        let mut ta = Timing::start(a, case).map_err(|e| e.to_string())?;
+        let mut tb = Timing::start(b, case).map_err(|e| e.to_string())?;
         for _ in 0..RUNS {
             ta.run(a).map_err(|e| e.to_string())?;
             tb.run(b).map_err(|e| e.to_string())?;
         }
-        out_a.push(ta.sample(bytes));
-        out_b.push(tb.sample(bytes));
+        out_a.push(ta.sample(case.1));
+        out_b.push(tb.sample(case.1));
     }
     Ok((out_a, out_b))
 }
@@ -273,10 +309,14 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
     let n = w.size() as usize;
     let mut rows = vec![];
     for s in samples {
-        let metric = format!("{} ({n} ranks)", s.coll);
+        let how = if s.back_to_back && s.coll != "barrier" { " back-to-back" } else { "" };
+        let metric = format!("{}{how} ({n} ranks)", s.coll);
         let row = Row::new("coll", metric, s.bytes, s.ns / 1e3, "us");
         let theirs = peer.as_ref().and_then(|p| {
-            p.samples.iter().find(|m| m.coll == s.coll && m.bytes == s.bytes).map(|m| (p, m.ns))
+            p.samples
+                .iter()
+                .find(|m| m.coll == s.coll && m.bytes == s.bytes && m.back_to_back == s.back_to_back)
+                .map(|m| (p, m.ns))
         });
         rows.push(match theirs {
             Some((p, ns)) => row.vs(leak(&p.library), ns / 1e3),
