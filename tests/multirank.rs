@@ -753,6 +753,10 @@ fn check_collectives(team: &weft::Team, lens: &[usize]) -> Res {
         let a = team.allreduce(&f, ReduceOp::Sum).map_err(e2s)?;
         let b = team.allreduce(&f, ReduceOp::Sum).map_err(e2s)?;
         ck(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), || who("reproducible f64 sum", len))?;
+        // Into an output (the ring then reads the data in place): the same bits.
+        let mut c = vec![1.5f64; len];
+        team.allreduce_into(&f, &mut c, ReduceOp::Sum).map_err(e2s)?;
+        ck(a.iter().zip(&c).all(|(x, y)| x.to_bits() == y.to_bits()), || who("f64 sum into an output", len))?;
         let bits: Vec<u64> = a.iter().map(|x| x.to_bits()).collect();
         let everyone = team.allgather(&bits).map_err(e2s)?;
         ck(everyone.chunks(len.max(1)).take(if len == 0 { 0 } else { n }).all(|c| c == &bits[..]), || {

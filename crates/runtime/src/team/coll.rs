@@ -139,6 +139,16 @@ fn combine<T>(acc: &mut [T], x: &[T], f: &impl Fn(&mut T, &T)) {
     acc.iter_mut().zip(x).for_each(|(a, b)| f(a, b));
 }
 
+/// `theirs[i] = f(mine[i], theirs[i])`: what [`combine`] computes with `mine` as the
+/// accumulator (the same operand order, so the same bits), left in `theirs`.
+fn combine_into<T: Pod>(theirs: &mut [T], mine: &[T], f: &impl Fn(&mut T, &T)) {
+    theirs.iter_mut().zip(mine).for_each(|(t, &m)| {
+        let x = *t;
+        *t = m;
+        f(t, &x);
+    });
+}
+
 /// `v mod n` for `v < 2n` (no division on the latency paths).
 fn wrap(v: usize, n: usize) -> usize {
     if v >= n {
@@ -286,23 +296,26 @@ impl<'c> Core<'c> {
     /// Recursive doubling up to `data`'s latency limit, a ring (reduce-scatter, then
     /// allgather) above it.
     pub(super) async fn allreduce<T: Pod>(&self, data: &[T], f: &impl Fn(&mut T, &T)) -> Result<Vec<T>> {
-        let mut acc = to_vec(data);
-        self.allreduce_in_place(&mut acc, f).await?;
-        Ok(acc)
+        let mut out = vec![T::zeroed(); data.len()];
+        self.allreduce_into(data, &mut out, f).await?;
+        Ok(out)
     }
 
-    /// As [`Core::allreduce`], combining into `acc` (which holds this member's data).
-    pub(super) async fn allreduce_in_place<T: Pod>(
+    /// As [`Core::allreduce`], into `out` (as long as `data`). Above the latency limit the
+    /// ring reads `data` where it is and builds the result in `out`: no copy of `data` first
+    /// and no scratch (for large data, memory traffic is the cost).
+    pub(super) async fn allreduce_into<T: Pod>(
         &self,
-        acc: &mut [T],
+        data: &[T],
+        out: &mut [T],
         f: &impl Fn(&mut T, &T),
     ) -> Result<()> {
+        if self.size() > 1 && !self.small::<T>(data.len()) {
+            return self.ring_allreduce(data, out, f).await;
+        }
+        copy_slice(out, data);
         if self.size() > 1 {
-            if self.small::<T>(acc.len()) {
-                self.recursive_doubling(acc, f).await?;
-            } else {
-                self.ring_allreduce(acc, f).await?;
-            }
+            self.recursive_doubling(out, f).await?;
         }
         Ok(())
     }
@@ -362,26 +375,30 @@ impl<'c> Core<'c> {
     /// Ring: n - 1 steps of reduce-scatter (each member ends with one block fully combined),
     /// then n - 1 steps of allgather. Each block is combined once, in a fixed order, then
     /// copied: every member gets the same bits.
-    async fn ring_allreduce<T: Pod>(&self, acc: &mut [T], f: &impl Fn(&mut T, &T)) -> Result<()> {
+    ///
+    /// `out` is only the output: a block arrives straight in `out` and this member's operand
+    /// from `data` joins it there. (A member receives each block at most once in the
+    /// reduce-scatter, so the local operand of every block it combines is still `data`'s.)
+    async fn ring_allreduce<T: Pod>(&self, data: &[T], out: &mut [T], f: &impl Fn(&mut T, &T)) -> Result<()> {
         let (me, n) = (self.me, self.size());
-        let counts = even_blocks(acc.len(), n);
+        let counts = even_blocks(out.len(), n);
         let at = offsets(&counts);
         let block = |b: usize| at[b]..at[b] + counts[b];
         let (right, left) = ((me + 1) % n, (me + n - 1) % n);
-        let mut theirs = vec![T::zeroed(); counts[0]];
         for step in 0..n - 1 {
             let (send, recv) = ((me + n - step) % n, (me + 2 * n - step - 1) % n);
-            let tmp = &mut theirs[..counts[recv]];
-            let mut ins = [In { from: left, out: bytes_of_mut(tmp) }];
-            let outs = [Out { to: right, data: bytes_of(&acc[block(send)]) }];
-            self.send_recv(tag::ALLREDUCE, &outs, &mut ins).await?;
-            combine(&mut acc[block(recv)], tmp, f);
+            let (sent, inp) = read_write(out, block(send), block(recv));
+            // The first block out is this member's own, not yet in `out`.
+            let sent = if step == 0 { &data[block(send)] } else { sent };
+            let mut ins = [In { from: left, out: bytes_of_mut(inp) }];
+            self.send_recv(tag::ALLREDUCE, &[Out { to: right, data: bytes_of(sent) }], &mut ins).await?;
+            combine_into(inp, &data[block(recv)], f);
         }
         for step in 0..n - 1 {
             let (send, recv) = ((me + 1 + n - step) % n, (me + n - step) % n);
-            let (out, inp) = read_write(acc, block(send), block(recv));
+            let (sent, inp) = read_write(out, block(send), block(recv));
             let mut ins = [In { from: left, out: bytes_of_mut(inp) }];
-            self.send_recv(tag::ALLREDUCE, &[Out { to: right, data: bytes_of(out) }], &mut ins).await?;
+            self.send_recv(tag::ALLREDUCE, &[Out { to: right, data: bytes_of(sent) }], &mut ins).await?;
         }
         Ok(())
     }
@@ -649,9 +666,8 @@ impl Team<'_> {
         if out.len() != data.len() {
             return Err(Error::Misuse("allreduce_into: the output must be as long as the data"));
         }
-        copy_slice(out, data);
         let bytes = std::mem::size_of_val(data);
-        self.core.run_tuned(tag::ALLREDUCE, bytes, pin!(self.core.allreduce_in_place(out, &f)))
+        self.core.run_tuned(tag::ALLREDUCE, bytes, pin!(self.core.allreduce_into(data, out, &f)))
     }
 
     /// Team rank `root` gets every member's `data` (all the same length), in team order.
