@@ -47,6 +47,25 @@ pub fn bytes_of_mut<T: Pod>(s: &mut [T]) -> &mut [u8] {
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast(), std::mem::size_of_val(s)) }
 }
 
+/// The first `len` elements of type `T` laid over `words`, if they fit and `T` needs no more
+/// than 8-byte alignment: a typed scratch that can live on the stack.
+///
+/// ```
+/// let mut words = [0u64; 4];
+/// let s: &mut [f32] = weft_fabric::pod::words_as_mut(&mut words, 8).unwrap();
+/// s[7] = 1.5;
+/// assert!(weft_fabric::pod::words_as_mut::<f32>(&mut words, 9).is_none());
+/// ```
+pub fn words_as_mut<T: Pod>(words: &mut [u64], len: usize) -> Option<&mut [T]> {
+    if std::mem::align_of::<T>() > 8 || len.checked_mul(std::mem::size_of::<T>())? > words.len() * 8 {
+        return None;
+    }
+    // SAFETY: the words are 8-aligned, which is enough for T (checked), and `len` Ts fit in
+    // them (checked); every bit pattern is a valid T (Pod), and the result borrows `words`
+    // mutably for its whole life.
+    Some(unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<T>(), len) })
+}
+
 /// A typed view of this rank's part of a registered region (see the module documentation).
 pub struct LocalView<'a, T: Pod> {
     ptr: *mut T,

@@ -149,6 +149,9 @@ fn combine_into<T: Pod>(theirs: &mut [T], mine: &[T], f: &impl Fn(&mut T, &T)) {
     });
 }
 
+/// Words of the stack scratch of a small recursive-doubling allreduce (256 bytes).
+const STACK_SCRATCH_WORDS: usize = 32;
+
 /// `v mod n` for `v < 2n` (no division on the latency paths).
 fn wrap(v: usize, n: usize) -> usize {
     if v >= n {
@@ -328,7 +331,16 @@ impl<'c> Core<'c> {
         let (me, n) = (self.me, self.size());
         let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
         let rem = n - p;
-        let mut theirs = vec![T::zeroed(); acc.len()];
+        // The peer's operand: on the stack when small (an 8 B allreduce spent a seventh of its
+        // instructions in calloc and free), else on the heap.
+        let (mut stack, mut heap) = ([0u64; STACK_SCRATCH_WORDS], Vec::new());
+        let theirs: &mut [T] = match weft_fabric::pod::words_as_mut(&mut stack, acc.len()) {
+            Some(s) => s,
+            None => {
+                heap.resize(acc.len(), T::zeroed());
+                &mut heap
+            }
+        };
         // Lower-rank operand first: acc = theirs ∘ acc.
         let combine_lower = |acc: &mut [T], theirs: &mut [T]| {
             combine(theirs, acc, f);
@@ -339,9 +351,9 @@ impl<'c> Core<'c> {
                 self.send_recv(tag::ALLREDUCE, &[Out { to: me + 1, data: bytes_of(acc) }], &mut []).await?;
                 None
             } else {
-                let mut ins = [In { from: me - 1, out: bytes_of_mut(&mut theirs) }];
+                let mut ins = [In { from: me - 1, out: bytes_of_mut(&mut *theirs) }];
                 self.send_recv(tag::ALLREDUCE, &[], &mut ins).await?;
-                combine_lower(acc, &mut theirs);
+                combine_lower(acc, &mut *theirs);
                 Some(me / 2)
             }
         } else {
@@ -352,11 +364,11 @@ impl<'c> Core<'c> {
             let mut mask = 1;
             while mask < p {
                 let pv = v ^ mask;
-                self.swap(tag::ALLREDUCE, real(pv), acc, &mut theirs).await?;
+                self.swap(tag::ALLREDUCE, real(pv), acc, &mut *theirs).await?;
                 if pv < v {
-                    combine_lower(acc, &mut theirs);
+                    combine_lower(acc, &mut *theirs);
                 } else {
-                    combine(acc, &theirs, f);
+                    combine(acc, &*theirs, f);
                 }
                 mask <<= 1;
             }
