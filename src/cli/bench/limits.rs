@@ -223,6 +223,21 @@ impl CopyBufs {
         }
         (os::now_ns() - t) as f64 / reps as f64
     }
+
+    /// ns per memcpy into `dsts` (page-aligned, `bytes` each) in turn, over `reps` copies: the
+    /// limit of a flood whose copies land in several buffers.
+    pub fn memcpy_into_ns(&self, dsts: &mut [u8], reps: u64) -> f64 {
+        let (src, n) = (&self.src[self.at.0..self.at.0 + self.bytes], self.bytes);
+        let k = (dsts.len() / n.max(1)).max(1);
+        let t = os::now_ns();
+        for i in 0..reps as usize {
+            let at = (i % k) * n;
+            let d = &mut dsts[at..at + n];
+            d.copy_from_slice(std::hint::black_box(src));
+            std::hint::black_box(d);
+        }
+        (os::now_ns() - t) as f64 / reps as f64
+    }
 }
 
 /// The 4K-aliasing case (see `weft_fabric::copy`): 256 KiB with the destination 16 bytes
