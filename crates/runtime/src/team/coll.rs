@@ -277,23 +277,29 @@ impl<'c> Core<'c> {
         let n = self.size();
         let vr = wrap(self.me + n - root, n);
         let real = |v: usize| wrap(v + root, n);
-        let mut acc = to_vec(data);
-        let mut theirs = vec![T::zeroed(); data.len()];
+        // A leaf (half the members) sends its data as it is, with no copy and no scratch; a
+        // member with children makes its partial result before its first child's data can
+        // arrive, while the child still sends.
+        let has_children = vr & 1 == 0 && vr + 1 < n;
+        let (mut acc, mut theirs) = match has_children {
+            true => (Some(to_vec(data)), vec![T::zeroed(); data.len()]),
+            false => (None, Vec::new()),
+        };
         let mut mask = 1;
         while mask < n {
             if vr & mask != 0 {
-                let outs = [Out { to: real(vr - mask), data: bytes_of(&acc) }];
+                let outs = [Out { to: real(vr - mask), data: bytes_of(acc.as_deref().unwrap_or(data)) }];
                 self.send_recv(tag::REDUCE, &outs, &mut []).await?;
                 return Ok(None);
             }
             if vr + mask < n {
                 let mut ins = [In { from: real(vr + mask), out: bytes_of_mut(&mut theirs) }];
                 self.send_recv(tag::REDUCE, &[], &mut ins).await?;
-                combine(&mut acc, &theirs, f);
+                combine(acc.get_or_insert_with(|| to_vec(data)), &theirs, f);
             }
             mask <<= 1;
         }
-        Ok(Some(acc))
+        Ok(Some(acc.unwrap_or_else(|| to_vec(data))))
     }
 
     /// Recursive doubling up to `data`'s latency limit, a ring (reduce-scatter, then
