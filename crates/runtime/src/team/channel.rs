@@ -49,7 +49,7 @@ pub const CHUNK: usize = SLOT / 2;
 /// 0.9x the time back-to-back this way). Only the words a message uses are written.
 const LINE: usize = 16;
 /// Messages up to this many bytes travel inside the flag line (words 4..16).
-const INLINE: usize = (LINE - 4) * 8;
+pub(crate) const INLINE: usize = (LINE - 4) * 8;
 /// Flag lines per source in each receiver: how many messages a sender may be ahead (deep, so
 /// that a rank sharing its core with others finds many messages when it gets the core).
 pub const LINES: usize = 32;
