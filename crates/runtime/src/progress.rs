@@ -68,8 +68,6 @@ struct Slow {
     start: Option<Instant>,
     sleep: Duration,
     next_check: Instant,
-    spin: Duration,
-    check: Duration,
 }
 
 /// First sleep on the doorbell (it doubles up to [`MAX_SLEEP`]).
@@ -116,13 +114,12 @@ impl Backoff {
             start: None,
             sleep: FIRST_SLEEP,
             next_check: now + comm.cfg.peer_check,
-            spin: comm.cfg.spin,
-            check: comm.cfg.peer_check,
         });
+        let spin = comm.cfg.spin;
         let waited = now - *s.start.get_or_insert(now);
-        if waited < s.spin {
+        if waited < spin {
             std::hint::spin_loop();
-        } else if waited < s.spin + YIELD_WINDOW {
+        } else if waited < spin + YIELD_WINDOW {
             std::thread::yield_now();
             self.iters = self.iters.wrapping_add(63);
         } else {
@@ -135,7 +132,7 @@ impl Backoff {
             self.iters = self.iters.wrapping_add(63);
         }
         if now >= s.next_check {
-            s.next_check = now + s.check;
+            s.next_check = now + comm.cfg.peer_check;
             return true;
         }
         false

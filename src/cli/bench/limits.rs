@@ -191,52 +191,58 @@ fn copy_ns(bytes: usize, skew: usize, copy: impl Fn(&mut [u8], &[u8])) -> f64 {
     ns
 }
 
+/// `len` bytes of `buf` from its first page boundary on.
+pub fn page_aligned(buf: &mut [u8], len: usize) -> &mut [u8] {
+    let at = buf.as_ptr().align_offset(4096);
+    &mut buf[at..at + len]
+}
+
+/// ns per copy of `src` into the `src.len()`-byte buffers of `dsts` in turn, over `reps`
+/// copies.
+pub fn memcpy_into_ns(src: &[u8], dsts: &mut [u8], reps: u64) -> f64 {
+    let n = src.len();
+    let k = (dsts.len() / n.max(1)).max(1);
+    let t = os::now_ns();
+    for i in 0..reps as usize {
+        let at = (i % k) * n;
+        let d = &mut dsts[at..at + n];
+        d.copy_from_slice(std::hint::black_box(src));
+        std::hint::black_box(d);
+    }
+    (os::now_ns() - t) as f64 / reps as f64
+}
+
 /// A page-aligned source and a destination `skew` bytes past a page boundary, for timing
 /// copies.
 pub struct CopyBufs {
     src: Vec<u8>,
     dst: Vec<u8>,
-    at: (usize, usize),
+    skew: usize,
     bytes: usize,
 }
 
 impl CopyBufs {
     pub fn new(bytes: usize, skew: usize) -> Self {
-        let src = vec![1u8; bytes + 4096];
-        let dst = vec![0u8; bytes + 8192];
-        let at = (src.as_ptr().align_offset(4096), dst.as_ptr().align_offset(4096) + skew);
-        CopyBufs { src, dst, at, bytes }
+        CopyBufs { src: vec![1u8; bytes + 4096], dst: vec![0u8; bytes + 8192], skew, bytes }
+    }
+
+    /// The source, page-aligned.
+    pub fn src(&mut self) -> &[u8] {
+        page_aligned(&mut self.src, self.bytes)
     }
 
     fn copy_with(&mut self, copy: impl Fn(&mut [u8], &[u8])) {
-        let (s, d) = self.at;
-        let dst = &mut self.dst[d..d + self.bytes];
-        copy(dst, std::hint::black_box(&self.src[s..s + self.bytes]));
+        let (n, skew) = (self.bytes, self.skew);
+        let dst = &mut page_aligned(&mut self.dst, n + skew)[skew..];
+        copy(dst, std::hint::black_box(page_aligned(&mut self.src, n)));
         std::hint::black_box(dst);
     }
 
     /// ns per memcpy, over one run of `reps` copies.
     pub fn memcpy_ns(&mut self, reps: u64) -> f64 {
-        let t = os::now_ns();
-        for _ in 0..reps {
-            self.copy_with(|d, s| d.copy_from_slice(s));
-        }
-        (os::now_ns() - t) as f64 / reps as f64
-    }
-
-    /// ns per memcpy into `dsts` (page-aligned, `bytes` each) in turn, over `reps` copies: the
-    /// limit of a flood whose copies land in several buffers.
-    pub fn memcpy_into_ns(&self, dsts: &mut [u8], reps: u64) -> f64 {
-        let (src, n) = (&self.src[self.at.0..self.at.0 + self.bytes], self.bytes);
-        let k = (dsts.len() / n.max(1)).max(1);
-        let t = os::now_ns();
-        for i in 0..reps as usize {
-            let at = (i % k) * n;
-            let d = &mut dsts[at..at + n];
-            d.copy_from_slice(std::hint::black_box(src));
-            std::hint::black_box(d);
-        }
-        (os::now_ns() - t) as f64 / reps as f64
+        let (n, skew) = (self.bytes, self.skew);
+        let dst = &mut page_aligned(&mut self.dst, n + skew)[skew..];
+        memcpy_into_ns(page_aligned(&mut self.src, n), dst, reps)
     }
 }
 

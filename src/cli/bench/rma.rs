@@ -2,20 +2,26 @@
 //! put rate. Rank 0 drives, rank 1 is the target (it only makes progress, except in the
 //! ping-pong).
 
-use super::limits::{reps_for, CopyBufs, Limits, SIZES};
+use super::limits::{memcpy_into_ns, page_aligned, reps_for, CopyBufs, Limits, SIZES};
 use super::report::{ns_per_op, size_name, Row};
 use super::Ctx;
 use std::sync::atomic::Ordering;
 use weft::fabric::os;
 
-/// `len` bytes of `buf` starting at a page boundary.
-fn page_aligned(buf: &mut [u8], len: usize) -> &mut [u8] {
-    let at = buf.as_ptr().align_offset(4096);
-    &mut buf[at..at + len]
-}
-
 /// Rounds of the flood benchmarks (each figure is the fastest round).
 const FLOOD_ROUNDS: usize = 5;
+
+/// Keeps in `best` the lesser of it and `f`'s time per operation, for `f` doing `ops` of them.
+fn keep_fastest(
+    best: &mut f64,
+    ops: u64,
+    f: impl FnOnce() -> Result<(), weft::Error>,
+) -> Result<(), weft::Error> {
+    let t = os::now_ns();
+    f()?;
+    *best = best.min((os::now_ns() - t) as f64 / ops as f64);
+    Ok(())
+}
 
 /// ns per repetition of `f`, median of three runs of `reps`.
 fn per_op(reps: u64, f: impl FnMut() -> Result<(), weft::Error>) -> Result<f64, weft::Error> {
@@ -124,23 +130,27 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
             let mut memcpy_spread = f64::MAX;
             for _ in 0..FLOOD_ROUNDS {
                 memcpy = memcpy.min(bufs.memcpy_ns(reps));
-                memcpy_spread =
-                    memcpy_spread.min(bufs.memcpy_into_ns(&mut dst[..chunks as usize * n], passes * chunks));
-                let t = os::now_ns();
-                let hs: Vec<_> = (0..reps).map(|_| w.put_nb(target, &src[..n])).collect::<Result<_, _>>()?;
-                hs.into_iter().try_for_each(|h| h.wait())?;
-                nb = nb.min((os::now_ns() - t) as f64 / reps as f64);
-                let t = os::now_ns();
-                for _ in 0..reps {
-                    w.put_nbi(target, &src[..n])?;
-                }
-                w.sync_nbi()?;
-                nbi = nbi.min((os::now_ns() - t) as f64 / reps as f64);
-                let t = os::now_ns();
-                for _ in 0..passes {
-                    w.nbi(|s| dst.chunks_mut(n).take(chunks as usize).try_for_each(|c| s.get(target, c)))?;
-                }
-                get = get.min((os::now_ns() - t) as f64 / (passes * chunks) as f64);
+                let spread = memcpy_into_ns(bufs.src(), &mut dst[..chunks as usize * n], passes * chunks);
+                memcpy_spread = memcpy_spread.min(spread);
+                keep_fastest(&mut nb, reps, || {
+                    let hs: Vec<_> =
+                        (0..reps).map(|_| w.put_nb(target, &src[..n])).collect::<Result<_, _>>()?;
+                    hs.into_iter().try_for_each(|h| h.wait())
+                })?;
+                keep_fastest(&mut nbi, reps, || {
+                    for _ in 0..reps {
+                        w.put_nbi(target, &src[..n])?;
+                    }
+                    w.sync_nbi()
+                })?;
+                keep_fastest(&mut get, passes * chunks, || {
+                    for _ in 0..passes {
+                        w.nbi(|s| {
+                            dst.chunks_mut(n).take(chunks as usize).try_for_each(|c| s.get(target, c))
+                        })?;
+                    }
+                    Ok(())
+                })?;
             }
             let m = b as f64 / memcpy;
             rows.push(
@@ -165,12 +175,12 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
         // The fastest of a few runs, as for the floods.
         let mut ns = f64::MAX;
         for _ in 0..FLOOD_ROUNDS {
-            let t = os::now_ns();
-            for i in 0..reps {
-                w.put_nbi(flags.at(1, (i & 7) as usize), &[i])?;
-            }
-            w.sync_nbi()?;
-            ns = ns.min((os::now_ns() - t) as f64 / reps as f64);
+            keep_fastest(&mut ns, reps, || {
+                for i in 0..reps {
+                    w.put_nbi(flags.at(1, (i & 7) as usize), &[i])?;
+                }
+                w.sync_nbi()
+            })?;
         }
         rows.push(
             Row::new("rma", "8 B put NBI rate (1 thread)", 8, 1e3 / ns, "M/s")

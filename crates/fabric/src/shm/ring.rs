@@ -153,7 +153,7 @@ impl Sender {
             }
         }
         if k > room_to_end {
-            self.publish(self.tail, (KIND_SKIP << 16) | (room_to_end << 32));
+            self.publish(self.tail, header_word(0, KIND_SKIP, 0, room_to_end));
             self.tail += room_to_end;
         }
         let pos = self.tail;
@@ -185,8 +185,7 @@ impl Sender {
                 crate::copy::copy_bytes(p.as_ptr(), slot.add(HEADER + args.len() * 8), p.len());
             }
         }
-        let meta = handler as u64 | (kind << 16) | ((args.len() as u64) << 24) | (len << 32);
-        self.publish(pos, meta);
+        self.publish(pos, header_word(handler, kind, args.len(), len));
         self.tail += k;
         Ok(true)
     }
@@ -199,6 +198,11 @@ impl Sender {
         unsafe { self.ring.slot(pos).cast::<u64>().add(1).write_volatile(meta) };
         self.ring.stamp(pos).store(pos + 1, Ordering::Release);
     }
+}
+
+/// A message's header word (word 1 of its first slot; `Receiver::take` reads it back).
+fn header_word(handler: u16, kind: u64, nargs: usize, len: u64) -> u64 {
+    handler as u64 | (kind << 16) | ((nargs as u64) << 24) | (len << 32)
 }
 
 /// Consumer side (kept in the receiver's process).

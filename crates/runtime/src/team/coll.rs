@@ -153,8 +153,31 @@ fn combine_into<T: Pod>(theirs: &mut [T], mine: &[T], f: &impl Fn(&mut T, &T)) {
 /// Teams up to this size broadcast a flag-line message from the root to every member at once.
 const FLAT_MEMBERS: usize = 4;
 
-/// Words of the stack scratch of a small recursive-doubling allreduce (256 bytes).
+/// Words of a [`Scratch`] kept on the stack (256 bytes).
 const STACK_SCRATCH_WORDS: usize = 32;
+
+/// A collective's buffer for a peer's operand: on the stack when small (an 8 B allreduce spent
+/// a seventh of its instructions in `calloc` and `free`), else on the heap.
+struct Scratch<T> {
+    stack: [u64; STACK_SCRATCH_WORDS],
+    heap: Vec<T>,
+}
+
+impl<T: Pod> Scratch<T> {
+    fn new() -> Self {
+        Scratch { stack: [0; STACK_SCRATCH_WORDS], heap: Vec::new() }
+    }
+    /// `len` elements (their values are whatever was there: every caller overwrites them).
+    fn get(&mut self, len: usize) -> &mut [T] {
+        match weft_fabric::pod::words_as_mut(&mut self.stack, len) {
+            Some(s) => s,
+            None => {
+                self.heap.resize(len, T::zeroed());
+                &mut self.heap
+            }
+        }
+    }
+}
 
 /// `v mod n` for `v < 2n` (no division on the latency paths).
 fn wrap(v: usize, n: usize) -> usize {
@@ -303,10 +326,9 @@ impl<'c> Core<'c> {
         // member with children makes its partial result before its first child's data can
         // arrive, while the child still sends.
         let has_children = vr & 1 == 0 && vr + 1 < n;
-        let (mut acc, mut theirs) = match has_children {
-            true => (Some(to_vec(data)), vec![T::zeroed(); data.len()]),
-            false => (None, Vec::new()),
-        };
+        let mut acc = has_children.then(|| to_vec(data));
+        let mut scratch = Scratch::new();
+        let theirs = scratch.get(if has_children { data.len() } else { 0 });
         let mut mask = 1;
         while mask < n {
             if vr & mask != 0 {
@@ -315,9 +337,9 @@ impl<'c> Core<'c> {
                 return Ok(None);
             }
             if vr + mask < n {
-                let mut ins = [In { from: real(vr + mask), out: bytes_of_mut(&mut theirs) }];
+                let mut ins = [In { from: real(vr + mask), out: bytes_of_mut(&mut *theirs) }];
                 self.send_recv(tag::REDUCE, &[], &mut ins).await?;
-                combine(acc.get_or_insert_with(|| to_vec(data)), &theirs, f);
+                combine(acc.get_or_insert_with(|| to_vec(data)), &*theirs, f);
             }
             mask <<= 1;
         }
@@ -359,16 +381,8 @@ impl<'c> Core<'c> {
         let (me, n) = (self.me, self.size());
         let p = 1usize << (usize::BITS - 1 - n.leading_zeros());
         let rem = n - p;
-        // The peer's operand: on the stack when small (an 8 B allreduce spent a seventh of its
-        // instructions in calloc and free), else on the heap.
-        let (mut stack, mut heap) = ([0u64; STACK_SCRATCH_WORDS], Vec::new());
-        let theirs: &mut [T] = match weft_fabric::pod::words_as_mut(&mut stack, acc.len()) {
-            Some(s) => s,
-            None => {
-                heap.resize(acc.len(), T::zeroed());
-                &mut heap
-            }
-        };
+        let mut scratch = Scratch::new();
+        let theirs = scratch.get(acc.len());
         // Lower-rank operand first: acc = theirs ∘ acc.
         let combine_lower = |acc: &mut [T], theirs: &mut [T]| {
             combine(theirs, acc, f);
