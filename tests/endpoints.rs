@@ -66,16 +66,18 @@ fn categories() -> Res {
         let mut set = w.endpoints(&cfg).map_err(e2s)?;
         let res = set.resources().clone();
         ck(res.layout.threads == THREADS && res.layout.queues >= 1, || format!("{policy:?}: {res}"))?;
-        // Shared memory and plain libfabric have transmit slots of their own: nothing may
-        // fall back to the default path there (the hybrid fabric has none yet).
+        // Every fabric has transmit slots of its own: nothing may fall back to the default
+        // path. A slot on libfabric is an endpoint; on the hybrid it is rings to this host's
+        // ranks and an endpoint to the others.
         let fabric = w.info().fabric;
-        if fabric == "shm" || fabric == "ofi" {
-            ck(res.fallback.is_none() && res.slot_kind.is_some(), || format!("{fabric}: {res}"))?;
-        }
-        if fabric == "ofi" {
-            let kind = res.slot_kind.clone().unwrap_or_default();
-            ck(kind.contains("libfabric endpoint"), || format!("a slot on ofi is {kind:?}"))?;
-        }
+        ck(res.fallback.is_none() && res.slot_kind.is_some(), || format!("{fabric}: {res}"))?;
+        let kind = res.slot_kind.clone().unwrap_or_default();
+        let wanted: &[&str] = match fabric {
+            "ofi" => &["libfabric endpoint"],
+            "ofi+shm" => &["ring to each rank", "libfabric endpoint"],
+            _ => &[],
+        };
+        ck(wanted.iter().all(|w| kind.contains(w)), || format!("a slot on {fabric} is {kind:?}"))?;
         let eps = set.endpoints();
         ck(eps.len() == THREADS, || format!("{} endpoints", eps.len()))?;
         let posted: Vec<Result<(usize, u64, u64), Error>> = std::thread::scope(|s| {
@@ -198,7 +200,23 @@ fn completions() -> Res {
         drop(eps);
         set.close().map_err(e2s)?;
     }
-    Ok(())
+    // A batch whose last operation leaves the slot (an atomic takes the world's path): the
+    // flush must complete its puts, not the slot's next use (which never comes before the
+    // check below: the set is still open).
+    let (me, n) = (w.rank(), w.size());
+    let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 1).postlist(8)).map_err(e2s)?;
+    let mut eps = set.endpoints();
+    for k in 0..3u64 {
+        eps[0].put(seg.at((me + 1) % n, 60), &[1000 * k + me as u64]).map_err(e2s)?;
+        eps[0].atomic_nbi(seg.at((me + 1) % n, 61), AtomicOp::FetchAdd(1)).map_err(e2s)?;
+        eps[0].flush().map_err(e2s)?;
+        w.barrier().map_err(e2s)?;
+        let (got, want) = (seg.local().read(60), 1000 * k + ((me + n - 1) % n) as u64);
+        ck(got == want, || format!("round {k}: a put before an atomic holds {got}, expected {want}"))?;
+        w.barrier().map_err(e2s)?;
+    }
+    drop(eps);
+    set.close().map_err(e2s)
 }
 
 /// Sets are released when closed: far more contexts over time than the fabric holds at once.

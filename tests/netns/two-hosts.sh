@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The multi-host test on one machine: two network namespaces ("hosts") joined by a veth pair,
-# with addresses inside those namespaces only, and the whole multi-process suite run across
-# them over libfabric's tcp provider (ranks 0..n/2-1 on host 0, the others on host 1, placed
-# by rank-wrapper.sh under `weft run`). Needs root (CAP_NET_ADMIN) and iproute2; says why and
-# fails when it cannot set the namespaces up, never skips silently.
+# with addresses inside those namespaces only, and the whole multi-process suite, then the
+# endpoint suite, run across them over libfabric's tcp provider (ranks 0..n/2-1 on host 0,
+# the others on host 1, placed by rank-wrapper.sh under `weft run`). Needs root
+# (CAP_NET_ADMIN) and iproute2; says why and fails when it cannot set the namespaces up, never
+# skips silently.
 #
 # usage: tests/netns/two-hosts.sh [extra cargo test arguments]
 set -euo pipefail
@@ -40,6 +41,10 @@ done
 echo "hosts: weft-h0 (10.77.0.1, weftv0) <-> weft-h1 (10.77.0.2, weftv1)"
 WEFT_TEST_WRAPPER=$here/rank-wrapper.sh WEFT_FABRIC=ofi WEFT_OFI_PROVIDER=tcp \
     cargo test --features cluster --test multirank "$@"
+# Endpoints across the hosts: with 4 ranks each slot is rings to the neighbour plus a
+# libfabric endpoint to the other host (the hybrid fabric's slots); with 2, libfabric only.
+WEFT_TEST_WRAPPER=$here/rank-wrapper.sh WEFT_FABRIC=ofi WEFT_OFI_PROVIDER=tcp \
+    cargo test --features cluster --test endpoints "$@"
 # The fabric each placement gets: one rank per host talks libfabric only; two per host talk
 # shared memory to the neighbour and libfabric across (the hybrid fabric), or libfabric to
 # everyone when WEFT_SAME_HOST=ofi.

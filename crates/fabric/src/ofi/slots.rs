@@ -5,8 +5,9 @@
 //! a context with one slot asks for `FI_THREAD_DOMAIN` (its user is serialised, so the
 //! provider takes no locks). A *slot* is an `FI_EP_RDM` endpoint of that domain with its own
 //! completion queue and two registered staging buffers: puts (`fi_writemsg`, `FI_INJECT` up
-//! to the inject size, `FI_MORE` inside a batch) and request AMs leave through it, so threads
-//! on different slots share no provider queue. Providers without scalable endpoints (tcp:
+//! to the inject size, `FI_MORE` inside a batch, whose last write is held back until the
+//! slot's next operation shows that it is the last) and request AMs leave through it, so
+//! threads on different slots share no provider queue. Providers without scalable endpoints (tcp:
 //! `max_ep_tx_ctx` 1) get one endpoint per slot, which is the documented fallback.
 //!
 //! Receiving stays on each rank's main endpoint (a shared receive context, as in the paper,
@@ -105,6 +106,22 @@ pub(super) struct OfiTxSlot {
     inflight: usize,
     failed: Option<FabricError>,
     p: Arc<SlotParams>,
+    /// The last write of a batch so far, not posted yet (see [`Held`]).
+    held: Option<Held>,
+    /// Its bytes (capacity: the inject size).
+    held_bytes: Vec<u8>,
+}
+
+/// A write posted to the slot with `more` and kept back until the slot's next operation: that
+/// one decides whether it leaves with `FI_MORE`. A provider may defer a batch's doorbell until
+/// a write without `FI_MORE` (verbs, efa), and the runtime's next operation may not come to
+/// this slot at all (a neighbour's put on the hybrid fabric, an atomic, a larger put), so the
+/// last write the slot posts before the batch ends must not carry it.
+#[derive(Clone, Copy)]
+struct Held {
+    dst: Rank,
+    raddr: u64,
+    key: u64,
 }
 
 impl OfiTxSlot {
@@ -129,6 +146,8 @@ impl OfiTxSlot {
             free: (0..BUFS).collect(),
             inflight: 0,
             failed: None,
+            held: None,
+            held_bytes: Vec::with_capacity(p.inject),
             p,
         })
     }
@@ -254,16 +273,45 @@ impl OfiTxSlot {
     }
 
     /// Writes up to the inject size from `src` directly (copied before return); false when
-    /// larger.
+    /// larger. The held write, if any, leaves first (with `FI_MORE`: this one follows). With
+    /// `more`, this write is held in turn.
     fn put_piece(&mut self, dst: &RemoteRegion, raddr: u64, src: &[u8], more: bool) -> FabricResult<bool> {
         if src.len() > self.p.inject {
+            self.release_held()?;
             return Ok(false);
         }
-        let (fa, key, buf) = (self.ctx.addrs[dst.rank as usize], dst.key, src.as_ptr() as usize);
-        self.post(SlotOp { buf: None, dst: dst.rank }, "fi_writemsg", |tx, ctx| {
-            tx.ep().write(buf, src.len(), 0, fa, raddr, key, true, more, ctx)
-        })?;
+        if let Some(h) = self.held.take() {
+            let bytes = std::mem::take(&mut self.held_bytes);
+            let r = self.inject_write(h, &bytes, true);
+            self.held_bytes = bytes;
+            r?;
+        }
+        let w = Held { dst: dst.rank, raddr, key: dst.key };
+        if more {
+            self.held_bytes.clear();
+            self.held_bytes.extend_from_slice(src);
+            self.held = Some(w);
+            return Ok(true);
+        }
+        self.inject_write(w, src, false)?;
         Ok(true)
+    }
+
+    /// Posts the held write, if any, as the last of its batch (no `FI_MORE`).
+    fn release_held(&mut self) -> FabricResult<()> {
+        let Some(h) = self.held.take() else { return Ok(()) };
+        let bytes = std::mem::take(&mut self.held_bytes);
+        let r = self.inject_write(h, &bytes, false);
+        self.held_bytes = bytes;
+        r
+    }
+
+    /// Posts one write of at most the inject size (the provider copies `src` before return).
+    fn inject_write(&mut self, w: Held, src: &[u8], more: bool) -> FabricResult<()> {
+        let (fa, buf) = (self.ctx.addrs[w.dst as usize], src.as_ptr() as usize);
+        self.post(SlotOp { buf: None, dst: w.dst }, "fi_writemsg", |tx, ctx| {
+            tx.ep().write(buf, src.len(), 0, fa, w.raddr, w.key, true, more, ctx)
+        })
     }
 
     /// Takes one request credit toward `dst` from the fabric's shared counters.
@@ -326,6 +374,7 @@ impl TxSlot for OfiTxSlot {
                 what: format!("AM to rank {dst} of {}", self.p.credits.len()),
             });
         }
+        self.release_held()?;
         if !self.take_credit(dst) {
             self.poll();
             return Ok(false);
@@ -340,6 +389,10 @@ impl TxSlot for OfiTxSlot {
     }
 
     fn doorbell(&mut self) {
+        if let Err(e) = self.release_held() {
+            // Reported by the next `complete`, like a failed completion.
+            self.failed.get_or_insert(e);
+        }
         self.poll();
     }
 
@@ -353,6 +406,7 @@ impl TxSlot for OfiTxSlot {
     }
 
     fn complete(&mut self) -> FabricResult<bool> {
+        self.release_held()?;
         self.poll();
         if let Some(e) = self.failed.take() {
             return Err(e);
@@ -374,7 +428,9 @@ impl Drop for OfiTxSlot {
     /// Waits (bounded) for what is in flight: the contexts and staging buffers must outlive
     /// their operations.
     fn drop(&mut self) {
-        let drained = self.progress_until(0, "closing an endpoint slot", |s| s.inflight == 0);
+        let released = self.release_held();
+        let drained =
+            released.and_then(|()| self.progress_until(0, "closing an endpoint slot", |s| s.inflight == 0));
         // An endpoint with operations still in flight is closed, not reused.
         if let (Ok(()), Some(parts)) = (drained, self.parts.take()) {
             self.returned.lock().unwrap_or_else(|e| e.into_inner()).push(parts);

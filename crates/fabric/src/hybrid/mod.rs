@@ -15,6 +15,10 @@
 //! - **Sleeping.** A waiting thread sleeps on this rank's shared-memory doorbell; a watcher
 //!   thread sleeps on libfabric's completion descriptor while anyone sleeps and rings the
 //!   doorbell when the network has something. Nothing polls while idle.
+//!
+//! Endpoint transmit slots ([`slots`]) pair a shared-memory slot (rings to this host's
+//! ranks) with a libfabric slot (an endpoint to the other hosts), and each operation takes
+//! the one its destination's route names.
 
 use crate::ofi::OfiFabric;
 use crate::shm::{ShmConfig, ShmFabric};
@@ -25,6 +29,8 @@ use crate::{
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+mod slots;
 
 /// How a peer is reached.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -56,6 +62,8 @@ struct Parts {
     ofi: OfiFabric,
     sleepers: Mutex<Sleepers>,
     changed: Condvar,
+    /// Endpoint slot inboxes open on this rank, each a pair of the two fabrics' own.
+    slot_inboxes: Mutex<Vec<slots::Inbox>>,
 }
 
 /// Shared memory to this host's ranks, libfabric to the others (see the module documentation).
@@ -93,6 +101,26 @@ fn split_desc(desc: &[u8]) -> FabricResult<(&[u8], &[u8])> {
 /// `region` as the shared-memory fabric names it: owned by local rank `local`.
 fn as_local(region: &RemoteRegion, local: Rank) -> RemoteRegion {
     RemoteRegion { rank: local, ..*region }
+}
+
+/// Sends `msg` by its destination's route: through `near` to a local rank (a long AM's
+/// region renamed for the shared-memory fabric) or through `far`.
+fn send_routed<R>(
+    route: Route,
+    msg: &AmOut<'_>,
+    near: impl FnOnce(Rank, &AmOut<'_>) -> R,
+    far: impl FnOnce(&AmOut<'_>) -> R,
+) -> R {
+    match route {
+        Route::Shm(l) => match msg.payload {
+            AmPayload::Long { region, offset, data } => {
+                let region = as_local(region, l);
+                near(l, &AmOut { payload: AmPayload::Long { region: &region, offset, data }, ..*msg })
+            }
+            _ => near(l, msg),
+        },
+        Route::Ofi => far(msg),
+    }
 }
 
 /// Hands what the shared-memory fabric delivers on, with global ranks.
@@ -144,6 +172,7 @@ impl HybridFabric {
             ofi,
             sleepers: Mutex::new(Sleepers::default()),
             changed: Condvar::new(),
+            slot_inboxes: Mutex::default(),
         });
         let p = parts.clone();
         let watcher = std::thread::Builder::new()
@@ -159,14 +188,18 @@ impl HybridFabric {
     }
 
     fn route(&self, rank: Rank) -> FabricResult<Route> {
-        self.parts.route.get(rank as usize).copied().ok_or_else(|| FabricError::Peer {
-            rank,
-            reason: format!("does not exist (job of {})", self.parts.size),
-        })
+        self.parts.route(rank)
     }
 }
 
 impl Parts {
+    fn route(&self, rank: Rank) -> FabricResult<Route> {
+        self.route.get(rank as usize).copied().ok_or_else(|| FabricError::Peer {
+            rank,
+            reason: format!("does not exist (job of {})", self.size),
+        })
+    }
+
     fn sleepers(&self) -> std::sync::MutexGuard<'_, Sleepers> {
         self.sleepers.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -331,17 +364,26 @@ impl Fabric for HybridFabric {
     }
 
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
-        match self.route(dst)? {
-            Route::Shm(l) => match msg.payload {
-                AmPayload::Long { region, offset, data } => {
-                    let region = as_local(region, l);
-                    let payload = AmPayload::Long { region: &region, offset, data };
-                    self.parts.shm.am_try_send(l, &AmOut { payload, ..*msg })
-                }
-                _ => self.parts.shm.am_try_send(l, msg),
-            },
-            Route::Ofi => self.parts.ofi.am_try_send(dst, msg),
-        }
+        let p = &self.parts;
+        send_routed(p.route(dst)?, msg, |l, m| p.shm.am_try_send(l, m), |m| p.ofi.am_try_send(dst, m))
+    }
+
+    fn open_slot_inbox(&self, slots: &[u32], ring_bytes: usize) -> FabricResult<LocalRegion> {
+        slots::open_inbox(&self.parts, slots, ring_bytes)
+    }
+
+    fn close_slot_inbox(&self, region: &LocalRegion) -> FabricResult<bool> {
+        slots::close_inbox(&self.parts, region)
+    }
+
+    fn open_tx_slots(
+        &self,
+        inboxes: &[Vec<u8>],
+        slots: &[u32],
+        first: u32,
+        count: u32,
+    ) -> FabricResult<Vec<Box<dyn crate::TxSlot>>> {
+        slots::open_tx(&self.parts, inboxes, slots, first, count)
     }
 
     fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {
