@@ -1,5 +1,6 @@
 //! `weft info`: what a job of N ranks uses.
 
+use super::bench::report::num;
 use weft::{Info, World};
 
 fn kib(b: u64) -> String {
@@ -81,7 +82,7 @@ fn print_endpoints(table: &[weft::EndpointResources], ranks: u32) {
     }
     if let Some(auto) = table.iter().find(|r| !r.measured.is_empty()) {
         let rates: Vec<String> =
-            auto.measured.iter().map(|(p, rate)| format!("{} {:.1}", p.name(), rate / 1e6)).collect();
+            auto.measured.iter().map(|(p, rate)| format!("{} {}", p.name(), num(rate / 1e6))).collect();
         println!("  auto measured (M puts/s, all threads at once): {}", rates.join(", "));
     }
 }

@@ -9,7 +9,7 @@ mod ft;
 mod limits;
 mod msgrate;
 mod net;
-mod report;
+pub(crate) mod report;
 mod rma;
 mod rpc;
 mod serialize;

@@ -92,7 +92,12 @@ pub fn thread_counts() -> Vec<usize> {
     v
 }
 
-const OPS_PER_THREAD: u64 = 200_000;
+/// Operations per thread and repetition on shared memory: a repetition then lasts about 25 ms
+/// at one thread's rate. With 200 000 (5 ms, about one scheduler tick) the 2-thread points of
+/// one run scattered between 0.53x and 1.1x of twice the 1-thread rate on 2 cores; with
+/// 1 000 000 two runs gave 0.90-1.02x for Dedicated and Dynamic (0.75-1.02x for every
+/// category but Shared).
+const OPS_PER_THREAD: u64 = 1_000_000;
 /// On a network (no load/store) each operation costs microseconds, not nanoseconds.
 const OPS_PER_THREAD_NET: u64 = 20_000;
 const REPS: u64 = 3;

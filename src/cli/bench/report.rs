@@ -77,7 +77,7 @@ pub fn size_name(b: u64) -> String {
     }
 }
 
-fn num(v: f64) -> String {
+pub fn num(v: f64) -> String {
     if v >= 100.0 {
         format!("{v:.0}")
     } else if v >= 10.0 {
