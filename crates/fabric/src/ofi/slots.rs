@@ -280,12 +280,7 @@ impl OfiTxSlot {
             self.release_held()?;
             return Ok(false);
         }
-        if let Some(h) = self.held.take() {
-            let bytes = std::mem::take(&mut self.held_bytes);
-            let r = self.inject_write(h, &bytes, true);
-            self.held_bytes = bytes;
-            r?;
-        }
+        self.post_held(true)?;
         let w = Held { dst: dst.rank, raddr, key: dst.key };
         if more {
             self.held_bytes.clear();
@@ -297,13 +292,19 @@ impl OfiTxSlot {
         Ok(true)
     }
 
-    /// Posts the held write, if any, as the last of its batch (no `FI_MORE`).
-    fn release_held(&mut self) -> FabricResult<()> {
+    /// Posts the held write, if any: with `FI_MORE` when a write follows at once, else as the
+    /// last of its batch.
+    fn post_held(&mut self, more: bool) -> FabricResult<()> {
         let Some(h) = self.held.take() else { return Ok(()) };
         let bytes = std::mem::take(&mut self.held_bytes);
-        let r = self.inject_write(h, &bytes, false);
+        let r = self.inject_write(h, &bytes, more);
         self.held_bytes = bytes;
         r
+    }
+
+    /// Posts the held write, if any, as the last of its batch (no `FI_MORE`).
+    fn release_held(&mut self) -> FabricResult<()> {
+        self.post_held(false)
     }
 
     /// Posts one write of at most the inject size (the provider copies `src` before return).
