@@ -226,23 +226,27 @@ impl CopyBufs {
         CopyBufs { src: vec![1u8; bytes + 4096], dst: vec![0u8; bytes + 8192], skew, bytes }
     }
 
+    /// The source (page-aligned) and the destination (`skew` bytes past a page boundary).
+    fn aligned(&mut self) -> (&[u8], &mut [u8]) {
+        let (n, skew) = (self.bytes, self.skew);
+        (page_aligned(&mut self.src, n), &mut page_aligned(&mut self.dst, n + skew)[skew..])
+    }
+
     /// The source, page-aligned.
     pub fn src(&mut self) -> &[u8] {
-        page_aligned(&mut self.src, self.bytes)
+        self.aligned().0
     }
 
     fn copy_with(&mut self, copy: impl Fn(&mut [u8], &[u8])) {
-        let (n, skew) = (self.bytes, self.skew);
-        let dst = &mut page_aligned(&mut self.dst, n + skew)[skew..];
-        copy(dst, std::hint::black_box(page_aligned(&mut self.src, n)));
+        let (src, dst) = self.aligned();
+        copy(dst, std::hint::black_box(src));
         std::hint::black_box(dst);
     }
 
     /// ns per memcpy, over one run of `reps` copies.
     pub fn memcpy_ns(&mut self, reps: u64) -> f64 {
-        let (n, skew) = (self.bytes, self.skew);
-        let dst = &mut page_aligned(&mut self.dst, n + skew)[skew..];
-        memcpy_into_ns(page_aligned(&mut self.src, n), dst, reps)
+        let (src, dst) = self.aligned();
+        memcpy_into_ns(src, dst, reps)
     }
 }
 

@@ -12,10 +12,9 @@ use super::{join_desc, send_routed, split_desc, Parts, Route};
 use crate::{AmOut, Fabric, FabricError, FabricResult, LocalRegion, Rank, RemoteRegion, Resource, TxSlot};
 use std::sync::{Arc, MutexGuard};
 
-/// One open slot inbox: the id the runtime knows it by (the shared-memory region's) and the
-/// two fabrics' inboxes.
+/// One open slot inbox: the two fabrics' inboxes. The runtime knows it by the shared-memory
+/// region's id.
 pub(super) struct Inbox {
-    id: u32,
     near: LocalRegion,
     far: LocalRegion,
 }
@@ -48,7 +47,7 @@ pub(super) fn open_inbox(p: &Parts, slots: &[u32], ring_bytes: usize) -> FabricR
         }
     };
     let region = LocalRegion::new(near.id, near.mapping().clone(), join_desc(&near.desc, &far.desc));
-    p.slot_inboxes().push(Inbox { id: near.id, near, far });
+    p.slot_inboxes().push(Inbox { near, far });
     Ok(region)
 }
 
@@ -56,7 +55,7 @@ pub(super) fn open_inbox(p: &Parts, slots: &[u32], ring_bytes: usize) -> FabricR
 /// messages), then the libfabric context.
 pub(super) fn close_inbox(p: &Parts, region: &LocalRegion) -> FabricResult<bool> {
     let mut inboxes = p.slot_inboxes();
-    let at = inboxes.iter().position(|i| i.id == region.id).ok_or_else(|| FabricError::Malformed {
+    let at = inboxes.iter().position(|i| i.near.id == region.id).ok_or_else(|| FabricError::Malformed {
         what: format!("region {} is no endpoint slot inbox", region.id),
     })?;
     if !p.shm.close_slot_inbox(&inboxes[at].near)? {
