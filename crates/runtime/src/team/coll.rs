@@ -608,8 +608,7 @@ impl<'c> Core<'c> {
         }
         // Pairwise exchange: in step s, send to me + s and receive from me - s.
         let so = offsets(send_counts);
-        let mut blocks = carve(all, recv_counts);
-        copy_slice(blocks[me], &data[so[me]..so[me] + send_counts[me]]);
+        let blocks = carve(all, recv_counts);
         let out = |to: usize| Out { to, data: bytes_of(&data[so[to]..so[to] + send_counts[to]]) };
         let mut blocks: Vec<Option<&mut [T]>> = blocks.into_iter().map(Some).collect();
         for step in 1..n {
@@ -617,6 +616,12 @@ impl<'c> Core<'c> {
             let b = blocks[from].take().unwrap_or_default();
             let mut ins = [In { from, out: bytes_of_mut(b) }];
             self.send_recv(tag::ALLTOALL, &[out(to)], &mut ins).await?;
+        }
+        // This member's own block last, as Open MPI's two-member alltoall does: the peers are
+        // not kept waiting for the first exchange (4 MiB blocks on 2 ranks: 3-5% faster
+        // either way of moving the messages).
+        if let Some(mine) = blocks[me].take() {
+            copy_slice(mine, &data[so[me]..so[me] + send_counts[me]]);
         }
         Ok(())
     }
