@@ -877,6 +877,31 @@ fn channel_send_ahead() -> Res {
     team.barrier().map_err(e2s)
 }
 
+/// Small broadcasts (one flag line each) back to back, more of them than a sender may be
+/// ahead (32 lines per source): the root sends what fits at once and waits for the rest,
+/// while the others sleep first. Roots change, lengths up to a full line, a non-blocking
+/// collective in between (it must be finished first), and every value checked in order.
+fn small_broadcasts_back_to_back() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let team = w.world_team().map_err(e2s)?;
+    let (me, n) = (team.rank() as usize, team.size() as usize);
+    for (round, len) in [(0u64, 1usize), (1, 12), (2, 0), (3, 5)] {
+        let root = (round as usize) % n;
+        let msgs: Vec<Vec<u64>> = (0..100).map(|k| random_u64s(round * 1000 + k, len)).collect();
+        if me != root {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut bar = team.barrier_nb().map_err(e2s)?;
+        for (k, m) in msgs.iter().enumerate() {
+            let mut b = if me == root { m.clone() } else { vec![u64::MAX; len] };
+            team.broadcast(root as u32, &mut b).map_err(e2s)?;
+            ck(&b == m, || format!("rank {me}, round {round}: broadcast {k} of {len} words from {root}"))?;
+        }
+        ck(bar.test().map_err(e2s)?, || "a non-blocking barrier called first is not done".into())?;
+    }
+    team.barrier().map_err(e2s)
+}
+
 /// Collectives of 160 KiB and 1 MiB called again and again: the team's tuner tries both ways
 /// of moving them (slots, direct read), then keeps the faster and explores the other.
 fn collectives_tuned() -> Res {
@@ -1142,6 +1167,12 @@ const CASES: &[Case] = &[
     },
     Case { name: "vis_transfers", run: vis_transfers, ranks: &[2, 4], env: &[] },
     Case { name: "collectives_tuned", run: collectives_tuned, ranks: &[2, 3], env: &[] },
+    Case {
+        name: "small_broadcasts_back_to_back",
+        run: small_broadcasts_back_to_back,
+        ranks: &[2, 4],
+        env: &[],
+    },
     // Messages through the slots only (no direct reads), so the big one uses the whole slot.
     Case {
         name: "channel_send_ahead",

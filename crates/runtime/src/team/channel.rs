@@ -240,6 +240,26 @@ impl Channels {
         Transfer { channels: self, team, tag, outs, ins, done }
     }
 
+    /// Sends `data` (at most [`INLINE`] bytes) to team rank `to` as a one-way transfer's
+    /// message would go, if its flag line is free now; false, with nothing sent, if not. For
+    /// the small collectives' path without a future and a wait loop: the same message on the
+    /// wire as [`Channels::transfer`]'s.
+    pub fn try_send_inline(&self, team: &Core<'_>, tag: u64, to: usize, data: &[u8]) -> Result<bool> {
+        debug_assert!(data.len() <= INLINE);
+        let o = Out { to, data };
+        let mut done = 0;
+        self.advance(to, &mut done, |peer, done| self.send(team, tag | PIPELINED, &o, peer, done))
+    }
+
+    /// Takes the next message from team rank `from` into `out` (at most [`INLINE`] bytes),
+    /// as a one-way transfer would, if it has arrived; false, with nothing taken, if not.
+    pub fn try_take_inline(&self, team: &Core<'_>, tag: u64, from: usize, out: &mut [u8]) -> Result<bool> {
+        debug_assert!(out.len() <= INLINE);
+        let mut i = In { from, out };
+        let mut done = 0;
+        self.advance(from, &mut done, |peer, done| self.receive(team, tag | PIPELINED, &mut i, peer, done))
+    }
+
     /// One pass over a transfer: sends the chunks whose slots are free, takes the chunks that
     /// arrived. True when everything is done.
     fn step(
