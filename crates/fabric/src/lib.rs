@@ -177,7 +177,9 @@ pub trait Fabric: Send + Sync + 'static {
 
     /// Delivers incoming AMs and completions to `sink`; returns how many events were delivered.
     /// With `PollSet::RepliesOnly` only replies and completions are delivered, which is what a
-    /// request handler may wait on without recursion.
+    /// request handler may wait on without recursion. A call may deliver what completes the
+    /// caller's waits (replies, completions) and leave arrived requests to the next call:
+    /// callers poll in a loop.
     fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize>;
 
     /// True if an event is probably waiting (cheap check, no delivery).

