@@ -877,15 +877,16 @@ fn channel_send_ahead() -> Res {
     team.barrier().map_err(e2s)
 }
 
-/// Small broadcasts (one flag line each) back to back, more of them than a sender may be
-/// ahead (32 lines per source): the root sends what fits at once and waits for the rest,
+/// Small broadcasts (a flag line or a sub-slot each) back to back, more of them than a sender
+/// may be ahead (32 lines, 8 sub-slots per source): the root sends what fits at once and waits for the rest,
 /// while the others sleep first. Roots change, lengths up to a full line, a non-blocking
 /// collective in between (it must be finished first), and every value checked in order.
 fn small_broadcasts_back_to_back() -> Res {
     let w = World::init().map_err(e2s)?;
     let team = w.world_team().map_err(e2s)?;
     let (me, n) = (team.rank() as usize, team.size() as usize);
-    for (round, len) in [(0u64, 1usize), (1, 12), (2, 0), (3, 5)] {
+    // Up to 12 words in a flag line; 64 and 500 words through sub-slots (8 per source).
+    for (round, len) in [(0u64, 1usize), (1, 12), (2, 0), (3, 5), (4, 64), (5, 500)] {
         let root = (round as usize) % n;
         let msgs: Vec<Vec<u64>> = (0..100).map(|k| random_u64s(round * 1000 + k, len)).collect();
         if me != root {

@@ -152,8 +152,13 @@ fn combine_into<T: Pod>(theirs: &mut [T], mine: &[T], f: &impl Fn(&mut T, &T)) {
     });
 }
 
-/// Teams up to this size broadcast a flag-line message from the root to every member at once.
+/// Teams up to this size broadcast a small message from the root to every member at once.
 const FLAT_MEMBERS: usize = 4;
+/// Broadcasts up to this many bytes go from the root straight to every member of a team of
+/// up to [`FLAT_MEMBERS`] (in flag lines and sub-slots). 4 ranks on 2 cores, against the
+/// tree: 512 B 3.1-3.5 -> 1.35-1.49 µs, 4 KiB 2.4-4.9 -> 3.0 µs; larger ones keep the tree,
+/// whose root copies the message fewer times.
+const FLAT_BYTES: usize = 4 << 10;
 
 /// Bytes of a member's own alltoall block copied per piece while an exchange waits.
 const SELF_PIECE: usize = 64 << 10;
@@ -313,12 +318,12 @@ impl<'c> Core<'c> {
         self.run(pin!(self.send_recv(tag::BROADCAST, &later[..k], &mut [])))
     }
 
-    /// Binomial tree from `root`; from the root straight to every member for a message that
-    /// fits a flag line in a team of up to [`FLAT_MEMBERS`].
+    /// Binomial tree from `root`; from the root straight to every member for a message of up
+    /// to [`FLAT_BYTES`] in a team of up to [`FLAT_MEMBERS`].
     pub(super) async fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
         let root = self.check_root(root)?;
         let n = self.size();
-        if n <= FLAT_MEMBERS && std::mem::size_of_val(buf) <= INLINE {
+        if n <= FLAT_MEMBERS && std::mem::size_of_val(buf) <= FLAT_BYTES {
             // One hop for everyone: a tree's second hop waits for a member to forward, which
             // with more ranks than cores waits for the scheduler to run it (a 4-rank 8 B
             // broadcast took 3 µs that way on 2 cores, most of it on the grandchild).
