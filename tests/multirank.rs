@@ -903,6 +903,59 @@ fn small_broadcasts_back_to_back() -> Res {
     team.barrier().map_err(e2s)
 }
 
+/// Collectives whose data lies in registered memory (an `RmaVec`, from the world's pool
+/// segment): long messages are read through the receivers' mappings of the senders' parts.
+/// Also a root buffer in a segment that only some receivers hold: those get the data
+/// another way. Every result against the reference.
+fn collectives_on_segments() -> Res {
+    let w = weft::init().map_err(e2s)?;
+    let team = w.world_team().map_err(e2s)?;
+    let (me, n) = (team.rank() as usize, team.size() as usize);
+    for block in [5_000usize, 70_000] {
+        // alltoall: 40 KB and 560 KB blocks, from registered memory into a Vec.
+        let mine: Vec<u64> = (0..n * block).map(|i| (me * 1_000_000 + i) as u64).collect();
+        let data = weft::RmaVec::from_slice(&w, &mine).map_err(e2s)?;
+        let mut out = vec![0u64; n * block];
+        team.alltoall_into(&data, &mut out).map_err(e2s)?;
+        let want: Vec<u64> =
+            (0..n).flat_map(|r| (0..block).map(move |i| (r * 1_000_000 + me * block + i) as u64)).collect();
+        ck(out == want, || format!("rank {me}: alltoall of {block}-word blocks from an RmaVec"))?;
+        // broadcast from the last rank, in place in registered memory on every rank.
+        let root = n - 1;
+        let src: Vec<u64> = (0..block).map(|i| (i * 3 + 7) as u64).collect();
+        let init = if me == root { src.clone() } else { vec![0; block] };
+        let mut buf = weft::RmaVec::from_slice(&w, &init).map_err(e2s)?;
+        team.broadcast(root as u32, &mut buf).map_err(e2s)?;
+        ck(buf[..] == src[..], || format!("rank {me}: broadcast of {block} words in an RmaVec"))?;
+        // allreduce (a ring above the small limit) reading from registered memory.
+        let sum = team.allreduce(&data[..block], weft::ReduceOp::Sum).map_err(e2s)?;
+        let want: Vec<u64> = (0..block).map(|i| (0..n).map(|r| (r * 1_000_000 + i) as u64).sum()).collect();
+        ck(sum == want, || format!("rank {me}: allreduce of {block} words from an RmaVec"))?;
+    }
+    // Rank 0's buffer in a segment of the even ranks only: the odd ones cannot map it.
+    let evens = team.subset(0, 2, n.div_ceil(2) as u32).map_err(e2s)?;
+    let seg = match &evens {
+        Some(t) => Some(t.alloc_segment::<u64>(50_000).map_err(e2s)?),
+        None => None,
+    };
+    let src: Vec<u64> = (0..50_000).map(|i| i * 5 + 1).collect();
+    let mut got = vec![0u64; 50_000];
+    if me == 0 {
+        let seg = seg.as_ref().ok_or("rank 0 is even")?;
+        let local = seg.local();
+        local.copy_in(0, &src);
+        // SAFETY: only this broadcast touches rank 0's part of the segment while the slice
+        // lives, and a broadcast's root only reads its buffer.
+        let part = unsafe { local.as_mut_slice() };
+        team.broadcast(0, part).map_err(e2s)?;
+        got.copy_from_slice(part);
+    } else {
+        team.broadcast(0, &mut got).map_err(e2s)?;
+    }
+    ck(got == src, || format!("rank {me}: broadcast from a segment of the even ranks"))?;
+    team.barrier().map_err(e2s)
+}
+
 /// Collectives of 160 KiB and 1 MiB called again and again: the team's tuner tries both ways
 /// of moving them (slots, direct read), then keeps the faster and explores the other.
 fn collectives_tuned() -> Res {
@@ -1174,6 +1227,7 @@ const CASES: &[Case] = &[
         ranks: &[2, 4],
         env: &[],
     },
+    Case { name: "collectives_on_segments", run: collectives_on_segments, ranks: &[2, 3], env: &[] },
     // Messages through the slots only (no direct reads), so the big one uses the whole slot.
     Case {
         name: "channel_send_ahead",

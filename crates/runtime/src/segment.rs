@@ -292,6 +292,19 @@ impl Comm {
         Ok(remote)
     }
 
+    /// The segment whose part on this rank holds all of `bytes`, and their offset in it, if
+    /// one does and rank `reader` holds that segment too (it can then read them through its
+    /// own mapping or RMA instead of a copy of them).
+    pub(crate) fn segment_holding(&self, bytes: &[u8], reader: u32) -> Option<(u32, usize)> {
+        let start = bytes.as_ptr() as usize;
+        let ids = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
+        (0..ids).filter_map(|id| self.segments.get(id)).find_map(|seg| {
+            let off = start.checked_sub(seg.local.as_ptr() as usize)?;
+            let inside = off.checked_add(bytes.len())? <= seg.bytes;
+            (inside && seg.remote(reader).is_ok()).then_some((seg.id, off))
+        })
+    }
+
     /// Checks a global address for an access of `len` bytes; returns the segment and offset.
     pub(crate) fn resolve<T>(&self, p: GlobalPtr<T>, len: usize) -> Result<(&Arc<SegInfo>, usize)> {
         if p.rank >= self.size() {

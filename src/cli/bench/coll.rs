@@ -13,7 +13,9 @@
 //! - *back-to-back*: the calls one after the other with nothing between, where a root that
 //!   may run ahead of its receivers (a broadcast's) is paced by how much its library buffers.
 //!
-//! The barrier itself is timed back-to-back only.
+//! The barrier itself is timed back-to-back only. Broadcast and alltoall from 256 KiB up are
+//! also timed with weft's buffers in registered memory (`RmaVec`, rows "(weft: RmaVec)"),
+//! where receivers read the sender's data in place; Open MPI runs its usual collective there.
 //!
 //! With Open MPI, both libraries run in the same processes under `mpirun` (weft starts through
 //! PMIx) and their timed runs alternate, one of Open MPI's then one of weft's, collective by
@@ -52,6 +54,16 @@ pub trait CollBackend {
     fn allreduce(&mut self, data: &[f64]) -> Result<(), Self::Error>;
     /// `data` holds one block per member; the backend keeps the result.
     fn alltoall(&mut self, data: &[u8]) -> Result<(), Self::Error>;
+    /// As `broadcast`, on a buffer of the same length in the library's registered memory
+    /// where it has such a thing for user data (weft: an `RmaVec`); else `broadcast`.
+    fn broadcast_registered(&mut self, buf: &mut [u8]) -> Result<(), Self::Error> {
+        self.broadcast(buf)
+    }
+    /// As `alltoall`, from a copy of `data` in the library's registered memory (see
+    /// `broadcast_registered`); else `alltoall`.
+    fn alltoall_registered(&mut self, data: &[u8]) -> Result<(), Self::Error> {
+        self.alltoall(data)
+    }
     /// Maximum and sum of one value over the members.
     fn max(&mut self, v: f64) -> Result<f64, Self::Error>;
     fn sum(&mut self, v: f64) -> Result<f64, Self::Error>;
@@ -120,6 +132,10 @@ fn timed_run<B: CollBackend>(
     Ok(b.sum(mine as f64 / iters as f64)? / b.size() as f64)
 }
 
+/// Sizes of the cases on registered memory (where a weft receiver reads the sender's
+/// data through its own mapping).
+const REGISTERED_SIZES: &[u64] = &[256 << 10, 1 << 20, 4 << 20];
+
 /// The cases measured, in order: (collective, bytes, back-to-back).
 fn cases() -> Vec<(&'static str, u64, bool)> {
     let mut c = vec![("barrier", 0, true)];
@@ -128,8 +144,18 @@ fn cases() -> Vec<(&'static str, u64, bool)> {
             c.extend(["broadcast", "allreduce", "alltoall"].map(|coll| (coll, bytes, back_to_back)));
         }
     }
+    for back_to_back in [false, true] {
+        for &bytes in REGISTERED_SIZES {
+            c.extend([REG_BROADCAST, REG_ALLTOALL].map(|coll| (coll, bytes, back_to_back)));
+        }
+    }
     c
 }
+
+/// A broadcast whose buffers are registered memory on weft's side.
+const REG_BROADCAST: &str = "broadcast (weft: RmaVec)";
+/// An alltoall whose data is registered memory on weft's side.
+const REG_ALLTOALL: &str = "alltoall (weft: RmaVec)";
 
 /// Buffers of one case, kept across its calls (as a program keeps them).
 struct Buffers {
@@ -152,6 +178,8 @@ impl Buffers {
             "barrier" => b.barrier(),
             "broadcast" => b.broadcast(&mut self.buf),
             "allreduce" => b.allreduce(&self.f),
+            REG_BROADCAST => b.broadcast_registered(&mut self.buf),
+            REG_ALLTOALL => b.alltoall_registered(&self.blocks),
             _ => b.alltoall(&self.blocks),
         }
     }
@@ -233,15 +261,40 @@ pub fn measure_interleaved<A: CollBackend, B: CollBackend>(
 /// weft's team collectives over the world team, into buffers kept across calls (as the
 /// Open MPI side does).
 pub struct WeftColl<'a> {
+    world: &'a weft::World,
     team: Team<'a>,
     out_f: Vec<f64>,
     out_b: Vec<u8>,
+    /// Registered copies for the RmaVec cases (remade when the length changes).
+    reg_buf: Option<weft::RmaVec<u8>>,
+    reg_data: Option<weft::RmaVec<u8>>,
 }
 
 impl<'a> WeftColl<'a> {
     pub fn new(world: &'a weft::World) -> weft::Result<WeftColl<'a>> {
-        Ok(WeftColl { team: world.world_team()?, out_f: vec![], out_b: vec![] })
+        Ok(WeftColl {
+            world,
+            team: world.world_team()?,
+            out_f: vec![],
+            out_b: vec![],
+            reg_buf: None,
+            reg_data: None,
+        })
     }
+}
+
+/// `slot`'s registered copy of `data`, made (from the world's pool) where it is missing or
+/// of another length.
+fn registered<'v>(
+    world: &weft::World,
+    slot: &'v mut Option<weft::RmaVec<u8>>,
+    data: &[u8],
+) -> weft::Result<&'v mut weft::RmaVec<u8>> {
+    if slot.as_ref().is_none_or(|v| v.len() != data.len()) {
+        *slot = None; // back to the pool first
+        *slot = Some(weft::RmaVec::from_slice(world, data)?);
+    }
+    slot.as_mut().ok_or(weft::Error::Misuse("registered buffer vanished"))
 }
 
 impl CollBackend for WeftColl<'_> {
@@ -263,6 +316,15 @@ impl CollBackend for WeftColl<'_> {
         self.out_b.resize(data.len(), 0);
         self.team.alltoall_into(data, &mut self.out_b)
     }
+    fn broadcast_registered(&mut self, buf: &mut [u8]) -> weft::Result<()> {
+        let reg = registered(self.world, &mut self.reg_buf, buf)?;
+        self.team.broadcast(0, reg)
+    }
+    fn alltoall_registered(&mut self, data: &[u8]) -> weft::Result<()> {
+        self.out_b.resize(data.len(), 0);
+        let reg = registered(self.world, &mut self.reg_data, data)?;
+        self.team.alltoall_into(reg, &mut self.out_b)
+    }
     fn max(&mut self, v: f64) -> weft::Result<f64> {
         Ok(self.team.allreduce(&[v], ReduceOp::Max)?[0])
     }
@@ -276,7 +338,7 @@ impl CollBackend for WeftColl<'_> {
 fn floor_ns(lim: &Limits, coll: &str, bytes: u64, n: usize) -> Option<f64> {
     let rounds = n.next_power_of_two().trailing_zeros() as f64;
     let received = match coll {
-        "alltoall" => bytes * (n as u64 - 1),
+        c if c.starts_with("alltoall") => bytes * (n as u64 - 1),
         "barrier" => 0,
         _ => bytes,
     };

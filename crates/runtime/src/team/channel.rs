@@ -9,6 +9,11 @@
 //! line, the receiver reads the whole message from there in one copy and then stores
 //! `drained`, which is also what tells the sender its buffer is free again.
 //!
+//! A message of [`DIRECT_MIN`] bytes or more that lies in a segment the receiver holds too is
+//! read the same way on a load/store fabric, whatever `coll_direct_bytes` says: the flag line
+//! names the segment and offset, and the receiver copies it out of its own mapping (a `get`),
+//! with no system call.
+//!
 //! Send-ahead: each source has [`LINES`] flag lines in each receiver, used in turn, and its
 //! slot doubles as [`SUBS`] sub-slots of [`SUB`] bytes, so a sender may be up to `LINES`
 //! inline messages or `SUBS` sub-slot messages ahead of the receiver (message `m` uses line
@@ -31,8 +36,9 @@
 //! for `src` in `0..n`, `j` in `0..LINES` (message number `m` uses line `(m - 1) % LINES`, and
 //! `filled` holds `m`), then `drained[src]` — and data, one slot of [`SLOT`] bytes per source.
 
+use super::tune::DIRECT_MIN;
 use super::Core;
-use crate::{Error, Result, Segment};
+use crate::{Error, GlobalPtr, Result, Segment};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -372,10 +378,24 @@ impl Channels {
         let header = |addr: u64| [o.data.len() as u64, tag, addr];
         let direct_min =
             if comm.caps().peer_read { self.direct_from.load(Ordering::Relaxed) } else { usize::MAX };
-        if o.data.len() >= direct_min {
+        // A long message in a segment the receiver holds too, on a fabric where a read of it
+        // is a copy through the receiver's own mapping: always read there (one copy, and no
+        // system call, unlike a read of the sender's private memory).
+        let in_segment = if o.data.len() >= DIRECT_MIN && comm.caps().load_store {
+            comm.segment_holding(o.data, dst)
+        } else {
+            None
+        };
+        if o.data.len() >= direct_min || in_segment.is_some() {
             // 0: not announced; 1: announced, the receiver is reading; 2: read.
             if *done == 0 && drained_at_least(peer, line_free(peer.sent))? {
-                publish(peer.sent, &header(o.data.as_ptr() as u64))?;
+                match in_segment {
+                    Some((seg, off)) => {
+                        let [len, tag, _] = header(0);
+                        publish(peer.sent, &[len, tag, IN_SEGMENT | seg as u64, off as u64])?;
+                    }
+                    None => publish(peer.sent, &header(o.data.as_ptr() as u64))?,
+                }
                 peer.sent += 1;
                 *done = 1;
             }
@@ -454,7 +474,17 @@ impl Channels {
                     i.out.len()
                 )));
             }
-            if addr != 0 {
+            if addr & IN_SEGMENT != 0 {
+                // Announced in a segment: the whole message, read through this rank's mapping
+                // of the sender's part (bounds-checked like any get).
+                let at = GlobalPtr::<u8>::new(
+                    team.members[src],
+                    (addr & !IN_SEGMENT) as u32,
+                    local.read(base + 4) as usize,
+                );
+                comm.get(at, i.out)?;
+                *done = total;
+            } else if addr != 0 {
                 // Announced for a direct read: the whole message, straight from the sender's
                 // buffer.
                 comm.read_peer(team.members[src], addr, i.out)?;
@@ -482,6 +512,10 @@ impl Channels {
         Ok(*done == total)
     }
 }
+
+/// Marks a direct message's address word as a segment id (the next word is the offset):
+/// user-space addresses never have the top bit set.
+const IN_SEGMENT: u64 = 1 << 63;
 
 /// A message's counter once it is finished (skipped by later steps).
 const FINISHED: u64 = u64::MAX;
