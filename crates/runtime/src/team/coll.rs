@@ -292,10 +292,7 @@ impl<'c> Core<'c> {
     /// through [`Core::run`]. Back-to-back 8 B broadcasts spent most of their time in that
     /// machinery (about 800 instructions a call on the root).
     pub(super) fn broadcast_inline(&self, root: usize, buf: &mut [u8]) -> Result<()> {
-        if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("team collective inside an AM handler"));
-        }
-        self.drain()?; // the non-blocking collectives called before this one go first
+        self.begin()?;
         if self.me != root {
             if self.channels.try_take_inline(self, tag::BROADCAST, root, buf)? {
                 return Ok(());
@@ -698,14 +695,13 @@ impl<'c> Core<'c> {
             let outs = [out(to)];
             let transfer = self.send_recv(tag::ALLTOALL, &outs, &mut ins);
             if step == 1 {
-                WhileWaiting { fut: transfer, work: &mut self_copy, left: !own.is_empty() }.await?;
+                WhileWaiting { fut: transfer, work: &mut self_copy, left: true }.await?;
             } else {
                 transfer.await?;
             }
         }
-        if n == 1 {
-            while self_copy() {}
-        }
+        // What is left: all of it in a team of one, else nothing.
+        while self_copy() {}
         Ok(())
     }
 

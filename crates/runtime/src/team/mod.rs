@@ -188,16 +188,22 @@ impl<'c> Core<'c> {
         self.comm.wait(Deps::Needed(&deps), || self.drive())
     }
 
+    /// What every blocking collective does first: refuses to run inside an AM handler, and
+    /// finishes the non-blocking collectives called before it.
+    fn begin(&self) -> Result<()> {
+        if crate::am::in_handler().is_some() {
+            return Err(Error::Misuse("team collective inside an AM handler"));
+        }
+        self.drain()
+    }
+
     /// Runs a collective to completion: first the non-blocking ones called before it, then
     /// `fut`, making progress and watching the members it waits on.
     ///
     /// The caller pins the future where it makes it (`run(pin!(…))`): a collective's future
     /// is a few hundred bytes, and moving it into place cost a `memcpy` per call.
     fn run<R, F: Future<Output = Result<R>>>(&self, mut fut: Pin<&mut F>) -> Result<R> {
-        if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("team collective inside an AM handler"));
-        }
-        self.drain()?;
+        self.begin()?;
         let deps = |w: u32| self.needs(w);
         let _spin = SpinScope::enter(!self.comm.cfg.spin.is_zero());
         let mut cx = Context::from_waker(Waker::noop());

@@ -8,7 +8,9 @@
 //! read stayed at 0.9–1.2x in both. So each team times its blocking collectives from
 //! [`TUNE_MIN`] bytes up, per collective and power-of-two size class, both ways: the first
 //! calls of a class try each way twice, in turns (the faster try counts: the first calls
-//! also fault the buffers in and warm the caches), later calls take the faster (an average over recent calls) and every [`EXPLORE`]th call takes the other, so a change of machine is noticed.
+//! also fault the buffers in and warm the caches), later calls take the faster (an average
+//! over recent calls) and every [`EXPLORE`]th call takes the other, so a change of machine
+//! is noticed.
 //! Calls come in the same order on every member, so members try the same way on the same
 //! call. The receiver follows whatever the sender announced, so members that end up choosing
 //! differently still move the right bytes.
@@ -78,8 +80,8 @@ impl Tuner {
         c.calls += 1;
         match call {
             // The tries alternate, so that neither way gets all of the first, coldest calls.
-            c if c < 2 * TRIES as u64 && c % 2 == 0 => Way::Slots,
-            c if c < 2 * TRIES as u64 => Way::Direct,
+            n if n < 2 * TRIES as u64 && n % 2 == 0 => Way::Slots,
+            n if n < 2 * TRIES as u64 => Way::Direct,
             _ => {
                 let best = if c.avg[0] <= c.avg[1] { Way::Slots } else { Way::Direct };
                 let other = if best == Way::Slots { Way::Direct } else { Way::Slots };
