@@ -49,7 +49,23 @@ fn wait_output(mut child: Child, limit: Duration) -> Result<std::process::Output
     child.wait_with_output().map_err(|e| e.to_string())
 }
 
-/// One `fi_pingpong` run: µs per one-way transfer of `bytes`.
+/// `fi_pingpong`'s µs per one-way transfer of `bytes` with its start-up left out: the slope
+/// between a run of `iters` round trips and one of ten times as many.
+fn pingpong_slope(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Result<f64, String> {
+    let short = pingpong(provider, domain, bytes, iters)?;
+    let long = pingpong(provider, domain, bytes, 10 * iters)?;
+    // Each run reports its total time over 2 x iterations transfers.
+    let extra = long * f64::from(20 * iters) - short * f64::from(2 * iters);
+    let slope = extra / f64::from(18 * iters);
+    if slope > 0.0 {
+        Ok(slope)
+    } else {
+        Err(format!("fi_pingpong's {bytes} B runs took {short} and {long} µs per transfer: no slope"))
+    }
+}
+
+/// One `fi_pingpong` run: µs per one-way transfer of `bytes`, as it reports it (its total
+/// time, connection set-up included, over 2 x `iters` transfers).
 fn pingpong(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Result<f64, String> {
     let port = free_port()?.to_string();
     let server = fi_pingpong(provider, domain, bytes, iters)
@@ -84,6 +100,12 @@ fn pingpong(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Res
         .ok_or_else(|| format!("no figures in fi_pingpong's output: {text:?}"))
 }
 
+/// ns per call of `f` over `reps` calls, after `reps` untimed ones.
+fn warm_ns_per_op(reps: u64, mut f: impl FnMut() -> weft::Result<()>) -> weft::Result<f64> {
+    (0..reps).try_for_each(|_| f())?;
+    ns_per_op(1, reps, f)
+}
+
 /// The provider and domain the ranks use, from the environment (set by `--provider`,
 /// `--domain`).
 fn provider_and_domain() -> (String, Option<String>) {
@@ -115,16 +137,20 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         let (mut put8, mut am, mut big, mut fi8, mut fi_big) = (vec![], vec![], vec![], vec![], vec![]);
         let mut peer_error = None;
         for _ in 0..ROUNDS {
-            put8.push(ns_per_op(1, 4000, || w.put(target, &src[..SMALL as usize]))?);
-            am.push(ns_per_op(1, 4000, || {
+            // Each figure is taken warm, after as many untimed operations as it times: after
+            // the seconds fi_pingpong ran, the idle rank 1 sleeps, and this machine's cores
+            // take ~10 ms of traffic to answer at full speed again (fi_pingpong's slope
+            // leaves its own start-up out too).
+            put8.push(warm_ns_per_op(4000, || w.put(target, &src[..SMALL as usize]))?);
+            am.push(warm_ns_per_op(4000, || {
                 let want = h.pongs.load(Ordering::Relaxed) + 1;
                 w.am_request_short(1, h.ping, &[])?;
                 w.wait_until(|| h.pongs.load(Ordering::Acquire) >= want)
             })?);
-            big.push(ns_per_op(1, 100, || w.put(target, &src))?);
+            big.push(warm_ns_per_op(100, || w.put(target, &src))?);
             if peer_error.is_none() {
-                let r = pingpong(&provider, domain.as_deref(), SMALL, 5000)
-                    .and_then(|s| Ok((s, pingpong(&provider, domain.as_deref(), LARGE, 200)?)));
+                let r = pingpong_slope(&provider, domain.as_deref(), SMALL, 1000)
+                    .and_then(|s| Ok((s, pingpong_slope(&provider, domain.as_deref(), LARGE, 40)?)));
                 match r {
                     Ok((s, l)) => {
                         fi8.push(s * 1e3);
