@@ -54,14 +54,17 @@ fn wait_output(mut child: Child, limit: Duration) -> Result<std::process::Output
 fn pingpong_slope(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Result<f64, String> {
     let short = pingpong(provider, domain, bytes, iters)?;
     let long = pingpong(provider, domain, bytes, 10 * iters)?;
-    // Each run reports its total time over 2 x iterations transfers.
+    slope(short, long, iters).ok_or_else(|| {
+        format!("fi_pingpong's {bytes} B runs took {short} and {long} µs per transfer: no slope")
+    })
+}
+
+/// Time per transfer from the reported per-transfer times of a run of `iters` round trips
+/// (`short`) and one of `10 * iters` (`long`); each reports its total over 2 x its round trips.
+fn slope(short: f64, long: f64, iters: u32) -> Option<f64> {
     let extra = long * f64::from(20 * iters) - short * f64::from(2 * iters);
     let slope = extra / f64::from(18 * iters);
-    if slope > 0.0 {
-        Ok(slope)
-    } else {
-        Err(format!("fi_pingpong's {bytes} B runs took {short} and {long} µs per transfer: no slope"))
-    }
+    (slope > 0.0).then_some(slope)
 }
 
 /// One `fi_pingpong` run: µs per one-way transfer of `bytes`, as it reports it (its total
@@ -189,4 +192,19 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
     }
     w.barrier()?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slope;
+
+    #[test]
+    fn the_slope_leaves_a_fixed_start_up_out() {
+        // 20 ms of connection set-up, then 7.5 µs per transfer.
+        let reported = |iters: u32| (20_000.0 + 7.5 * f64::from(2 * iters)) / f64::from(2 * iters);
+        let s = slope(reported(1000), reported(10_000), 1000).unwrap();
+        assert!((s - 7.5).abs() < 1e-9, "{s}");
+        // A long run no slower in total than the short one has no slope.
+        assert_eq!(slope(10.0, 1.0, 1000), None);
+    }
 }
