@@ -290,11 +290,14 @@ fn registered<'v>(
     slot: &'v mut Option<weft::RmaVec<u8>>,
     data: &[u8],
 ) -> weft::Result<&'v mut weft::RmaVec<u8>> {
-    if slot.as_ref().is_none_or(|v| v.len() != data.len()) {
-        *slot = None; // back to the pool first
-        *slot = Some(weft::RmaVec::from_slice(world, data)?);
-    }
-    slot.as_mut().ok_or(weft::Error::Misuse("registered buffer vanished"))
+    let v = match slot.take() {
+        Some(v) if v.len() == data.len() => v,
+        stale => {
+            drop(stale); // back to the pool first
+            weft::RmaVec::from_slice(world, data)?
+        }
+    };
+    Ok(slot.insert(v))
 }
 
 impl CollBackend for WeftColl<'_> {
