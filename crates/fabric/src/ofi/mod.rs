@@ -209,6 +209,9 @@ pub struct OfiFabric {
     untracked_err: Mutex<Option<FabricError>>,
     inflight: AtomicUsize,
     finalized: Vec<AtomicBool>,
+    /// Per peer: it finalized or was marked failed (shared with the endpoint slots, whose
+    /// retry loops end on it; read without the `failed` lock).
+    left: Arc<Vec<AtomicBool>>,
     /// Requests this rank may still send to each peer (shared with the endpoint slots).
     credits: Arc<Vec<AtomicU32>>,
     /// Every rank's main endpoint name, for the address vectors of endpoint contexts.
@@ -324,6 +327,7 @@ impl OfiFabric {
             untracked_err: Mutex::new(None),
             inflight: AtomicUsize::new(0),
             finalized: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            left: Arc::new((0..size).map(|_| AtomicBool::new(false)).collect()),
             credits: Arc::new((0..size).map(|_| AtomicU32::new(REQUEST_CREDITS)).collect()),
             names,
             contexts: Mutex::new(Vec::new()),
@@ -497,11 +501,23 @@ impl OfiFabric {
         self.progress_until(dst, stalled, || Ok((!self.tx_full()).then_some(())))
     }
 
+    /// An error if rank `r` can take nothing more from this rank: it died, or it finalized
+    /// (its endpoint is closed, so the provider would retry a connection to it until the
+    /// operation timeout; a wake-up sent just after a peer's last put had been read, to a
+    /// peer that then left, held the sender for 60 s per peer).
     fn check_peer(&self, r: Rank) -> FabricResult<()> {
         match self.peer_state(r) {
             PeerState::Dead(why) => Err(FabricError::Peer { rank: r, reason: why }),
-            _ => Ok(()),
+            PeerState::Finalized => {
+                Err(FabricError::Peer { rank: r, reason: "has left the job (finalized)".into() })
+            }
+            PeerState::Running => Ok(()),
         }
+    }
+
+    /// True unless rank `r` is known to have left or failed (no probe, no system call).
+    fn known_running(&self, r: Rank) -> bool {
+        !self.left[r as usize].load(Ordering::Acquire)
     }
 
     /// A staging chunk, making progress while none is free.
@@ -618,6 +634,7 @@ impl OfiFabric {
     fn mark_failed(&self, r: Rank, why: String) {
         if let Some(slot) = self.failed.lock().unwrap_or_else(|e| e.into_inner()).get_mut(r as usize) {
             slot.get_or_insert(why);
+            self.left[r as usize].store(true, Ordering::Release);
         }
     }
 
@@ -685,6 +702,7 @@ impl OfiFabric {
             Class::Control if slot >= REQUEST_BUFS => {
                 if h.handler == Control::Finalized as u16 {
                     self.finalized[h.src as usize].store(true, Ordering::Release);
+                    self.left[h.src as usize].store(true, Ordering::Release);
                 } else if h.handler == Control::Credit as u16 && !self.credit_back(h.src, h.len) {
                     self.reject(|| format!("{} credits from rank {}: more than it may return", h.len, h.src));
                 }
@@ -1465,6 +1483,7 @@ impl Fabric for OfiFabric {
             key: self.key,
             rank: self.rank,
             credits: self.credits.clone(),
+            left: self.left.clone(),
             inject: neg.inject,
             tx_size: neg.tx_size,
             send_after_write: neg.send_after_write,
@@ -1522,7 +1541,9 @@ impl Fabric for OfiFabric {
     }
 
     fn notify(&self, rank: Rank) {
-        if rank != self.rank {
+        // A wake-up is a hint: none to a peer that left (it reads nothing more), and a failed
+        // one is not an error of the operation it follows, which is complete.
+        if rank != self.rank && self.known_running(rank) {
             let _ = self.send_control(rank, Control::Wake);
         }
     }

@@ -40,6 +40,8 @@ pub(super) struct SlotParams {
     pub key: u64,
     pub rank: Rank,
     pub credits: Arc<Vec<AtomicU32>>,
+    /// Per peer: it finalized or failed (the main endpoint's record).
+    pub left: Arc<Vec<std::sync::atomic::AtomicBool>>,
     pub inject: usize,
     pub tx_size: usize,
     pub send_after_write: bool,
@@ -198,13 +200,29 @@ impl OfiTxSlot {
         self.inflight -= 1;
     }
 
-    /// Makes progress until `ready` holds, giving up after [`STALL`].
-    fn progress_until(&mut self, dst: Rank, what: &str, ready: impl Fn(&Self) -> bool) -> FabricResult<()> {
+    /// Makes progress until `ready` holds, giving up after [`STALL`], or at once when `dst`
+    /// (if any) has left the job or failed: it takes nothing more (see the main endpoint's
+    /// `check_peer`).
+    fn progress_until(
+        &mut self,
+        dst: Option<Rank>,
+        what: &str,
+        ready: impl Fn(&Self) -> bool,
+    ) -> FabricResult<()> {
         let start = Instant::now();
         while !ready(self) {
             if self.poll() == 0 {
+                if let Some(d) =
+                    dst.filter(|&d| self.p.left.get(d as usize).is_some_and(|l| l.load(Ordering::Acquire)))
+                {
+                    return Err(FabricError::Peer {
+                        rank: d,
+                        reason: format!("left the job or failed ({what})"),
+                    });
+                }
                 if start.elapsed() > STALL {
-                    return Err(FabricError::Timeout { what: format!("{what} toward rank {dst}") });
+                    let toward = dst.map_or(String::new(), |d| format!(" toward rank {d}"));
+                    return Err(FabricError::Timeout { what: format!("{what}{toward}") });
                 }
                 std::thread::yield_now();
             }
@@ -221,7 +239,7 @@ impl OfiTxSlot {
     ) -> FabricResult<()> {
         let dst = op.dst;
         let tx_size = self.p.tx_size;
-        self.progress_until(dst, "a full transmit queue", |s| s.inflight < tx_size)?;
+        self.progress_until(Some(dst), "a full transmit queue", |s| s.inflight < tx_size)?;
         let ctx = Context::into_raw(op);
         let start = Instant::now();
         loop {
@@ -248,7 +266,7 @@ impl OfiTxSlot {
 
     /// A staging buffer, making progress until one is free.
     fn take_buf(&mut self, dst: Rank) -> FabricResult<usize> {
-        self.progress_until(dst, "staging buffers", |s| !s.free.is_empty())?;
+        self.progress_until(Some(dst), "staging buffers", |s| !s.free.is_empty())?;
         Ok(self.free.pop().unwrap_or_default())
     }
 
@@ -333,7 +351,7 @@ impl OfiTxSlot {
         if let Some((region, offset, data)) = f.write_first {
             self.write_staged(region, offset, data)?;
             if !p.send_after_write {
-                self.progress_until(dst, "a long AM's payload", |s| s.inflight == 0)?;
+                self.progress_until(Some(dst), "a long AM's payload", |s| s.inflight == 0)?;
             }
         }
         let total = f.header.total();
@@ -430,8 +448,8 @@ impl Drop for OfiTxSlot {
     /// their operations.
     fn drop(&mut self) {
         let released = self.release_held();
-        let drained =
-            released.and_then(|()| self.progress_until(0, "closing an endpoint slot", |s| s.inflight == 0));
+        let drained = released
+            .and_then(|()| self.progress_until(None, "closing an endpoint slot", |s| s.inflight == 0));
         // An endpoint with operations still in flight is closed, not reused.
         if let (Ok(()), Some(parts)) = (drained, self.parts.take()) {
             self.returned.lock().unwrap_or_else(|e| e.into_inner()).push(parts);

@@ -22,7 +22,7 @@ use crate::{Error, Pod, Result};
 use std::future::Future;
 use std::pin::{pin, Pin};
 use std::task::{Context, Poll};
-use weft_fabric::copy::{copy_slice, to_vec};
+use weft_fabric::copy::{copy_slice, copy_streaming, to_vec};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
 /// Built-in reductions, for the element types of [`Number`].
@@ -162,6 +162,10 @@ const FLAT_BYTES: usize = 4 << 10;
 
 /// Bytes of a member's own alltoall block copied per piece while an exchange waits.
 const SELF_PIECE: usize = 64 << 10;
+/// A member's own alltoall block of this many bytes or more is copied with cache-bypassing
+/// stores ([`copy_streaming`]): the members' copies of the other blocks run at the same
+/// time and share the memory bandwidth and the last-level cache.
+const SELF_STREAMING: usize = 2 << 20;
 
 /// Polls `fut`; each time it would wait, does a piece of `work` (which answers whether more
 /// is left) and polls again; once `fut` is done, finishes the work.
@@ -682,9 +686,14 @@ impl<'c> Core<'c> {
         let mine = bytes_of_mut(blocks[me].take().unwrap_or_default());
         let own = bytes_of(&data[so[me]..so[me] + send_counts[me]]);
         let mut copied = 0;
+        let streaming = own.len() >= SELF_STREAMING;
         let mut self_copy = || {
             let end = (copied + SELF_PIECE).min(own.len());
-            copy_slice(&mut mine[copied..end], &own[copied..end]);
+            if streaming {
+                copy_streaming(&mut mine[copied..end], &own[copied..end]);
+            } else {
+                copy_slice(&mut mine[copied..end], &own[copied..end]);
+            }
             copied = end;
             copied < own.len()
         };
