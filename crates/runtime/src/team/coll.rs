@@ -21,6 +21,7 @@ use super::{Core, Team};
 use crate::{Error, Pod, Result};
 use std::future::Future;
 use std::pin::{pin, Pin};
+use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use weft_fabric::copy::{copy_slice, copy_streaming, to_vec};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
@@ -69,7 +70,7 @@ pub(super) fn builtin<T: Number>(op: ReduceOp) -> impl Fn(&mut T, &T) {
 }
 
 /// Collective tags (what a member announces with each message).
-mod tag {
+pub(super) mod tag {
     pub const BARRIER: u64 = 0xb0;
     pub const BROADCAST: u64 = 0xb1;
     pub const REDUCE: u64 = 0xb2;
@@ -162,10 +163,11 @@ const FLAT_BYTES: usize = 4 << 10;
 
 /// Bytes of a member's own alltoall block copied per piece while an exchange waits.
 const SELF_PIECE: usize = 64 << 10;
-/// A member's own alltoall block of this many bytes or more is copied with cache-bypassing
-/// stores ([`copy_streaming`]): the members' copies of the other blocks run at the same
-/// time and share the memory bandwidth and the last-level cache.
-const SELF_STREAMING: usize = 2 << 20;
+/// A member's own alltoall block of this many bytes or more may be copied with
+/// cache-bypassing stores ([`copy_streaming`]), where the members' copies of the other blocks
+/// run at the same time and share the memory bandwidth and the last-level cache; whether it
+/// is, the tuner measures ([`super::tune`]).
+pub(super) const SELF_STREAMING: usize = 2 << 20;
 
 /// Polls `fut`; each time it would wait, does a piece of `work` (which answers whether more
 /// is left) and polls again; once `fut` is done, finishes the work.
@@ -686,7 +688,7 @@ impl<'c> Core<'c> {
         let mine = bytes_of_mut(blocks[me].take().unwrap_or_default());
         let own = bytes_of(&data[so[me]..so[me] + send_counts[me]]);
         let mut copied = 0;
-        let streaming = own.len() >= SELF_STREAMING;
+        let streaming = own.len() >= SELF_STREAMING && self.stream_own.load(Ordering::Relaxed);
         let mut self_copy = || {
             let end = (copied + SELF_PIECE).min(own.len());
             if streaming {

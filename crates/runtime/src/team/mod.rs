@@ -19,7 +19,7 @@ use channel::Channels;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -62,6 +62,11 @@ pub(crate) struct Core<'c> {
     queued: AtomicUsize,
     /// How long collectives went each way (see [`tune`]).
     tuner: Mutex<tune::Tuner>,
+    /// An alltoall copies this member's own block (of [`coll::SELF_STREAMING`] bytes or more)
+    /// with cache-bypassing stores: as the tuner chose for a tuned call; always for an
+    /// untuned one (blocks from `coll_direct_bytes` up, 16 MiB by default, do not stay in a
+    /// cache).
+    stream_own: AtomicBool,
 }
 
 /// A non-blocking collective waiting its turn; it stores its own result.
@@ -143,6 +148,8 @@ impl Drop for SpinScope {
     }
 }
 
+const PRESPIN: u32 = 64;
+
 impl<'c> Core<'c> {
     fn group(&self) -> Group<'_> {
         Group { id: self.id, members: &self.members, me: self.me }
@@ -207,6 +214,14 @@ impl<'c> Core<'c> {
         let deps = |w: u32| self.needs(w);
         let _spin = SpinScope::enter(!self.comm.cfg.spin.is_zero());
         let mut cx = Context::from_waker(Waker::noop());
+        if self.comm.caps().load_store && !self.comm.cfg.spin.is_zero() {
+            for _ in 0..PRESPIN {
+                if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
+                    return r;
+                }
+                std::hint::spin_loop();
+            }
+        }
         let mut out = None;
         self.comm.wait(Deps::Needed(&deps), || match fut.as_mut().poll(&mut cx) {
             Poll::Ready(r) => {
@@ -236,14 +251,17 @@ impl<'c> Core<'c> {
             return self.run(fut);
         }
         let key = tune::Key::new(coll, bytes);
-        let way = self.tuner.lock().unwrap_or_else(|p| p.into_inner()).choose(key);
-        if way == tune::Way::Direct {
+        let streaming = coll == coll::tag::ALLTOALL && bytes >= coll::SELF_STREAMING;
+        let way = self.tuner.lock().unwrap_or_else(|p| p.into_inner()).choose(key, streaming);
+        if way.direct {
             self.channels.set_direct_from(tune::DIRECT_MIN);
         }
+        self.stream_own.store(way.streaming, Ordering::Relaxed);
         let t = weft_fabric::os::now_ns();
         let r = self.run(fut);
         let took = weft_fabric::os::now_ns().saturating_sub(t) as f64;
         self.channels.set_direct_from(cfg.coll_direct_bytes);
+        self.stream_own.store(true, Ordering::Relaxed);
         if r.is_ok() {
             self.tuner.lock().unwrap_or_else(|p| p.into_inner()).record(key, way, took);
         }
@@ -269,6 +287,7 @@ impl<'c> Team<'c> {
             queue: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
             tuner: Mutex::default(),
+            stream_own: AtomicBool::new(true),
         };
         Ok(Team { core: Arc::new(core) })
     }
