@@ -148,6 +148,10 @@ impl Drop for SpinScope {
     }
 }
 
+/// Polls of a blocking collective's future before its wait loop, on a load/store fabric
+/// where waits spin: a small collective's last message usually lands within them, and a
+/// poll of the future alone sees it sooner than a turn of the wait loop, which also polls
+/// every AM ring (2 ranks, 8 B alltoall 151-157 -> 143-148 ns, 3 alternating runs).
 const PRESPIN: u32 = 64;
 
 impl<'c> Core<'c> {
