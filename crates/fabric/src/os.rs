@@ -185,6 +185,26 @@ pub fn futex_wake_all(word: &AtomicU32) {
     unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
 }
 
+/// `membarrier(2)` commands (linux/membarrier.h).
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
+
+/// Registers this process for [`membarrier_all_threads`]; false where the kernel (or a seccomp
+/// policy) refuses, in which case that call must not be relied on.
+pub fn membarrier_register() -> bool {
+    // SAFETY: membarrier takes no pointers; an unknown or refused command returns -1.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0 }
+}
+
+/// Makes every running thread of this process execute a full memory barrier before it returns
+/// (threads not running get one from the context switch): the heavy side of an asymmetric
+/// barrier, whose light side is a compiler fence. Needs [`membarrier_register`] first; returns
+/// false if the kernel refused.
+pub fn membarrier_all_threads() -> bool {
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0 }
+}
+
 /// This process's id.
 pub fn pid() -> u32 {
     std::process::id()

@@ -7,6 +7,7 @@
 //! soon as every rank has mapped them, so nothing is left behind even after `kill -9`. (The
 //! launcher also removes anything of its job that a rank killed during start-up left.)
 
+mod bias;
 mod control;
 pub mod ring;
 mod slots;
@@ -19,6 +20,7 @@ use crate::{
     AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
     FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
 };
+use bias::Bias;
 use control::{Control, State};
 use ring::{Body, Receiver, RingPtr, Sender};
 use spin::SpinLock;
@@ -68,6 +70,9 @@ pub struct ShmFabric {
     next_region: AtomicU32,
     /// Receive side of endpoint transmit slots (one inbox per endpoint context).
     slot_rx: slots::SlotInboxes,
+    /// The bias of every ring-end lock above (`senders`, the receivers' and slot inboxes'
+    /// consumers): plain acquisitions while one thread communicates.
+    bias: Bias,
 }
 
 /// One ring of our inbox: the consumer under a lock, plus what a poller needs to peek at it
@@ -184,6 +189,7 @@ impl ShmFabric {
             remote_maps: Mutex::new(Vec::new()),
             next_region: AtomicU32::new(0),
             slot_rx: slots::SlotInboxes::new(),
+            bias: Bias::new(),
         };
         // Start-up barrier: count ourselves in rank 0's control block once every inbox is mapped.
         fab.control(0).attached().fetch_add(1, Ordering::AcqRel);
@@ -317,7 +323,7 @@ impl ShmFabric {
         class: AmClass,
         sink: &dyn EventSink,
     ) -> FabricResult<usize> {
-        let Some(mut rx) = inbound.rx.try_lock() else {
+        let Some(mut rx) = inbound.rx.try_lock(&self.bias) else {
             return Ok(0);
         };
         let delivered = rx.recv(64, |m| {
@@ -563,7 +569,7 @@ impl Fabric for ShmFabric {
             return Err(no_such_rank(dst, self.size));
         };
         let body = body_for(dst, msg, self.max_medium)?;
-        let sent = rings[class_index(msg.class)].lock().try_send(msg.handler, msg.args, body)?;
+        let sent = rings[class_index(msg.class)].lock(&self.bias).try_send(msg.handler, msg.args, body)?;
         if sent {
             self.ring_doorbell(dst);
         }
@@ -597,7 +603,7 @@ impl Fabric for ShmFabric {
     }
 
     fn close_slot_inbox(&self, region: &LocalRegion) -> FabricResult<bool> {
-        if !self.slot_rx.remove(region.id)? {
+        if !self.slot_rx.remove(region.id, &self.bias)? {
             return Ok(false);
         }
         // Nothing polls it any more.
@@ -687,7 +693,7 @@ impl Fabric for ShmFabric {
 
     fn peer_drained(&self, rank: Rank) -> bool {
         // Holding the consumer lock proves no other thread is mid-delivery.
-        let drained = |r: &Inbound| r.rx.try_lock().is_some_and(|rx| !rx.ready());
+        let drained = |r: &Inbound| r.rx.try_lock(&self.bias).is_some_and(|rx| !rx.ready());
         self.receivers.get(rank as usize).is_none_or(|rings| rings.iter().all(drained))
             && self.slot_rx.with(true, |l| {
                 l.iter().all(|(_, i)| i.rings.iter().filter(|(s, _)| *s == rank).all(|(_, r)| drained(r)))
@@ -735,6 +741,15 @@ impl Fabric for ShmFabric {
                 kind: "endpoint slot rings in (also counted in local regions)".into(),
                 count: self.slot_rx.with(0, |l| l.iter().map(|(_, i)| i.rings.len() as u64).sum()),
                 bytes: self.slot_rx.with(0, |l| l.iter().map(|(_, i)| i.bytes).sum()),
+            },
+            Resource {
+                kind: if self.bias.holds() {
+                    "ring-end locks, biased: one thread uses them, plain stores".into()
+                } else {
+                    "ring-end locks, shared by threads: compare-and-swap".into()
+                },
+                count: 4 * n,
+                bytes: 0,
             },
             Resource {
                 kind: "registered regions (local)".into(),

@@ -7,6 +7,7 @@
 //! Several slot inboxes may exist (one per endpoint context); each is a separate file and
 //! mapping, which is what a context costs on this fabric.
 
+use super::bias::Bias;
 use super::control::Control;
 use super::ring::{self, Body, RingPtr, Sender};
 use super::{body_for, max_medium_for, ring_doorbell, Inbound};
@@ -110,12 +111,12 @@ impl SlotInboxes {
 
     /// Removes the inbox of region `region` if nothing waits in it; `Ok(false)` while
     /// messages remain (deliver them and ask again).
-    pub fn remove(&self, region: u32) -> FabricResult<bool> {
+    pub fn remove(&self, region: u32, bias: &Bias) -> FabricResult<bool> {
         let mut l = self.list.write().unwrap_or_else(|e| e.into_inner());
         let Some(at) = l.iter().position(|(r, _)| *r == region) else {
             return Err(FabricError::Malformed { what: format!("region {region} is no slot inbox") });
         };
-        if l[at].1.rings.iter().any(|(_, r)| r.rx.try_lock().is_none_or(|rx| rx.ready())) {
+        if l[at].1.rings.iter().any(|(_, r)| r.rx.try_lock(bias).is_none_or(|rx| rx.ready())) {
             return Ok(false);
         }
         l.swap_remove(at);

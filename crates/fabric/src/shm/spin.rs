@@ -1,7 +1,9 @@
-//! A small lock for the ring ends: released with a plain release store (no locked instruction,
-//! so unlocking never waits for the message just written to leave the store buffer), and
-//! yielding the processor when contended (oversubscribed jobs keep moving).
+//! A small lock for the ring ends: taken with plain loads and stores by the thread that holds
+//! the fabric's [`Bias`] (no locked instruction while one thread communicates), released with
+//! a plain release store (so unlocking never waits for the message just written to leave the
+//! store buffer), and yielding the processor when contended (oversubscribed jobs keep moving).
 
+use super::bias::Bias;
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,17 +28,30 @@ impl<T> SpinLock<T> {
         SpinLock { locked: AtomicBool::new(false), value: UnsafeCell::new(value) }
     }
 
-    pub fn try_lock(&self) -> Option<SpinGuard<'_, T>> {
+    /// Takes the lock if it is free: with plain loads and stores where this thread holds the
+    /// fabric's `bias`, with a compare-and-swap otherwise. Every acquisition of this lock must
+    /// go through the same `bias`.
+    #[inline]
+    pub fn try_lock(&self, bias: &Bias) -> Option<SpinGuard<'_, T>> {
+        if let Some(_plain) = bias.plain() {
+            if self.locked.load(Ordering::Relaxed) {
+                return None; // held by this very thread, further up its stack
+            }
+            self.locked.store(true, Ordering::Relaxed);
+            return Some(SpinGuard { lock: self });
+        }
         self.locked
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
             .map(|_| SpinGuard { lock: self })
     }
 
-    pub fn lock(&self) -> SpinGuard<'_, T> {
+    /// Takes the lock, waiting while another thread holds it.
+    #[inline]
+    pub fn lock(&self, bias: &Bias) -> SpinGuard<'_, T> {
         let mut spins = 0u32;
         loop {
-            if let Some(g) = self.try_lock() {
+            if let Some(g) = self.try_lock(bias) {
                 return g;
             }
             while self.locked.load(Ordering::Relaxed) {
