@@ -1,6 +1,7 @@
 //! What the multi-process test programs share.
 
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Ends a rank with the outcome of its case: status 0, or 1 after printing why.
@@ -43,10 +44,25 @@ pub fn launcher() -> &'static str {
 pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
     let exe = std::env::current_exe().expect("test executable");
     let t = Instant::now();
+    // Open MPI's session directory under a base of this launch's own: jobs started side by side
+    // race creating and removing a shared `/tmp/ompi.HOST.UID` ("mkdir ... File exists").
+    let session_base = (launcher() == "mpirun").then(|| {
+        static LAUNCHES: AtomicU32 = AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "weft-test-ompi-{}-{}",
+            std::process::id(),
+            LAUNCHES.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("Open MPI session base");
+        dir
+    });
     let mut cmd = match launcher() {
         "mpirun" => {
             let mut c = Command::new("mpirun");
             c.args(["-n", &n.to_string(), "--allow-run-as-root", "--oversubscribe", "--timeout", "120"]);
+            if let Some(base) = &session_base {
+                c.arg("--mca").arg("orte_tmpdir_base").arg(base);
+            }
             for k in std::iter::once(var).chain(env.iter().map(|(k, _)| *k)) {
                 c.args(["-x", k]);
             }
@@ -85,6 +101,9 @@ pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, D
         .expect("start weft run");
     let pid = child.id();
     let out = child.wait_with_output().expect("weft run");
+    if let Some(base) = session_base {
+        let _ = std::fs::remove_dir_all(base);
+    }
     (out, t.elapsed(), pid)
 }
 
