@@ -44,25 +44,23 @@ pub fn launcher() -> &'static str {
 pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, Duration, u32) {
     let exe = std::env::current_exe().expect("test executable");
     let t = Instant::now();
-    // Open MPI's session directory under a base of this launch's own: jobs started side by side
-    // race creating and removing a shared `/tmp/ompi.HOST.UID` ("mkdir ... File exists").
-    let session_base = (launcher() == "mpirun").then(|| {
-        static LAUNCHES: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "weft-test-ompi-{}-{}",
-            std::process::id(),
-            LAUNCHES.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("Open MPI session base");
-        dir
-    });
+    let mut session_base = None;
     let mut cmd = match launcher() {
         "mpirun" => {
+            // Open MPI's session directory under a base of this launch's own: jobs started side
+            // by side race creating and removing a shared `/tmp/ompi.HOST.UID` ("mkdir ...
+            // File exists").
+            static LAUNCHES: AtomicU32 = AtomicU32::new(0);
+            let base = std::env::temp_dir().join(format!(
+                "weft-test-ompi-{}-{}",
+                std::process::id(),
+                LAUNCHES.fetch_add(1, Ordering::Relaxed)
+            ));
+            std::fs::create_dir_all(&base).expect("Open MPI session base");
             let mut c = Command::new("mpirun");
             c.args(["-n", &n.to_string(), "--allow-run-as-root", "--oversubscribe", "--timeout", "120"]);
-            if let Some(base) = &session_base {
-                c.arg("--mca").arg("orte_tmpdir_base").arg(base);
-            }
+            c.arg("--mca").arg("orte_tmpdir_base").arg(&base);
+            session_base = Some(base);
             for k in std::iter::once(var).chain(env.iter().map(|(k, _)| *k)) {
                 c.args(["-x", k]);
             }

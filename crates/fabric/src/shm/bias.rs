@@ -22,6 +22,7 @@
 //!
 //! Where `membarrier` is refused (old kernels, seccomp), the bias starts revoked.
 
+use super::spin::relax;
 use crate::os;
 use std::cell::Cell;
 use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
@@ -119,7 +120,7 @@ impl Bias {
         }
         let mut spins = 0u32;
         while !self.settled.load(Ordering::Acquire) {
-            backoff(&mut spins);
+            relax(&mut spins);
         }
         None
     }
@@ -136,7 +137,7 @@ impl Bias {
         }
         let mut spins = 0u32;
         while self.busy.load(Ordering::Acquire) {
-            backoff(&mut spins);
+            relax(&mut spins);
         }
         self.settled.store(true, Ordering::Release);
     }
@@ -145,16 +146,6 @@ impl Bias {
 impl Default for Bias {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// Spin a little, then give the processor away (the thread waited on may need it).
-fn backoff(spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        std::thread::yield_now();
     }
 }
 

@@ -55,14 +55,20 @@ impl<T> SpinLock<T> {
                 return g;
             }
             while self.locked.load(Ordering::Relaxed) {
-                spins += 1;
-                if spins < 128 {
-                    std::hint::spin_loop();
-                } else {
-                    std::thread::yield_now();
-                }
+                relax(&mut spins);
             }
         }
+    }
+}
+
+/// One turn of waiting on another thread: spin for the first 128 turns, then give the
+/// processor away (the thread waited on may need it).
+pub(super) fn relax(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 128 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
     }
 }
 
