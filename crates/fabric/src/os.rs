@@ -440,3 +440,52 @@ fn zeroed_stat() -> libc::stat {
     // SAFETY: libc::stat is plain old data for which all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
 }
+
+/// The CPUs this thread may run on (its affinity mask), in ascending order; empty if the
+/// kernel does not say.
+pub fn allowed_cpus() -> Vec<usize> {
+    let mut set = zeroed_cpu_set();
+    // SAFETY: sched_getaffinity writes at most size_of::<cpu_set_t>() bytes into set.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads the initialised set for indices below CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect()
+}
+
+/// Binds the calling thread to CPU `cpu`; false if the kernel refused (a CPU outside the
+/// process's mask, for example).
+pub fn pin_current_thread(cpu: usize) -> bool {
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    let mut set = zeroed_cpu_set();
+    // SAFETY: cpu is below CPU_SETSIZE, so CPU_SET writes inside set; sched_setaffinity reads
+    // size_of::<cpu_set_t>() bytes of it.
+    unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+fn zeroed_cpu_set() -> libc::cpu_set_t {
+    // SAFETY: cpu_set_t is a plain bit array for which all-zero bytes are the empty set.
+    unsafe { std::mem::zeroed() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pinned_thread_may_run_on_its_cpu_only() {
+        let cpus = allowed_cpus();
+        assert!(!cpus.is_empty(), "no CPU in the affinity mask");
+        let last = *cpus.last().unwrap();
+        // In a thread of its own: pinning the test harness's thread would outlive the test.
+        let after = std::thread::spawn(move || (pin_current_thread(last), allowed_cpus())).join().unwrap();
+        assert_eq!(after, (true, vec![last]));
+        assert!(!pin_current_thread(libc::CPU_SETSIZE as usize));
+        assert_eq!(allowed_cpus(), cpus, "the calling thread's mask changed");
+    }
+}

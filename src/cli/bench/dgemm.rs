@@ -162,7 +162,7 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
             let mut secs = 0.0;
             if w.rank() == 0 {
                 let t0 = Instant::now();
-                super::on_own_threads(eps, |mut ep| {
+                super::on_own_threads(eps, false, |mut ep| {
                     let mut bufs = [vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS]];
                     loop {
                         let t = ep.atomic(counter, AtomicOp::FetchAdd(1))? as usize;

@@ -246,14 +246,29 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
 }
 
 /// Runs `work` on each endpoint in a thread of its own (the endpoint moves into it); returns
-/// the results in endpoint order, the first error, or an error if a thread panicked.
+/// the results in endpoint order, the first error, or an error if a thread panicked. With
+/// `pin`, thread i is bound to the i-th CPU this process may use (wrapping round).
 pub fn on_own_threads<'c, T: Send>(
     eps: Vec<weft::Endpoint<'c>>,
+    pin: bool,
     work: impl Fn(weft::Endpoint<'c>) -> Result<T, weft::Error> + Sync,
 ) -> Result<Vec<T>, weft::Error> {
     std::thread::scope(|s| {
         let work = &work;
-        let threads: Vec<_> = eps.into_iter().map(|ep| s.spawn(move || work(ep))).collect();
+        let cpus = if pin { weft::fabric::os::allowed_cpus() } else { Vec::new() };
+        let threads: Vec<_> = eps
+            .into_iter()
+            .enumerate()
+            .map(|(i, ep)| {
+                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
+                s.spawn(move || {
+                    if let Some(c) = cpu {
+                        weft::fabric::os::pin_current_thread(c);
+                    }
+                    work(ep)
+                })
+            })
+            .collect();
         threads
             .into_iter()
             .map(|t| t.join().map_err(|_| weft::Error::Misuse("a benchmark thread panicked"))?)

@@ -3,8 +3,16 @@
 //! with postlist 32 and one signaled completion per 64 operations; the sweep shares each
 //! resource in turn (the six endpoint categories, completion structures, buffers) and removes
 //! each feature in turn. Every row carries the resources the point used, and sits beside
-//! ideal scaling: T times the one-thread rate of the same configuration, measured right
-//! before the point.
+//! ideal scaling: T times the one-thread rate of the same configuration, measured in turns
+//! with the point.
+//!
+//! Rank 0's thread i is bound to the i-th CPU the process may use, as in the paper's runs.
+//! Unbound on 2 cores, the scheduler sometimes left both threads on one core for a while:
+//! in five runs of the 2-thread put points, 3-25 of 44 rows fell below 0.9x of ideal
+//! scaling, against 0 in three of five runs bound (7 and 16 in the other two). Bound, the
+//! one-thread short AM rate doubled (56 -> 117 M/s: the sender no longer shares a core with
+//! the receiving rank), and the 2-thread short AM rows show what they are: two senders on
+//! both cores and the receiver squeezed between them.
 
 use super::report::Row;
 use super::Ctx;
@@ -102,6 +110,9 @@ const OPS_PER_THREAD: u64 = 1_000_000;
 /// On a network (no load/store) each operation costs microseconds, not nanoseconds.
 const OPS_PER_THREAD_NET: u64 = 20_000;
 const REPS: u64 = 3;
+/// Turns of (one-thread reference, point) for a point of several threads; the best of each
+/// side counts.
+const ROUNDS: usize = 2;
 
 /// Operations each thread posts per repetition: `WEFT_MSGRATE_OPS`, else by fabric.
 fn ops_per_thread(w: &weft::World) -> Result<u64, weft::Error> {
@@ -173,15 +184,23 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
     let mut rows = vec![];
     for (i, p) in points.iter().enumerate() {
         ctx.progress.note(&format!("msgrate {}/{}", i + 1, points.len()));
-        // The one-thread rate of the same configuration, measured right before the point:
+        // The one-thread rate of the same configuration, measured in turns with the point:
         // this machine's speed drifts within minutes, and a reference taken in the one-thread
-        // sweep, tens of seconds earlier, put the 2-thread points at 0.77-1.08x of it.
-        let reference = if p.threads > 1 {
-            Some(point(ctx, &target, &source, Point { threads: 1, ..*p })?.0)
-        } else {
-            None
-        };
-        let (rate, res) = point(ctx, &target, &source, *p)?;
+        // sweep, tens of seconds earlier, put the 2-thread points at 0.77-1.08x of it; one
+        // taken right before the point still left a slow spell to one side only.
+        let mut reference = None;
+        let mut best: Option<(f64, weft::EndpointResources)> = None;
+        for _ in 0..if p.threads > 1 { ROUNDS } else { 1 } {
+            if p.threads > 1 {
+                let one = point(ctx, &target, &source, Point { threads: 1, ..*p })?.0;
+                reference = Some(reference.map_or(one, |r: f64| r.max(one)));
+            }
+            let (rate, res) = point(ctx, &target, &source, *p)?;
+            if best.as_ref().is_none_or(|b| rate > b.0) {
+                best = Some((rate, res));
+            }
+        }
+        let Some((rate, res)) = best else { continue };
         if w.rank() != 0 {
             continue;
         }
@@ -247,7 +266,7 @@ fn point(
             let start_line = Barrier::new(p.threads);
             let dones = h.dones.load(Ordering::Acquire);
             let t0 = os::now_ns();
-            eps = super::on_own_threads(eps, |mut ep| {
+            eps = super::on_own_threads(eps, true, |mut ep| {
                 let i = ep.index();
                 let dst = target.at(1, i * p.stride);
                 start_line.wait();

@@ -161,7 +161,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
             if active {
                 let me = w.rank() as usize;
                 let ready = Barrier::new(threads);
-                let results = super::on_own_threads(eps, |mut ep| {
+                let results = super::on_own_threads(eps, false, |mut ep| {
                     let t = ep.index();
                     let g = me * threads + t;
                     let owner = |g: usize| ((g / threads) as u32, g % threads);

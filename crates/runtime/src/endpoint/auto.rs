@@ -202,12 +202,20 @@ fn trial(
 ) -> Result<f64> {
     let endpoints = build(comm, layout, knobs, slots);
     // Every endpoint here is private to this function: nothing to close.
+    let cpus = weft_fabric::os::allowed_cpus();
     let start = Instant::now();
     let counts = std::thread::scope(|s| {
         let workers: Vec<_> = endpoints
             .into_iter()
             .map(|mut ep| {
+                let cpu = cpus.get(ep.index() % cpus.len().max(1)).copied();
                 s.spawn(move || -> Result<u64> {
+                    // Bound to a CPU each (these threads end with the trial): unbound, the
+                    // scheduler sometimes kept two on one core for part of a trial, and
+                    // categories that cost the same measured more than 5% apart.
+                    if let Some(cpu) = cpu {
+                        weft_fabric::os::pin_current_thread(cpu);
+                    }
                     let off = ep.index() * 128;
                     let to = super::queue::Target { rank: comm.rank(), seg: u32::MAX, region: *target, off };
                     let begin = Instant::now();
