@@ -90,10 +90,14 @@ fn tile_job(
 /// Runs of the whole multiplication per second on local tiles, `threads` threads sharing the
 /// tiles as the kernel's do, with local copies in place of the gets.
 fn compute_only(threads: usize, tiles: usize, nt: usize, a: &[f64], b: &[f64]) -> f64 {
+    let cpus = super::cpus();
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for id in 0..threads {
+            let cpus = &cpus;
             s.spawn(move || {
+                // Bound as the endpoint threads are.
+                super::bind(cpus, id);
                 // Buffers made as the kernel makes them (their relative placement decides
                 // whether the tile loops stall on 4K aliasing).
                 let [mut acc, mut ta, mut tb] =
@@ -162,7 +166,7 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
             let mut secs = 0.0;
             if w.rank() == 0 {
                 let t0 = Instant::now();
-                super::on_own_threads(eps, false, |mut ep| {
+                super::on_own_threads(eps, Some(0), |mut ep| {
                     let mut bufs = [vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS], vec![0.0; TILE_ELEMS]];
                     loop {
                         let t = ep.atomic(counter, AtomicOp::FetchAdd(1))? as usize;

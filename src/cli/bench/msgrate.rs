@@ -266,7 +266,7 @@ fn point(
             let start_line = Barrier::new(p.threads);
             let dones = h.dones.load(Ordering::Acquire);
             let t0 = os::now_ns();
-            eps = super::on_own_threads(eps, true, |mut ep| {
+            eps = super::on_own_threads(eps, Some(0), |mut ep| {
                 let i = ep.index();
                 let dst = target.at(1, i * p.stride);
                 start_line.wait();

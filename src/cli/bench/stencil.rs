@@ -81,14 +81,17 @@ fn timed<E>(ready: &Barrier, mut iteration: impl FnMut(usize) -> Result<(), E>) 
     Ok(t0.elapsed().as_secs_f64() / (ITERS - WARMUP) as f64)
 }
 
-/// Seconds per iteration of `threads` threads stepping their own strips with no exchange.
-fn compute_only(threads: usize, rows: usize, n: usize) -> f64 {
+/// Seconds per iteration of `threads` threads stepping their own strips with no exchange,
+/// bound from CPU `first_cpu` on as the exchanging threads are.
+fn compute_only(threads: usize, first_cpu: usize, rows: usize, n: usize) -> f64 {
     let ready = Barrier::new(threads);
+    let cpus = super::cpus();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
-                let ready = &ready;
+                let (ready, cpus) = (&ready, &cpus);
                 s.spawn(move || {
+                    super::bind(cpus, first_cpu + t);
                     let mut a = strip(t * rows, rows, n, n);
                     let mut b = a.clone();
                     let per_iter = timed(ready, |_| {
@@ -141,7 +144,8 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         // ranks at once, with no halo exchange (memory bandwidth is shared, so P strips do
         // not run P times faster than one grid).
         w.barrier()?;
-        let mine = if (w.rank() as usize) < ranks { compute_only(threads, rows, n) } else { 0.0 };
+        let me = w.rank() as usize;
+        let mine = if me < ranks { compute_only(threads, me * threads, rows, n) } else { 0.0 };
         let compute_iter = w
             .exchange(&mine.to_le_bytes())?
             .iter()
@@ -159,9 +163,8 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
             w.barrier()?;
             let (mut sum, mut per_iter) = (0.0, 0.0);
             if active {
-                let me = w.rank() as usize;
                 let ready = Barrier::new(threads);
-                let results = super::on_own_threads(eps, false, |mut ep| {
+                let results = super::on_own_threads(eps, Some(me * threads), |mut ep| {
                     let t = ep.index();
                     let g = me * threads + t;
                     let owner = |g: usize| ((g / threads) as u32, g % threads);
