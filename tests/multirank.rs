@@ -1359,6 +1359,17 @@ fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
     if out.status.code() != Some(3) {
         return Err(format!("exit status not forwarded: {}", common::text(&out)).into());
     }
+    // Inside a job, `weft info` reports on that job (once, from its rank 0) instead of
+    // starting a job of its own in every rank; `weft bench`, which starts ranks, refuses.
+    let out = Command::new(weft).args(["run", "-n", "2", "--", weft, "info", "--threads", "1"]).output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() || text.matches("2 (this is rank 0)").count() != 1 {
+        return Err(format!("`weft info` inside a 2-rank job: {}", common::text(&out)).into());
+    }
+    let out = Command::new(weft).args(["run", "-n", "1", "--", weft, "bench", "am"]).output()?;
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("outside mpirun") {
+        return Err(format!("`weft bench` inside a job: {}", common::text(&out)).into());
+    }
     let exe = std::env::current_exe()?;
     let out = Command::new(weft)
         .args(["run", "-n", "2", "--"])

@@ -9,7 +9,7 @@
 //! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
 //! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
 //! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 1 where the fabric needs target progress, else 0 |
-//! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when the job has more ranks than this node has cores (`WEFT_NODE_CPUS`) |
+//! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when more of the job's ranks run on this node than it has cores (`WEFT_NODE_CPUS`) |
 //! | `WEFT_NODE_CPUS` | cores the ranks of this node share, for that test (set by `weft run` from its own affinity and quota; not a rank's own mask, which a launcher that binds ranks narrows to one core) | the node's online processors |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
@@ -135,10 +135,9 @@ fn ofi_choice() -> Result<FabricChoice> {
     })
 }
 
-/// True if `ranks` ranks (all on this node: the shared-memory fabric) outnumber the cores
-/// they share.
-fn oversubscribed(ranks: u32) -> bool {
-    node_cpus().is_some_and(|c| ranks as usize > c)
+/// True if `ranks` ranks on this node outnumber the cores they share (`cpus`, where known).
+fn oversubscribed(ranks: u32, cpus: Option<usize>) -> bool {
+    cpus.is_some_and(|c| ranks as usize > c)
 }
 
 /// The cores the ranks of this node share: what `weft run` had (`WEFT_NODE_CPUS`: its own
@@ -204,14 +203,16 @@ impl Config {
             (None, Some("am")) => RmaPath::ActiveMessages,
             (None, Some(v)) => return Err(Error::Config(format!("WEFT_RMA={v:?}: expected native or am"))),
         };
-        let spin_us =
-            match o.spin_us {
-                Some(v) => v,
-                // More ranks than cores: a spinning waiter holds the core its peer needs, so
-                // yield at once (as Open MPI does when oversubscribed).
-                None => parse("WEFT_SPIN_US", "a number of microseconds")?
-                    .unwrap_or(if oversubscribed(size) { 0 } else { 20 }),
-            };
+        let spin_us = match o.spin_us {
+            Some(v) => v,
+            // More ranks on this node than cores: a spinning waiter holds the core its
+            // peer needs, so yield at once (as Open MPI does when oversubscribed). The
+            // ranks of this node: all of them under `weft run`, what the launcher says
+            // under PMIx (two nodes of two ranks on two cores each are not oversubscribed).
+            None => parse("WEFT_SPIN_US", "a number of microseconds")?.unwrap_or(
+                if oversubscribed(launched.map_or(size, |l| l.local_size), node_cpus()) { 0 } else { 20 },
+            ),
+        };
         let init_s = match o.init_timeout_s {
             Some(v) => v,
             None => parse("WEFT_INIT_TIMEOUT_S", "a number of seconds")?.unwrap_or(60),
@@ -259,5 +260,17 @@ impl Config {
             // A threshold the user chose is kept as chosen.
             coll_tune: parse_bool("WEFT_COLL_TUNE")?.unwrap_or(direct_bytes.is_none()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::oversubscribed;
+
+    #[test]
+    fn oversubscription_counts_this_nodes_ranks_against_its_cores() {
+        assert!(!oversubscribed(2, Some(2)));
+        assert!(oversubscribed(3, Some(2)));
+        assert!(!oversubscribed(64, None), "unknown cores: keep spinning");
     }
 }

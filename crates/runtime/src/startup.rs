@@ -21,6 +21,8 @@ pub(crate) struct Identity {
     pub job: String,
     /// The job spans more than this node.
     pub multi_node: bool,
+    /// Ranks of the job on this node.
+    pub local_size: u32,
 }
 
 impl Startup {
@@ -53,6 +55,7 @@ impl Startup {
                 size: p.size(),
                 job: job_name(p.namespace()),
                 multi_node: p.local_size() < p.size(),
+                local_size: p.local_size(),
             }),
         }
     }
