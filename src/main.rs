@@ -96,12 +96,6 @@ fn fail(e: impl std::fmt::Display) -> ExitCode {
     ExitCode::from(1)
 }
 
-/// True when a launcher started this process as a rank of a job (`weft run`'s variables, or a
-/// PMIx server's).
-fn already_a_rank() -> bool {
-    std::env::var_os("WEFT_RANK").is_some() || weft::fabric::boot::launched_by_pmix()
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
@@ -123,7 +117,7 @@ fn main() -> ExitCode {
         Cmd::Info { n, segment_kib, threads } => {
             let threads = threads
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |c| c.get()).min(16));
-            if already_a_rank() {
+            if weft::launched() {
                 // Under mpirun, srun or `weft run`: this process is a rank of that job, and
                 // reports on it, rather than starting a job of its own inside each rank.
                 return match cli::info::rank_main(segment_kib, threads) {
@@ -144,7 +138,7 @@ fn main() -> ExitCode {
                 Err(e) => fail(e),
             }
         }
-        Cmd::Bench(_) if already_a_rank() => fail(
+        Cmd::Bench(_) if weft::launched() => fail(
             "bench starts its ranks itself (and Open MPI's, for coll): run `weft bench` outside mpirun, srun and `weft run`",
         ),
         Cmd::Bench(b) => match cli::bench::launch(&b) {

@@ -468,6 +468,13 @@ pub fn pin_current_thread(cpu: usize) -> bool {
     }
 }
 
+/// Binds the calling thread to the `k`-th of `cpus` (a list from [`allowed_cpus`], taken
+/// before any binding), wrapping round; false, and nothing done, if the list is empty or the
+/// kernel refused. What benchmark and calibration threads use to get a CPU each.
+pub fn pin_to_nth(cpus: &[usize], k: usize) -> bool {
+    !cpus.is_empty() && pin_current_thread(cpus[k % cpus.len()])
+}
+
 fn zeroed_cpu_set() -> libc::cpu_set_t {
     // SAFETY: cpu_set_t is a plain bit array for which all-zero bytes are the empty set.
     unsafe { std::mem::zeroed() }
@@ -486,6 +493,9 @@ mod tests {
         let after = std::thread::spawn(move || (pin_current_thread(last), allowed_cpus())).join().unwrap();
         assert_eq!(after, (true, vec![last]));
         assert!(!pin_current_thread(libc::CPU_SETSIZE as usize));
+        assert!(!pin_to_nth(&[], 3), "no CPUs: nothing to bind to");
+        let wrapped = std::thread::spawn(move || (pin_to_nth(&[last], 5), allowed_cpus())).join().unwrap();
+        assert_eq!(wrapped, (true, vec![last]));
         assert_eq!(allowed_cpus(), cpus, "the calling thread's mask changed");
     }
 }

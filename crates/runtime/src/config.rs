@@ -221,7 +221,7 @@ impl Config {
             "WEFT_PEER_CHECK_MS",
             parse("WEFT_PEER_CHECK_MS", "a number of milliseconds")?.unwrap_or(10),
         )?;
-        let multi_node = launched.is_some_and(|l| l.multi_node);
+        let multi_node = launched.is_some_and(|l| l.multi_node());
         let fabric =
             match var("WEFT_FABRIC").as_deref().map(str::trim) {
                 // Ranks on several nodes need the network.

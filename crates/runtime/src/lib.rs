@@ -56,6 +56,7 @@ pub use ops::{AtomicHandle, RmaHandle};
 pub use progress::block_on;
 pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};
+pub use startup::launched;
 pub use team::coll::Number;
 pub use team::{CollHandle, ReduceOp, Team};
 pub use vis::Pieces;

@@ -19,10 +19,22 @@ pub(crate) struct Identity {
     pub rank: u32,
     pub size: u32,
     pub job: String,
-    /// The job spans more than this node.
-    pub multi_node: bool,
     /// Ranks of the job on this node.
     pub local_size: u32,
+}
+
+impl Identity {
+    /// The job spans more than this node.
+    pub fn multi_node(&self) -> bool {
+        self.local_size < self.size
+    }
+}
+
+/// True when a launcher started this process as a rank of a job: `weft run` (its variables)
+/// or a PMIx server (`mpirun`, `srun --mpi=pmix`). A tool that would start a job of its own
+/// (`weft info`, `weft bench`) acts as that job's rank instead, or refuses.
+pub fn launched() -> bool {
+    std::env::var_os("WEFT_RANK").is_some() || weft_fabric::boot::launched_by_pmix()
 }
 
 impl Startup {
@@ -54,7 +66,6 @@ impl Startup {
                 rank: p.rank(),
                 size: p.size(),
                 job: job_name(p.namespace()),
-                multi_node: p.local_size() < p.size(),
                 local_size: p.local_size(),
             }),
         }

@@ -90,14 +90,14 @@ fn tile_job(
 /// Runs of the whole multiplication per second on local tiles, `threads` threads sharing the
 /// tiles as the kernel's do, with local copies in place of the gets.
 fn compute_only(threads: usize, tiles: usize, nt: usize, a: &[f64], b: &[f64]) -> f64 {
-    let cpus = super::cpus();
+    let cpus = weft::fabric::os::allowed_cpus();
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for id in 0..threads {
             let cpus = &cpus;
             s.spawn(move || {
                 // Bound as the endpoint threads are.
-                super::bind(cpus, id);
+                weft::fabric::os::pin_to_nth(cpus, id);
                 // Buffers made as the kernel makes them (their relative placement decides
                 // whether the tile loops stall on 4K aliasing).
                 let [mut acc, mut ta, mut tb] =

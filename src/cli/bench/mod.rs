@@ -19,6 +19,7 @@ use clap::{Args, ValueEnum};
 use report::{print_json, print_table, Progress, Row};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use weft::fabric::os;
 use weft::{AmHandler, World};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -247,13 +248,15 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
 
 /// Runs `work` on each endpoint in a thread of its own (the endpoint moves into it); returns
 /// the results in endpoint order, the first error, or an error if a thread panicked. With
-/// `first_cpu` = `Some(k)`, thread i is bound to CPU `k + i` of [`cpus`] (see [`bind`]).
+/// `first_cpu` = `Some(k)`, thread i is bound to CPU `k + i` of those the process may use
+/// (wrapping round), as the endpoint paper's runs bind theirs: unbound on 2 cores, the
+/// scheduler sometimes kept two busy threads on one core for milliseconds.
 pub fn on_own_threads<'c, T: Send>(
     eps: Vec<weft::Endpoint<'c>>,
     first_cpu: Option<usize>,
     work: impl Fn(weft::Endpoint<'c>) -> Result<T, weft::Error> + Sync,
 ) -> Result<Vec<T>, weft::Error> {
-    let cpus = if first_cpu.is_some() { cpus() } else { Vec::new() };
+    let cpus = if first_cpu.is_some() { os::allowed_cpus() } else { Vec::new() };
     std::thread::scope(|s| {
         let (work, cpus) = (&work, &cpus);
         let threads: Vec<_> = eps
@@ -262,7 +265,7 @@ pub fn on_own_threads<'c, T: Send>(
             .map(|(i, ep)| {
                 s.spawn(move || {
                     if let Some(k) = first_cpu {
-                        bind(cpus, k + i);
+                        os::pin_to_nth(cpus, k + i);
                     }
                     work(ep)
                 })
@@ -273,20 +276,6 @@ pub fn on_own_threads<'c, T: Send>(
             .map(|t| t.join().map_err(|_| weft::Error::Misuse("a benchmark thread panicked"))?)
             .collect()
     })
-}
-
-/// The CPUs this process may use (call it before binding the calling thread).
-pub fn cpus() -> Vec<usize> {
-    weft::fabric::os::allowed_cpus()
-}
-
-/// Binds the calling thread to the `k`-th of `cpus`, wrapping round; nothing if there are
-/// none. Benchmarks that run threads bind them, as the endpoint paper's runs do: unbound on
-/// 2 cores, the scheduler sometimes kept two busy threads on one core for milliseconds.
-pub fn bind(cpus: &[usize], k: usize) {
-    if !cpus.is_empty() {
-        weft::fabric::os::pin_current_thread(cpus[k % cpus.len()]);
-    }
 }
 
 fn hostname() -> String {

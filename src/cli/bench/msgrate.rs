@@ -188,19 +188,20 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
         // this machine's speed drifts within minutes, and a reference taken in the one-thread
         // sweep, tens of seconds earlier, put the 2-thread points at 0.77-1.08x of it; one
         // taken right before the point still left a slow spell to one side only.
-        let mut reference = None;
+        let turns = if p.threads > 1 { ROUNDS } else { 1 };
+        let mut reference: Option<f64> = None;
         let mut best: Option<(f64, weft::EndpointResources)> = None;
-        for _ in 0..if p.threads > 1 { ROUNDS } else { 1 } {
+        for _ in 0..turns {
             if p.threads > 1 {
                 let one = point(ctx, &target, &source, Point { threads: 1, ..*p })?.0;
-                reference = Some(reference.map_or(one, |r: f64| r.max(one)));
+                reference = Some(reference.unwrap_or(0.0).max(one));
             }
             let (rate, res) = point(ctx, &target, &source, *p)?;
             if best.as_ref().is_none_or(|b| rate > b.0) {
                 best = Some((rate, res));
             }
         }
-        let Some((rate, res)) = best else { continue };
+        let (rate, res) = best.expect("at least one turn");
         if w.rank() != 0 {
             continue;
         }

@@ -85,13 +85,13 @@ fn timed<E>(ready: &Barrier, mut iteration: impl FnMut(usize) -> Result<(), E>) 
 /// bound from CPU `first_cpu` on as the exchanging threads are.
 fn compute_only(threads: usize, first_cpu: usize, rows: usize, n: usize) -> f64 {
     let ready = Barrier::new(threads);
-    let cpus = super::cpus();
+    let cpus = weft::fabric::os::allowed_cpus();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let (ready, cpus) = (&ready, &cpus);
                 s.spawn(move || {
-                    super::bind(cpus, first_cpu + t);
+                    weft::fabric::os::pin_to_nth(cpus, first_cpu + t);
                     let mut a = strip(t * rows, rows, n, n);
                     let mut b = a.clone();
                     let per_iter = timed(ready, |_| {

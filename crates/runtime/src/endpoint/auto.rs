@@ -120,6 +120,7 @@ fn choose(comm: &Comm, cfg: &EndpointConfig) -> Result<(EndpointPolicy, Vec<(End
     comm.fabric.seal(&region)?;
     // The 8 B puts it measures are inline, as in the paper's runs.
     let knobs = Knobs { inline_max: cfg.inline_max.max(8), ..cfg.knobs() };
+    let cpus = weft_fabric::os::allowed_cpus();
     // Rounds over all categories, best of each: noise (other processes, the other ranks
     // calibrating at the same time) then hits every category alike.
     let mut measured: Vec<(EndpointPolicy, f64)> =
@@ -136,7 +137,7 @@ fn choose(comm: &Comm, cfg: &EndpointConfig) -> Result<(EndpointPolicy, Vec<(End
             let bytes = slots.iter().flatten().flatten().map(|s| s.resources().bytes).sum();
             slot_bytes.push((policy, bytes));
         }
-        let rate = trial(comm, &layout, knobs, &target, slots);
+        let rate = trial(comm, &layout, knobs, &target, slots, &cpus);
         for r in &inboxes {
             let _ = comm.fabric.close_slot_inbox(r);
         }
@@ -249,23 +250,20 @@ fn trial(
     knobs: Knobs,
     target: &weft_fabric::RemoteRegion,
     slots: Vec<Vec<Slot>>,
+    cpus: &[usize],
 ) -> Result<f64> {
     let endpoints = build(comm, layout, knobs, slots);
     // Every endpoint here is private to this function: nothing to close.
-    let cpus = weft_fabric::os::allowed_cpus();
     let start = Instant::now();
     let counts = std::thread::scope(|s| {
         let workers: Vec<_> = endpoints
             .into_iter()
             .map(|mut ep| {
-                let cpu = cpus.get(ep.index() % cpus.len().max(1)).copied();
                 s.spawn(move || -> Result<u64> {
                     // Bound to a CPU each (these threads end with the trial): unbound, the
                     // scheduler sometimes kept two on one core for part of a trial, and
                     // categories that cost the same measured more than 5% apart.
-                    if let Some(cpu) = cpu {
-                        weft_fabric::os::pin_current_thread(cpu);
-                    }
+                    weft_fabric::os::pin_to_nth(cpus, ep.index());
                     let off = ep.index() * 128;
                     let to = super::queue::Target { rank: comm.rank(), seg: u32::MAX, region: *target, off };
                     let begin = Instant::now();
