@@ -33,6 +33,13 @@ impl Identity {
 /// True when a launcher started this process as a rank of a job: `weft run` (its variables)
 /// or a PMIx server (`mpirun`, `srun --mpi=pmix`). A tool that would start a job of its own
 /// (`weft info`, `weft bench`) acts as that job's rank instead, or refuses.
+///
+/// ```
+/// // A test process started by cargo, not by a launcher:
+/// if !weft_runtime::launched() {
+///     println!("not a rank of a launched job: rank 0 of 1 if it calls World::init");
+/// }
+/// ```
 pub fn launched() -> bool {
     std::env::var_os("WEFT_RANK").is_some() || weft_fabric::boot::launched_by_pmix()
 }
