@@ -1030,12 +1030,18 @@ fn teams_and_collectives() -> Res {
     w.barrier().map_err(e2s)?;
     ck(seg.local().read(0) == ((me + n - 1) % n) as u64, || "world segment after team segments".into())?;
     // A member that disagrees on a broadcast's length reports it (rank 1 is a leaf of the
-    // tree from 0, so nobody waits on it).
+    // tree from 0, so nobody waits on it): within the flag lines (80 against 88 bytes), and
+    // across the packed records and the lines (8 against 16, 16 against 8), each on a fresh
+    // team.
     if n > 1 {
-        let t = w.world_team().map_err(e2s)?;
-        let mut buf = vec![0u64; if me == 1 { 11 } else { 10 }];
-        let r = t.broadcast(0, &mut buf);
-        ck(if me != 1 { r.is_ok() } else { matches!(r, Err(Error::Mismatch(_))) }, || format!("{r:?}"))?;
+        for (theirs, mine) in [(80, 88), (8, 16), (16, 8), (0, 1)] {
+            let t = w.world_team().map_err(e2s)?;
+            let mut buf = vec![0u8; if me == 1 { mine } else { theirs }];
+            let r = t.broadcast(0, &mut buf);
+            ck(if me != 1 { r.is_ok() } else { matches!(r, Err(Error::Mismatch(_))) }, || {
+                format!("{theirs} B against {mine} B: {r:?}")
+            })?;
+        }
     }
     w.barrier().map_err(e2s)
 }
