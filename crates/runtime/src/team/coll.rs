@@ -751,7 +751,8 @@ impl Team<'_> {
             let root = self.core.check_root(root)?;
             return self.core.broadcast_inline(root, bytes_of_mut(buf));
         }
-        self.core.run_tuned(tag::BROADCAST, bytes, pin!(self.core.broadcast(root, buf)))
+        let reg = self.core.in_segment(bytes_of(buf));
+        self.core.run_tuned(tag::BROADCAST, bytes, reg, pin!(self.core.broadcast(root, buf)))
     }
 
     /// Combines every member's `data` element-wise with `op`; team rank `root` gets the
@@ -770,7 +771,8 @@ impl Team<'_> {
         f: impl Fn(&mut T, &T),
     ) -> Result<Option<Vec<T>>> {
         let bytes = std::mem::size_of_val(data);
-        self.core.run_tuned(tag::REDUCE, bytes, pin!(self.core.reduce(root, data, &f)))
+        let reg = self.core.in_segment(bytes_of(data));
+        self.core.run_tuned(tag::REDUCE, bytes, reg, pin!(self.core.reduce(root, data, &f)))
     }
 
     /// Every member gets the element-wise combination of every member's `data`: recursive
@@ -791,7 +793,8 @@ impl Team<'_> {
     /// As [`Team::allreduce`], with a user combination (associative and commutative).
     pub fn allreduce_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Vec<T>> {
         let bytes = std::mem::size_of_val(data);
-        self.core.run_tuned(tag::ALLREDUCE, bytes, pin!(self.core.allreduce(data, &f)))
+        let reg = self.core.in_segment(bytes_of(data));
+        self.core.run_tuned(tag::ALLREDUCE, bytes, reg, pin!(self.core.allreduce(data, &f)))
     }
 
     /// As [`Team::allreduce`], into `out` (as long as `data`): no allocation for the result, as
@@ -820,7 +823,8 @@ impl Team<'_> {
             return Err(Error::Misuse("allreduce_into: the output must be as long as the data"));
         }
         let bytes = std::mem::size_of_val(data);
-        self.core.run_tuned(tag::ALLREDUCE, bytes, pin!(self.core.allreduce_into(data, out, &f)))
+        let reg = self.core.in_segment(bytes_of(data));
+        self.core.run_tuned(tag::ALLREDUCE, bytes, reg, pin!(self.core.allreduce_into(data, out, &f)))
     }
 
     /// Team rank `root` gets every member's `data` (all the same length), in team order.
@@ -856,7 +860,8 @@ impl Team<'_> {
     pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
         let c = self.alltoall_counts(data.len())?;
         let bytes = c.first().map_or(0, |&b| b * std::mem::size_of::<T>());
-        let r = self.core.run_tuned(tag::ALLTOALL, bytes, pin!(self.core.alltoallv(data, &c, &c)));
+        let reg = self.core.in_segment(bytes_of(data));
+        let r = self.core.run_tuned(tag::ALLTOALL, bytes, reg, pin!(self.core.alltoallv(data, &c, &c)));
         r
     }
 
@@ -885,9 +890,11 @@ impl Team<'_> {
             &heap
         };
         let bytes = block * std::mem::size_of::<T>();
+        let reg = self.core.in_segment(bytes_of(data));
         let r = self.core.run_tuned(
             tag::ALLTOALL,
             bytes,
+            reg,
             pin!(self.core.alltoallv_into(data, counts, counts, out)),
         );
         r

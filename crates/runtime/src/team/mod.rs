@@ -237,13 +237,23 @@ impl<'c> Core<'c> {
         out.unwrap_or(Err(Error::Misuse("collective future vanished")))
     }
 
-    /// [`Core::run`] for a collective of kind `coll` moving `bytes` per member: from
-    /// [`tune::TUNE_MIN`] up, where both ways exist, its long messages go the way the team's
-    /// measurements say is faster (see [`tune`]), and the call is timed.
+    /// True if `data` lies in a segment that the other members can read in place (on a
+    /// load/store fabric): its long messages then travel that way whatever is chosen.
+    fn in_segment(&self, data: &[u8]) -> bool {
+        data.len() >= tune::TUNE_MIN
+            && self.comm.caps().load_store
+            && self.comm.segment_holding(data, self.comm.rank()).is_some()
+    }
+
+    /// [`Core::run`] for a collective of kind `coll` moving `bytes` per member, from data in a
+    /// segment if `in_segment` ([`Core::in_segment`]): from [`tune::TUNE_MIN`] up, where both
+    /// ways exist, its long messages go the way the team's measurements say is faster (see
+    /// [`tune`]), and the call is timed.
     fn run_tuned<R, F: Future<Output = Result<R>>>(
         &self,
         coll: u64,
         bytes: usize,
+        in_segment: bool,
         fut: Pin<&mut F>,
     ) -> Result<R> {
         let cfg = &self.comm.cfg;
@@ -254,7 +264,7 @@ impl<'c> Core<'c> {
         {
             return self.run(fut);
         }
-        let key = tune::Key::new(coll, bytes);
+        let key = tune::Key::new(coll, bytes, in_segment);
         let streaming = coll == coll::tag::ALLTOALL && bytes >= coll::SELF_STREAMING;
         let way = self.tuner.lock().unwrap_or_else(|p| p.into_inner()).choose(key, streaming);
         if way.direct {
