@@ -405,20 +405,20 @@ impl Channels {
         // to the detection of every message.
         (0..ARRIVAL_SPINS).any(|_| {
             watch[..k].iter().any(|(src, peer)| {
-                let (in_line, in_record) = self.arrival(n, *src, peer);
-                in_line || in_record
+                let (in_line, record) = self.arrival(n, *src, peer);
+                in_line || record.is_some()
             })
         })
     }
 
-    /// Whether the next message from team rank `src` is in its flag line, and whether it is in
-    /// its packed record (the sender chose by the length it sent; at most one is true).
-    fn arrival(&self, n: usize, src: usize, peer: &Peer) -> (bool, bool) {
+    /// Whether the next message from team rank `src` is in its flag line, and its packed
+    /// record's header if it is there instead (the sender chose by the length it sent).
+    fn arrival(&self, n: usize, src: usize, peer: &Peer) -> (bool, Option<u64>) {
         let local = self.flags.local();
         let next = peer.recvd + 1;
         let in_line = local.atomic(line_word(src, peer.recvd)).load(Ordering::Acquire) >= next;
         let head = local.atomic(record_word(n, src, peer.packed_recvd)).load(Ordering::Acquire);
-        (in_line, head & SEQ_MASK == next & SEQ_MASK)
+        (in_line, (head & SEQ_MASK == next & SEQ_MASK).then_some(head))
     }
 
     /// Sends what it can of `o` (`done`: chunks sent so far, or the direct-read state); true
@@ -558,21 +558,15 @@ impl Channels {
             ))
         };
         while *done < total {
-            // Message `next` is in its flag line or, packed, in its record; the other place
-            // is looked at only while it has not arrived where expected, to report a sender
-            // that chose the other place (by another length) instead of waiting for ever.
-            let next = peer.recvd + 1;
-            let base = line_word(src, peer.recvd);
-            let rec = record_word(n, src, peer.packed_recvd);
-            let line_arrived = || local.atomic(base).load(Ordering::Acquire) >= next;
-            let record = || {
-                let head = local.atomic(rec).load(Ordering::Acquire);
-                (head & SEQ_MASK == next & SEQ_MASK).then_some(head)
-            };
+            // The next message is in its flag line or, packed, in its record; one found in the
+            // other place than its expected length says comes from a sender that sent another
+            // length, reported instead of waited for.
+            let (base, rec) = (line_word(src, peer.recvd), record_word(n, src, peer.packed_recvd));
+            let (in_line, record) = self.arrival(n, src, peer);
             let record_mismatch = |head: u64| mismatch((head >> SEQ_BITS) & 0xf, unfold_tag(head >> 48));
             if packed(want) {
-                let Some(head) = record() else {
-                    if line_arrived() {
+                let Some(head) = record else {
+                    if in_line {
                         return Err(mismatch(local.read(base + 1), local.read(base + 2)));
                     }
                     break;
@@ -584,8 +578,8 @@ impl Channels {
                 i.out.copy_from_slice(&bytes_of(&word)[..want]);
                 peer.packed_recvd += 1;
                 *done = 1;
-            } else if !line_arrived() {
-                if let Some(head) = record() {
+            } else if !in_line {
+                if let Some(head) = record {
                     return Err(record_mismatch(head));
                 }
                 break;
