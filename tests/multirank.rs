@@ -851,6 +851,20 @@ fn check_nonblocking(team: &weft::Team, data: &[Vec<u64>], sum: &[u64], cat: &[u
     ck(weft::block_on(bc).map_err(e2s)? == data[n - 1], || who("broadcast"))?;
     ck(red.wait().map_err(e2s)? == sum, || who("allreduce"))?;
     bar.wait().map_err(e2s)?;
+    // Members may mix a collective's blocking and non-blocking forms: the small blocking ones
+    // take a path without a future, with the same messages.
+    let sum_mixed = if me == 0 {
+        team.allreduce(&mine, ReduceOp::Sum).map_err(e2s)?
+    } else {
+        team.allreduce_nb(mine.clone(), ReduceOp::Sum).map_err(e2s)?.wait().map_err(e2s)?
+    };
+    ck(sum_mixed == sum, || who("allreduce, blocking on rank 0 only"))?;
+    let a2a_mixed = if me == 0 {
+        team.alltoall(&mine[..block * n]).map_err(e2s)?
+    } else {
+        team.alltoall_nb(mine[..block * n].to_vec()).map_err(e2s)?.wait().map_err(e2s)?
+    };
+    ck(a2a_mixed == want, || who("alltoall, blocking on rank 0 only"))?;
     // A blocking collective after non-blocking ones runs after them, on every member.
     let g = team.gather(0, &mine).map_err(e2s)?;
     ck(g == (me == 0).then(|| cat.to_vec()), || who("gather after non-blocking ones"))

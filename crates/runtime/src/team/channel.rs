@@ -188,6 +188,12 @@ fn sub_slot(count: u64) -> usize {
 /// Tag bit of a one-way transfer (long messages pipelined through the slot's halves).
 const PIPELINED: u64 = 1 << 32;
 
+/// `tag` as a one-way transfer's messages carry it ([`Channels::try_send_inline`]'s): a
+/// transfer given it keeps it even where it moves messages both ways.
+pub(crate) fn one_way(tag: u64) -> u64 {
+    tag | PIPELINED
+}
+
 /// Bytes of one chunk of a long message.
 fn chunk_bytes(pipelined: bool) -> usize {
     if pipelined {
@@ -300,29 +306,42 @@ impl Channels {
         outs: &'t [Out<'o>],
         ins: &'t mut [In<'i>],
     ) -> Transfer<'t, 'c, 'o, 'i> {
+        let tag = if outs.is_empty() || ins.is_empty() { one_way(tag) } else { tag };
+        self.transfer_tagged(team, tag, outs, ins)
+    }
+
+    /// [`Channels::transfer`] with the tag its messages carry as given (`tag` or
+    /// [`one_way`]`(tag)`), whichever ways they move: for the rest of messages that
+    /// [`Channels::try_send_inline`] and [`Channels::try_take_inline`] did not move.
+    pub fn transfer_tagged<'t, 'c, 'o, 'i>(
+        &'t self,
+        team: &'t Core<'c>,
+        tag: u64,
+        outs: &'t [Out<'o>],
+        ins: &'t mut [In<'i>],
+    ) -> Transfer<'t, 'c, 'o, 'i> {
         let done = Counters::zeroed(outs.len() + ins.len());
-        let tag = if outs.is_empty() || ins.is_empty() { tag | PIPELINED } else { tag };
         Transfer { channels: self, team, tag, outs, ins, done }
     }
 
-    /// Sends `data` (at most [`INLINE`] bytes) to team rank `to` as a one-way transfer's
-    /// message would go, if its flag line is free now; false, with nothing sent, if not. For
-    /// the small collectives' path without a future and a wait loop: the same message on the
-    /// wire as [`Channels::transfer`]'s.
+    /// Sends `data` (at most [`INLINE`] bytes) to team rank `to`, carrying `tag` as given
+    /// (see [`Channels::transfer_tagged`]), if its line or record is free now; false, with
+    /// nothing sent, if not. For the small collectives' path without a future and a wait
+    /// loop: the same message on the wire as a transfer's.
     pub fn try_send_inline(&self, team: &Core<'_>, tag: u64, to: usize, data: &[u8]) -> Result<bool> {
         debug_assert!(data.len() <= INLINE);
         let o = Out { to, data };
         let mut done = 0;
-        self.advance(to, &mut done, |peer, done| self.send(team, tag | PIPELINED, &o, peer, done))
+        self.advance(to, &mut done, |peer, done| self.send(team, tag, &o, peer, done))
     }
 
     /// Takes the next message from team rank `from` into `out` (at most [`INLINE`] bytes),
-    /// as a one-way transfer would, if it has arrived; false, with nothing taken, if not.
+    /// expecting `tag` as given, if it has arrived; false, with nothing taken, if not.
     pub fn try_take_inline(&self, team: &Core<'_>, tag: u64, from: usize, out: &mut [u8]) -> Result<bool> {
         debug_assert!(out.len() <= INLINE);
         let mut i = In { from, out };
         let mut done = 0;
-        self.advance(from, &mut done, |peer, done| self.receive(team, tag | PIPELINED, &mut i, peer, done))
+        self.advance(from, &mut done, |peer, done| self.receive(team, tag, &mut i, peer, done))
     }
 
     /// One pass over a transfer: sends the chunks whose slots are free, takes the chunks that
