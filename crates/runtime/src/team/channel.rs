@@ -246,6 +246,7 @@ fn record_header(m: u64, len: usize, tag: u64) -> u64 {
     (m & SEQ_MASK) | (len as u64) << SEQ_BITS | fold_tag(tag) << 48
 }
 
+/// `tag` in 16 bits: its low 15 and the [`PIPELINED`] bit.
 fn fold_tag(tag: u64) -> u64 {
     (tag & 0x7fff) | u64::from(tag & PIPELINED != 0) << 15
 }

@@ -107,6 +107,28 @@ fn carve<'a, T>(mut buf: &'a mut [T], counts: &[usize]) -> Vec<&'a mut [T]> {
         .collect()
 }
 
+/// An alltoall's messages from `(block to member r, block from member r)` for each member `r`
+/// in team order: this member's (`me`) own block is copied, the others are described in
+/// `outs` and `ins` from the start; returns how many.
+fn alltoall_messages<'a, 'b, T: Pod>(
+    me: usize,
+    blocks: impl Iterator<Item = (&'a [T], &'b mut [T])>,
+    outs: &mut [Out<'a>],
+    ins: &mut [In<'b>],
+) -> usize {
+    let mut k = 0;
+    for (r, (src, dst)) in blocks.enumerate() {
+        if r == me {
+            copy_slice(dst, src);
+        } else {
+            outs[k] = Out { to: r, data: bytes_of(src) };
+            ins[k] = In { from: r, out: bytes_of_mut(dst) };
+            k += 1;
+        }
+    }
+    k
+}
+
 /// Receives for every member's block except `skip`'s (this member's own).
 fn receive_into<T: Pod>(blocks: Vec<&mut [T]>, skip: usize) -> Vec<In<'_>> {
     blocks
@@ -387,19 +409,10 @@ impl<'c> Core<'c> {
     /// The blocking alltoall of a team of up to [`FLAT_MEMBERS`] whose blocks (`block`
     /// elements, at least one byte) fit a flag line, through [`Core::exchange_inline`].
     pub(super) fn alltoall_inline<T: Pod>(&self, data: &[T], out: &mut [T], block: usize) -> Result<()> {
-        let me = self.me;
         let mut outs = [Out { to: 0, data: &[] }; FLAT_MEMBERS];
         let mut ins: [In<'_>; FLAT_MEMBERS] = std::array::from_fn(|_| In { from: 0, out: &mut [] });
-        let mut k = 0;
-        for (r, (mine, theirs)) in data.chunks(block).zip(out.chunks_mut(block)).enumerate() {
-            if r == me {
-                copy_slice(theirs, mine);
-            } else {
-                outs[k] = Out { to: r, data: bytes_of(mine) };
-                ins[k] = In { from: r, out: bytes_of_mut(theirs) };
-                k += 1;
-            }
-        }
+        let blocks = data.chunks(block).zip(out.chunks_mut(block));
+        let k = alltoall_messages(self.me, blocks, &mut outs, &mut ins);
         self.exchange_inline(tag::ALLTOALL, &outs[..k], &mut ins[..k])
     }
 
@@ -744,20 +757,14 @@ impl<'c> Core<'c> {
                 ins_heap.resize_with(n, || In { from: 0, out: &mut [] });
                 (&mut outs_heap, &mut ins_heap)
             };
-            let (mut rest, mut at, mut k) = (all, 0, 0);
-            for r in 0..n {
+            let (mut rest, mut at) = (all, 0);
+            let blocks = (0..n).map(|r| {
                 let (block, tail) = std::mem::take(&mut rest).split_at_mut(recv_counts[r]);
                 rest = tail;
-                let src = &data[at..at + send_counts[r]];
                 at += send_counts[r];
-                if r == me {
-                    copy_slice(block, src);
-                } else {
-                    outs[k] = Out { to: r, data: bytes_of(src) };
-                    ins[k] = In { from: r, out: bytes_of_mut(block) };
-                    k += 1;
-                }
-            }
+                (&data[at - send_counts[r]..at], block)
+            });
+            let k = alltoall_messages(me, blocks, outs, ins);
             return self.send_recv(tag::ALLTOALL, &outs[..k], &mut ins[..k]).await;
         }
         // Pairwise exchange: in step s, send to me + s and receive from me - s.
@@ -833,8 +840,8 @@ impl Team<'_> {
             let root = self.core.check_root(root)?;
             return self.core.broadcast_inline(root, bytes_of_mut(buf));
         }
-        let reg = self.core.in_segment(bytes_of(buf));
-        self.core.run_tuned(tag::BROADCAST, bytes, reg, pin!(self.core.broadcast(root, buf)))
+        let tuning = self.core.tuning(tag::BROADCAST, bytes, bytes_of(buf));
+        self.core.run_tuned(tuning, pin!(self.core.broadcast(root, buf)))
     }
 
     /// Combines every member's `data` element-wise with `op`; team rank `root` gets the
@@ -853,8 +860,8 @@ impl Team<'_> {
         f: impl Fn(&mut T, &T),
     ) -> Result<Option<Vec<T>>> {
         let bytes = std::mem::size_of_val(data);
-        let reg = self.core.in_segment(bytes_of(data));
-        self.core.run_tuned(tag::REDUCE, bytes, reg, pin!(self.core.reduce(root, data, &f)))
+        let tuning = self.core.tuning(tag::REDUCE, bytes, bytes_of(data));
+        self.core.run_tuned(tuning, pin!(self.core.reduce(root, data, &f)))
     }
 
     /// Every member gets the element-wise combination of every member's `data`: recursive
@@ -896,8 +903,8 @@ impl Team<'_> {
             self.core.allreduce_pair_inline(data, &mut out, &f)?;
             return Ok(out);
         }
-        let reg = self.core.in_segment(bytes_of(data));
-        self.core.run_tuned(tag::ALLREDUCE, bytes, reg, pin!(self.core.allreduce(data, &f)))
+        let tuning = self.core.tuning(tag::ALLREDUCE, bytes, bytes_of(data));
+        self.core.run_tuned(tuning, pin!(self.core.allreduce(data, &f)))
     }
 
     /// As [`Team::allreduce`], into `out` (as long as `data`): no allocation for the result, as
@@ -929,8 +936,8 @@ impl Team<'_> {
         if self.pair_inline(bytes) {
             return self.core.allreduce_pair_inline(data, out, &f);
         }
-        let reg = self.core.in_segment(bytes_of(data));
-        self.core.run_tuned(tag::ALLREDUCE, bytes, reg, pin!(self.core.allreduce_into(data, out, &f)))
+        let tuning = self.core.tuning(tag::ALLREDUCE, bytes, bytes_of(data));
+        self.core.run_tuned(tuning, pin!(self.core.allreduce_into(data, out, &f)))
     }
 
     /// Team rank `root` gets every member's `data` (all the same length), in team order.
@@ -971,8 +978,8 @@ impl Team<'_> {
             self.core.alltoall_inline(data, &mut out, c[0])?;
             return Ok(out);
         }
-        let reg = self.core.in_segment(bytes_of(data));
-        let r = self.core.run_tuned(tag::ALLTOALL, bytes, reg, pin!(self.core.alltoallv(data, &c, &c)));
+        let tuning = self.core.tuning(tag::ALLTOALL, bytes, bytes_of(data));
+        let r = self.core.run_tuned(tuning, pin!(self.core.alltoallv(data, &c, &c)));
         r
     }
 
@@ -1004,13 +1011,8 @@ impl Team<'_> {
         if self.flat_inline(bytes) && out.len() == data.len() {
             return self.core.alltoall_inline(data, out, block);
         }
-        let reg = self.core.in_segment(bytes_of(data));
-        let r = self.core.run_tuned(
-            tag::ALLTOALL,
-            bytes,
-            reg,
-            pin!(self.core.alltoallv_into(data, counts, counts, out)),
-        );
+        let tuning = self.core.tuning(tag::ALLTOALL, bytes, bytes_of(data));
+        let r = self.core.run_tuned(tuning, pin!(self.core.alltoallv_into(data, counts, counts, out)));
         r
     }
 

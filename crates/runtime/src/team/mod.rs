@@ -237,35 +237,38 @@ impl<'c> Core<'c> {
         out.unwrap_or(Err(Error::Misuse("collective future vanished")))
     }
 
-    /// True if `data` lies in a segment that the other members can read in place (on a
-    /// load/store fabric): its long messages then travel that way whatever is chosen.
-    fn in_segment(&self, data: &[u8]) -> bool {
-        data.len() >= tune::TUNE_MIN
-            && self.comm.caps().load_store
-            && self.comm.segment_holding(data, self.comm.rank()).is_some()
-    }
-
-    /// [`Core::run`] for a collective of kind `coll` moving `bytes` per member, from data in a
-    /// segment if `in_segment` ([`Core::in_segment`]): from [`tune::TUNE_MIN`] up, where both
-    /// ways exist, its long messages go the way the team's measurements say is faster (see
-    /// [`tune`]), and the call is timed.
-    fn run_tuned<R, F: Future<Output = Result<R>>>(
-        &self,
-        coll: u64,
-        bytes: usize,
-        in_segment: bool,
-        fut: Pin<&mut F>,
-    ) -> Result<R> {
+    /// The tuning class of a blocking collective of kind `coll` moving `bytes` per member (or
+    /// per block) from `data`, if its long messages' way is chosen by measurement: from
+    /// [`tune::TUNE_MIN`] up to `coll_direct_bytes`, where both ways exist. Data in a segment
+    /// the other members can read in place (on a load/store fabric) is a class of its own.
+    /// Taken before the collective's future borrows `data`.
+    fn tuning(&self, coll: u64, bytes: usize, data: &[u8]) -> Option<Tuning> {
         let cfg = &self.comm.cfg;
         if !cfg.coll_tune
             || bytes < tune::TUNE_MIN
             || bytes >= cfg.coll_direct_bytes
             || !self.comm.caps().peer_read
         {
-            return self.run(fut);
+            return None;
         }
-        let key = tune::Key::new(coll, bytes, in_segment);
-        let streaming = coll == coll::tag::ALLTOALL && bytes >= coll::SELF_STREAMING;
+        let in_segment =
+            self.comm.caps().load_store && self.comm.segment_holding(data, self.comm.rank()).is_some();
+        Some(Tuning {
+            key: tune::Key::new(coll, bytes, in_segment),
+            streaming: coll == coll::tag::ALLTOALL && bytes >= coll::SELF_STREAMING,
+        })
+    }
+
+    /// [`Core::run`] for a collective whose [`Core::tuning`] is `tuning`: with one, its long
+    /// messages go the way the team's measurements say is faster (see [`tune`]), and the call
+    /// is timed.
+    fn run_tuned<R, F: Future<Output = Result<R>>>(
+        &self,
+        tuning: Option<Tuning>,
+        fut: Pin<&mut F>,
+    ) -> Result<R> {
+        let Some(Tuning { key, streaming }) = tuning else { return self.run(fut) };
+        let cfg = &self.comm.cfg;
         let way = self.tuner.lock().unwrap_or_else(|p| p.into_inner()).choose(key, streaming);
         if way.direct {
             self.channels.set_direct_from(tune::DIRECT_MIN);
@@ -281,6 +284,14 @@ impl<'c> Core<'c> {
         }
         r
     }
+}
+
+/// What [`Core::run_tuned`] measures a call as: its class, and whether it also chooses how
+/// an alltoall's own block is copied.
+#[derive(Clone, Copy)]
+struct Tuning {
+    key: tune::Key,
+    streaming: bool,
 }
 
 impl<'c> Team<'c> {
