@@ -101,14 +101,13 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Run { n, raw, timeout, mut command } => {
             let program = command.remove(0);
-            let spec = cli::run::LaunchSpec {
-                ranks: n,
-                program,
-                args: command,
-                label: !raw,
-                timeout: timeout.map(std::time::Duration::from_secs_f64),
-                env: vec![],
+            let timeout = match timeout.map(std::time::Duration::try_from_secs_f64) {
+                None => None,
+                Some(Ok(t)) if !t.is_zero() => Some(t),
+                Some(_) => return fail(format!("run: --timeout {}: expected a positive number of seconds", timeout.unwrap_or_default())),
             };
+            let spec =
+                cli::run::LaunchSpec { ranks: n, program, args: command, label: !raw, timeout, env: vec![] };
             match cli::run::launch(&spec) {
                 Ok(code) => exit(code),
                 Err(e) => fail(format!("run: {e}")),

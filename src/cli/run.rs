@@ -2,7 +2,7 @@
 //! whole job as soon as one rank fails, naming the rank and the cause.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -65,9 +65,34 @@ fn forward(rank: u32, src: impl Read + Send + 'static, to_stderr: bool) -> std::
     })
 }
 
-/// A job id unique on this node: letters and digits only.
-pub fn new_job_id() -> String {
-    format!("{:x}x{:x}", std::process::id(), os::now_ns() & 0xffff_ffff_ffff)
+/// A job id unique on this node and unguessable: the launcher's pid in hex (so that a later
+/// `weft run` can tell whether the job's launcher is gone), `x`, 64 random bits.
+pub fn new_job_id() -> Result<String, String> {
+    let r = os::random_u64().map_err(|e| format!("cannot make a job id: {e}"))?;
+    Ok(format!("{:x}x{r:016x}", std::process::id()))
+}
+
+/// How long output forwarding may go on after the last rank was reaped (a process a rank
+/// started may still hold its output pipe).
+const FORWARD_GRACE: Duration = Duration::from_millis(500);
+
+/// Copies this process's standard input to rank 0's, for a terminal: a rank runs in a process
+/// group of its own, and one that read the terminal from outside the foreground group would
+/// be stopped (SIGTTIN). Ends with the input or when rank 0 stops reading.
+fn forward_stdin(mut to: std::process::ChildStdin) {
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to);
+    });
+}
+
+/// Of the ranks that ended in one look, the one to name as the job's cause: one killed by a
+/// signal before one that exited with an error (a rank that sees a peer die exits with an
+/// error of its own), else the first.
+fn cause_of(ended: &[(u32, u32, ExitStatus)]) -> Option<(u32, u32, ExitStatus, String)> {
+    use std::os::unix::process::ExitStatusExt;
+    let failed = ended.iter().filter_map(|&(r, pid, st)| describe(st).map(|c| (r, pid, st, c)));
+    let (signalled, other): (Vec<_>, Vec<_>) = failed.partition(|(_, _, st, _)| st.signal().is_some());
+    signalled.into_iter().chain(other).next()
 }
 
 /// Runs the job. Returns the exit status of the rank that failed first (128+signal for a
@@ -77,7 +102,14 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         return Err("need at least one rank (-n 1 or more)".into());
     }
     os::catch_interrupts();
-    let job = new_job_id();
+    let orphans = os::remove_orphaned_files();
+    if orphans > 0 {
+        eprintln!(
+            "weft run: removed {orphans} file(s) of earlier jobs whose launcher is gone from {}",
+            os::SHM_DIR
+        );
+    }
+    let job = new_job_id()?;
     let mut children: Vec<(u32, Child)> = Vec::new();
     let mut forwarders = Vec::new();
     // One start-up channel per rank (`WEFT_BOOT_FD`), answered by `boot::serve`: network
@@ -87,6 +119,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     // oversubscription test, which must not look at a rank's own mask (see the runtime's
     // config).
     let node_cpus = std::thread::available_parallelism().map_or(0, |c| c.get());
+    let stdin_is_terminal = std::io::stdin().is_terminal();
     for rank in 0..spec.ranks {
         let (ours, theirs) =
             UnixStream::pair().map_err(|e| format!("cannot create the start-up channel: {e}"))?;
@@ -99,15 +132,22 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             .env("WEFT_JOB", &job)
             .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(if rank == 0 { Stdio::inherit() } else { Stdio::null() });
+            .stdin(match rank {
+                0 if stdin_is_terminal => Stdio::piped(),
+                0 => Stdio::inherit(),
+                _ => Stdio::null(),
+            });
         if spec.label {
             cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         }
-        let spawned = os::spawn_tied_to_parent(&mut cmd);
+        let spawned = os::spawn_rank(&mut cmd);
         drop(theirs);
         boot_ends.push(ours);
         match spawned {
             Ok(mut child) => {
+                if let Some(i) = child.stdin.take() {
+                    forward_stdin(i);
+                }
                 if let Some(o) = child.stdout.take() {
                     forwarders.push(forward(rank, o, false));
                 }
@@ -118,7 +158,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             }
             Err(e) => {
                 for (_, c) in &mut children {
-                    let _ = c.kill();
+                    os::kill_group(c.id(), os::SIGKILL);
                     let _ = c.wait();
                 }
                 os::unlink_prefix(&weft_fabric::shm::file_prefix(&job));
@@ -132,16 +172,17 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; spec.ranks as usize];
     let mut stopping: Option<Instant> = None;
     let mut first_failure: Option<i32> = None;
-    let mut terminated = false;
-    let terminate = |children: &[(u32, Child)], statuses: &[Option<ExitStatus>]| {
-        for (r, c) in children {
-            if statuses[*r as usize].is_none() {
-                os::kill(c.id(), os::SIGTERM);
-            }
+    let (mut terminated, mut killed) = (false, false);
+    // Every rank leads a process group; signalling the groups reaches what the ranks started
+    // too (a group lives on while any of its processes does, after its rank was reaped).
+    let signal_all = |children: &[(u32, Child)], sig: i32| {
+        for (_, c) in children {
+            os::kill_group(c.id(), sig);
         }
     };
     loop {
-        let mut running = 0;
+        let mut running = Vec::new();
+        let mut ended = Vec::new();
         for (rank, child) in children.iter_mut() {
             let r = *rank as usize;
             if statuses[r].is_some() {
@@ -150,31 +191,32 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             match child.try_wait() {
                 Ok(Some(st)) => {
                     statuses[r] = Some(st);
-                    if stopping.is_none() {
-                        if let Some(cause) = describe(st) {
-                            eprintln!(
-                                "weft run: rank {rank} (pid {}) {cause}; stopping the other {} rank(s)",
-                                child.id(),
-                                statuses.iter().filter(|s| s.is_none()).count()
-                            );
-                            stopping = Some(Instant::now());
-                            first_failure = Some(exit_code(st));
-                        }
-                    }
+                    ended.push((*rank, child.id(), st));
                 }
-                Ok(None) => running += 1,
+                Ok(None) => running.push(child.id()),
                 Err(_) => statuses[r] = Some(ExitStatus::default()),
             }
         }
-        if running == 0 {
+        if stopping.is_none() {
+            if let Some((rank, pid, st, cause)) = cause_of(&ended) {
+                eprintln!(
+                    "weft run: rank {rank} (pid {pid}) {cause}; stopping the other {} rank(s)",
+                    running.len()
+                );
+                stopping = Some(Instant::now());
+                first_failure = Some(exit_code(st));
+            }
+        }
+        if running.is_empty() {
             break;
         }
         match stopping {
             None => {
                 if let Some(sig) = os::interrupted() {
                     eprintln!(
-                        "weft run: interrupted by {}; stopping {running} rank(s)",
-                        os::signal_name(sig)
+                        "weft run: interrupted by {}; stopping {} rank(s) (again to kill them at once)",
+                        os::signal_name(sig),
+                        running.len()
                     );
                     stopping = Some(Instant::now());
                 } else if let Some(t) = spec.timeout.filter(|t| started.elapsed() > *t) {
@@ -185,28 +227,37 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                         .map(|(r, c)| format!("{r} (pid {})", c.id()))
                         .collect();
                     eprintln!(
-                        "weft run: time limit of {t:?} reached; stopping {running} rank(s): {}",
+                        "weft run: time limit of {t:?} reached; stopping {} rank(s): {}",
+                        running.len(),
                         still.join(", ")
                     );
                     stopping = Some(Instant::now());
                 }
             }
-            Some(t) if t.elapsed() > GRACE => {
-                for (r, c) in children.iter_mut() {
-                    if statuses[*r as usize].is_none() {
-                        let _ = c.kill();
-                    }
-                }
+            // A grace period, or a second interrupt: SIGKILL.
+            Some(t) if !killed && (t.elapsed() > GRACE || os::interrupts() >= 2) => {
+                signal_all(&children, os::SIGKILL);
+                killed = true;
             }
             Some(_) => {}
         }
         if stopping.is_some() && !terminated {
-            terminate(&children, &statuses);
+            signal_all(&children, os::SIGTERM);
             terminated = true;
         }
+        os::wait_for_exit(&running, Duration::from_millis(2));
+    }
+    if stopping.is_some() {
+        // What the ranks started and left behind goes with the job.
+        signal_all(&children, os::SIGKILL);
+    }
+    // Output still held open by a process a rank started ends the forwarding after a grace
+    // period: the job is over when its ranks are.
+    let reaped = Instant::now();
+    while forwarders.iter().any(|f| !f.is_finished()) && reaped.elapsed() < FORWARD_GRACE {
         std::thread::sleep(Duration::from_millis(2));
     }
-    for f in forwarders {
+    for f in forwarders.into_iter().filter(|f| f.is_finished()) {
         let _ = f.join();
     }
     // Our own files, and libfabric's shm provider regions, named after a rank's pid

@@ -24,6 +24,11 @@ pub enum FabricError {
     Mismatch { what: String },
     /// More of a resource was asked for than the fabric provides.
     Limit { what: &'static str, asked: usize, max: usize },
+    /// A shared file weft was about to create exists already (another process holds the name).
+    Exists { path: String },
+    /// A shared file that weft did not create (another user's, a link, readable by others):
+    /// refused, never mapped.
+    Untrusted { path: String, why: String },
 }
 
 impl FabricError {
@@ -57,6 +62,10 @@ impl fmt::Display for FabricError {
             FabricError::Limit { what, asked, max } => {
                 write!(f, "{asked} {what} asked for; this fabric provides at most {max}")
             }
+            FabricError::Exists { path } => {
+                write!(f, "{path} exists already: another process holds this name")
+            }
+            FabricError::Untrusted { path, why } => write!(f, "refusing to map {path}: {why}"),
         }
     }
 }

@@ -83,15 +83,21 @@ impl Drop for Fd {
 }
 
 /// Creates `name` (exclusively) with `len` zero bytes, maps it, lets `init` fill it, then
-/// publishes it atomically under `name` (a peer never sees a half-initialised file).
+/// publishes it under `name` (a peer never sees a half-initialised file). Nothing existing is
+/// followed or replaced: the file is made under a temporary name with `O_EXCL | O_NOFOLLOW`
+/// and published with `link`, which fails where `name` exists. An existing `name` is
+/// [`FabricError::Exists`].
 pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> FabricResult<Mapping> {
     let tmp = format!("{name}.tmp");
     let cpath = path_of(&tmp)?;
+    let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     // SAFETY: cpath is a valid NUL-terminated string; O_EXCL makes us the only creator.
-    let fd = unsafe {
-        libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC, 0o600)
-    };
+    let fd = unsafe { libc::open(cpath.as_ptr(), flags, 0o600) };
     if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EEXIST) {
+            return Err(FabricError::Exists { path: format!("{SHM_DIR}/{tmp}") });
+        }
         return Err(FabricError::last_os(format!("creating {SHM_DIR}/{tmp}")));
     }
     let fd = Fd(fd);
@@ -108,18 +114,29 @@ pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> Fabr
     let map = map_fd(fd.0, len, &tmp).map_err(cleanup)?;
     init(map.as_ptr());
     let final_path = path_of(name)?;
-    // SAFETY: both paths are valid C strings.
-    if unsafe { libc::rename(cpath.as_ptr(), final_path.as_ptr()) } != 0 {
-        return Err(cleanup(FabricError::last_os(format!("publishing {SHM_DIR}/{name}"))));
+    // SAFETY: both paths are valid C strings; link creates a second name and never replaces.
+    let linked = unsafe { libc::link(cpath.as_ptr(), final_path.as_ptr()) };
+    let e = std::io::Error::last_os_error();
+    unlink(&tmp);
+    if linked != 0 {
+        if e.raw_os_error() == Some(libc::EEXIST) {
+            return Err(FabricError::Exists { path: format!("{SHM_DIR}/{name}") });
+        }
+        return Err(FabricError::Os {
+            what: format!("publishing {SHM_DIR}/{name}"),
+            errno: e.raw_os_error().unwrap_or(0),
+        });
     }
     Ok(map)
 }
 
-/// Maps an existing shared file; `Ok(None)` if it does not exist (yet).
+/// Maps an existing shared file; `Ok(None)` if it does not exist (yet). Only a regular file
+/// of this user that nobody else may read or write is mapped (what [`create_shared`] makes):
+/// a link, or a file another user placed under the name, is refused.
 pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
     let cpath = path_of(name)?;
     // SAFETY: valid C string.
-    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::ENOENT) {
@@ -128,13 +145,46 @@ pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
         return Err(FabricError::last_os(format!("opening {SHM_DIR}/{name}")));
     }
     let fd = Fd(fd);
-    // SAFETY: zeroed stat is a valid out-parameter, fd is open.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let mut st = zeroed_stat();
     // SAFETY: fd is open and st is writable.
     if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
         return Err(FabricError::last_os(format!("stat of {SHM_DIR}/{name}")));
     }
-    map_fd(fd.0, st.st_size as usize, name).map(Some)
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me || st.st_mode & 0o077 != 0 {
+        return Err(FabricError::Untrusted {
+            path: format!("{SHM_DIR}/{name}"),
+            why: format!(
+                "owner uid {}, mode {:o}; weft maps only regular files of its own user (uid {me}) with mode 600",
+                st.st_uid,
+                st.st_mode & 0o7777
+            ),
+        });
+    }
+    let len = usize::try_from(st.st_size)
+        .map_err(|_| FabricError::Malformed { what: format!("size of {SHM_DIR}/{name}") })?;
+    map_fd(fd.0, len, name).map(Some)
+}
+
+/// 64 bits from the kernel's random number generator (`getrandom`), for names and keys
+/// nobody can guess.
+pub fn random_u64() -> FabricResult<u64> {
+    let mut b = [0u8; 8];
+    let mut got = 0;
+    while got < b.len() {
+        // SAFETY: the destination range lies inside `b`, which is writable.
+        let n = unsafe { libc::getrandom(b[got..].as_mut_ptr().cast(), b.len() - got, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(FabricError::Os { what: "getrandom".into(), errno: e.raw_os_error().unwrap_or(0) });
+        }
+        got += n as usize;
+    }
+    Ok(u64::from_le_bytes(b))
 }
 
 /// Removes a shared file; a missing file is not an error.
@@ -308,26 +358,33 @@ pub fn signal_name(sig: i32) -> String {
 }
 
 static INTERRUPTED: AtomicU32 = AtomicU32::new(0);
+static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
 
 extern "C" fn on_interrupt(sig: libc::c_int) {
     INTERRUPTED.store(sig as u32, std::sync::atomic::Ordering::SeqCst);
+    INTERRUPTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
 /// Routes SIGINT, SIGTERM and SIGHUP to a flag read by [`interrupted`] instead of ending the
 /// process, so that a launcher can stop its ranks and clean up.
 pub fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
         unsafe { libc::signal(sig, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     }
 }
 
-/// The signal caught by [`catch_interrupts`], if any.
+/// The last signal caught by [`catch_interrupts`], if any.
 pub fn interrupted() -> Option<i32> {
     match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
         0 => None,
         s => Some(s as i32),
     }
+}
+
+/// How many signals [`catch_interrupts`] caught (a second one asks for haste).
+pub fn interrupts() -> u32 {
+    INTERRUPTS.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 /// Memory the kernel says can be allocated without swapping (`MemAvailable`), in bytes; `None`
@@ -374,6 +431,95 @@ pub fn spawn_tied_to_parent(cmd: &mut std::process::Command) -> std::io::Result<
     cmd.spawn()
 }
 
+/// Spawns a rank: killed if this process (its launcher) dies, and the leader of a process
+/// group of its own, so that [`kill_group`] reaches whatever it starts as well.
+pub fn spawn_rank(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    let parent = pid();
+    let hook = move || {
+        die_with_parent()?;
+        // SAFETY: getppid and setpgid are async-signal-safe and touch no memory.
+        unsafe {
+            // The launcher died before the death signal was armed: end at once.
+            if libc::getppid() as u32 != parent {
+                libc::_exit(1);
+            }
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs in the child between fork and exec and calls only prctl, getppid,
+    // setpgid and _exit, all async-signal-safe, and allocates nothing.
+    unsafe { cmd.pre_exec(hook) };
+    cmd.spawn()
+}
+
+/// Sends `sig` to every process of process group `pgid`; false when the group is empty
+/// (no process left in it) or the signal could not be sent.
+pub fn kill_group(pgid: u32, sig: i32) -> bool {
+    // SAFETY: killpg has no memory effects.
+    unsafe { libc::killpg(pgid as libc::pid_t, sig) == 0 }
+}
+
+/// Waits up to `timeout` for one of the processes `pids` (children of this process) to end,
+/// without reaping it: returns as soon as one has ended, so that a launcher sees exits in the
+/// order they happen. Where pidfds are not available it sleeps `timeout`.
+pub fn wait_for_exit(pids: &[u32], timeout: std::time::Duration) {
+    let fds: Vec<libc::c_int> = pids
+        .iter()
+        // SAFETY: pidfd_open takes a pid and flags and touches no memory.
+        .map(|&p| unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) } as libc::c_int)
+        .filter(|&fd| fd >= 0)
+        .collect();
+    if fds.len() != pids.len() || fds.is_empty() {
+        fds.iter().for_each(|&fd| drop(Fd(fd)));
+        std::thread::sleep(timeout);
+        return;
+    }
+    let mut polls: Vec<libc::pollfd> =
+        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
+    // SAFETY: polls is a valid array of polls.len() entries for the duration of the call.
+    unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
+    fds.into_iter().for_each(|fd| drop(Fd(fd)));
+}
+
+/// The pid of the launcher of job `job` (`weft run` names its jobs `HEXPIDxRANDOM`,
+/// one-rank jobs `soloPIDxRANDOM`), if the name says it.
+fn job_owner(job: &str) -> Option<u32> {
+    let (head, _) = job.split_once('x')?;
+    match head.strip_prefix("solo") {
+        Some(dec) => dec.parse().ok(),
+        None => u32::from_str_radix(head, 16).ok(),
+    }
+}
+
+/// Removes the shared files of this user's jobs whose launcher (or one-rank process) is gone:
+/// a launcher killed with SIGKILL leaves the files of ranks that died before they unlinked
+/// them. Returns how many were removed.
+pub fn remove_orphaned_files() -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(rd) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    rd.flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let Some(job) = name.to_str().and_then(|n| n.strip_prefix("weft-")) else {
+                return false;
+            };
+            let owner = job.split('-').next().and_then(job_owner);
+            let mine = e.metadata().is_ok_and(|m| m.uid() == me && m.file_type().is_file());
+            mine && owner.is_some_and(|p| !process_alive(p))
+        })
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 impl Mapping {
     /// The `i`-th `u64` of the mapping as an atomic, or `None` if out of range.
     pub fn atomic_u64(&self, i: usize) -> Option<&std::sync::atomic::AtomicU64> {
@@ -388,6 +534,8 @@ impl Mapping {
 
 /// SIGTERM, for launchers.
 pub const SIGTERM: i32 = libc::SIGTERM;
+/// SIGKILL, for launchers.
+pub const SIGKILL: i32 = libc::SIGKILL;
 
 /// A private, zero-filled anonymous mapping of `len` bytes (page-aligned), for memory that a
 /// network fabric registers with its NIC.

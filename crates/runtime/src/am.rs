@@ -191,7 +191,7 @@ impl Comm {
     /// receiver drains it; a send error ends the wait and is returned.
     #[inline(never)]
     fn send_am_when_free(&self, dst: u32, msg: &AmOut<'_>) -> Result<()> {
-        self.wait(crate::progress::Deps::Rank(dst), || {
+        self.wait(crate::progress::Deps::Rank(dst), "an AM send (its ring is full)", || {
             self.fabric.am_try_send(dst, msg).unwrap_or_else(|e| {
                 self.record_error(e.into());
                 true

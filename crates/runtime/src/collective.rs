@@ -107,7 +107,7 @@ impl Comm {
             self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
             let arrived = &counters[round];
             // This round needs `from` only: others may have finished and left already.
-            self.wait(Deps::Rank(from), || arrived.load(Ordering::Acquire) >= epoch)?;
+            self.wait(Deps::Rank(from), "a barrier", || arrived.load(Ordering::Acquire) >= epoch)?;
             round += 1;
             dist <<= 1;
         }
@@ -150,7 +150,7 @@ impl Comm {
             let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
             g.members.contains(&r) && !got.get(&key).is_some_and(|c| c.contains_key(&r))
         };
-        self.wait(Deps::Needed(&missing), || {
+        self.wait(Deps::Needed(&missing), "a start-up exchange", || {
             let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
             got.get(&key).map_or(0, |v| v.len()) == others
         })?;

@@ -14,6 +14,7 @@
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
+//! | `WEFT_HANG_WARN_S` | a wait that has made no progress for this many seconds prints, once, which ranks it waits for and on what (0: never) | 60 |
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
 //! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two, but a system call) | 16777216 |
@@ -76,6 +77,9 @@ pub struct Config {
     pub init_timeout: Duration,
     /// Interval of peer liveness checks during waits.
     pub peer_check: Duration,
+    /// A wait that has seen no progress for this long says once which ranks it waits for
+    /// (`None`: never).
+    pub hang_warn: Option<Duration>,
     /// Largest per-member message for which team collectives use latency algorithms.
     pub coll_small_bytes: usize,
     /// Smallest team-collective message read straight from the sender's buffer.
@@ -147,16 +151,31 @@ fn oversubscribed(ranks: u32, cpus: Option<usize>) -> bool {
 /// two bound cores took itself for oversubscribed and stopped spinning (2 ranks under
 /// `mpirun`: 8 B broadcast 0.64 against 0.26 µs unbound, while the machine's cache-line round
 /// trip was ~390 ns; with `taskset` binding under `weft run`, 340-440 against 125-140 ns).
-fn node_cpus() -> Option<usize> {
-    match std::env::var("WEFT_NODE_CPUS").ok().and_then(|v| v.parse::<usize>().ok()) {
-        Some(n) if n > 0 => Some(n),
-        _ => weft_fabric::os::online_cpus(),
+fn node_cpus() -> Result<Option<usize>> {
+    match parse::<usize>("WEFT_NODE_CPUS", "a positive number of cores")? {
+        Some(0) => Err(Error::Config("WEFT_NODE_CPUS=0: expected a positive number of cores".into())),
+        Some(n) => Ok(Some(n)),
+        None => Ok(weft_fabric::os::online_cpus()),
     }
 }
 
 fn positive(name: &str, v: u64) -> Result<u64> {
     if v == 0 {
         return Err(Error::Config(format!("{name} must be positive")));
+    }
+    Ok(v)
+}
+
+/// Longest time any `WEFT_*` duration may name (a year): a deadline computed from it stays
+/// far inside what the clock can represent.
+const MAX_SECONDS: u64 = 365 * 24 * 3600;
+
+/// `v` (a value of variable `name`, in `unit`s, `per_s` of them a second) if it lies in
+/// `min..=MAX_SECONDS`; a configuration error naming the variable otherwise.
+fn duration_in(name: &str, v: u64, min: u64, unit: &str, per_s: u64) -> Result<u64> {
+    let max = MAX_SECONDS * per_s;
+    if v < min || v > max {
+        return Err(Error::Config(format!("{name}={v}: expected {min} to {max} {unit}")));
     }
     Ok(v)
 }
@@ -171,7 +190,8 @@ impl Config {
                 (l.rank, l.size, l.job.clone())
             }
             (None, None, None) => {
-                (0, 1, format!("solo{}x{:x}", std::process::id(), weft_fabric::os::now_ns()))
+                let r = weft_fabric::os::random_u64()?;
+                (0, 1, format!("solo{}x{r:016x}", std::process::id()))
             }
             (Some(r), Some(s), Some(j)) => {
                 if s == 0 || r >= s {
@@ -210,16 +230,28 @@ impl Config {
             // ranks of this node: all of them under `weft run`, what the launcher says
             // under PMIx (two nodes of two ranks on two cores each are not oversubscribed).
             None => parse("WEFT_SPIN_US", "a number of microseconds")?.unwrap_or(
-                if oversubscribed(launched.map_or(size, |l| l.local_size), node_cpus()) { 0 } else { 20 },
+                if oversubscribed(launched.map_or(size, |l| l.local_size), node_cpus()?) { 0 } else { 20 },
             ),
         };
+        let spin_us = duration_in("WEFT_SPIN_US", spin_us, 0, "µs", 1_000_000)?;
         let init_s = match o.init_timeout_s {
             Some(v) => v,
             None => parse("WEFT_INIT_TIMEOUT_S", "a number of seconds")?.unwrap_or(60),
         };
-        let peer_ms = positive(
+        let init_s = duration_in("WEFT_INIT_TIMEOUT_S", init_s, 1, "s", 1)?;
+        let peer_ms = duration_in(
             "WEFT_PEER_CHECK_MS",
             parse("WEFT_PEER_CHECK_MS", "a number of milliseconds")?.unwrap_or(10),
+            1,
+            "ms",
+            1000,
+        )?;
+        let hang_warn_s = duration_in(
+            "WEFT_HANG_WARN_S",
+            parse("WEFT_HANG_WARN_S", "a number of seconds")?.unwrap_or(60),
+            0,
+            "s",
+            1,
         )?;
         let multi_node = launched.is_some_and(|l| l.multi_node());
         let fabric =
@@ -249,8 +281,9 @@ impl Config {
             progress_thread_chosen: progress_thread.is_some(),
             spin: Duration::from_micros(spin_us),
             rma,
-            init_timeout: Duration::from_secs(positive("WEFT_INIT_TIMEOUT_S", init_s)?),
+            init_timeout: Duration::from_secs(init_s),
             peer_check: Duration::from_millis(peer_ms),
+            hang_warn: (hang_warn_s > 0).then(|| Duration::from_secs(hang_warn_s)),
             coll_small_bytes: match o.coll_small_bytes {
                 Some(v) => v,
                 None => parse("WEFT_COLL_SMALL_BYTES", "a number of bytes")?.unwrap_or(16384),

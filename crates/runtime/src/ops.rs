@@ -109,7 +109,9 @@ impl Comm {
         });
         let mut first_err = None;
         for op in mine {
-            let r = self.wait(Deps::Rank(op.target), || op.is_done()).and_then(|_| op.outcome().map(drop));
+            let r = self
+                .wait(Deps::Rank(op.target), "an RMA or atomic operation", || op.is_done())
+                .and_then(|_| op.outcome().map(drop));
             if let Err(e) = r {
                 first_err.get_or_insert(e);
             }
@@ -119,7 +121,7 @@ impl Comm {
     }
 
     fn wait_op(&self, op: &OpState) -> Result<u64> {
-        self.wait(Deps::Rank(op.target), || op.is_done())?;
+        self.wait(Deps::Rank(op.target), "an RMA or atomic operation", || op.is_done())?;
         op.outcome()
     }
 

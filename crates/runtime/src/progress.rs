@@ -68,6 +68,10 @@ struct Slow {
     start: Option<Instant>,
     sleep: Duration,
     next_check: Instant,
+    /// The first slow call: about when the wait began (never reset).
+    began: Instant,
+    /// The wait has said that it hangs (once).
+    warned: bool,
 }
 
 /// First sleep on the doorbell (it doubles up to [`MAX_SLEEP`]).
@@ -114,6 +118,8 @@ impl Backoff {
             start: None,
             sleep: FIRST_SLEEP,
             next_check: now + comm.cfg.peer_check,
+            began: now,
+            warned: false,
         });
         let spin = comm.cfg.spin;
         let waited = now - *s.start.get_or_insert(now);
@@ -136,6 +142,20 @@ impl Backoff {
             return true;
         }
         false
+    }
+}
+
+impl Backoff {
+    /// How long the wait has lasted, once: the first time this is called after `limit` (the
+    /// configured `hang_warn`) has passed; `None` before and after.
+    pub(crate) fn overdue(&mut self, limit: Option<Duration>) -> Option<Duration> {
+        let (s, limit) = (self.slow.as_mut()?, limit?);
+        let waited = s.began.elapsed();
+        if s.warned || waited < limit {
+            return None;
+        }
+        s.warned = true;
+        Some(waited)
     }
 }
 
@@ -173,7 +193,7 @@ impl Comm {
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```
     pub fn wait_until(&self, cond: impl FnMut() -> bool) -> Result<()> {
-        self.wait(Deps::AnyDead, cond)
+        self.wait(Deps::AnyDead, "wait_until", cond)
     }
 
     /// Wakes the threads of `rank` (this rank included) that sleep in a wait, for example after
@@ -194,8 +214,9 @@ impl Comm {
         Ok(())
     }
 
-    pub(crate) fn wait(&self, deps: Deps<'_>, cond: impl FnMut() -> bool) -> Result<()> {
-        self.wait_with(deps, crate::am::poll_set(), cond)
+    /// Makes progress until `cond` holds; `what` names the operation for the hang warning.
+    pub(crate) fn wait(&self, deps: Deps<'_>, what: &str, cond: impl FnMut() -> bool) -> Result<()> {
+        self.wait_with(deps, what, crate::am::poll_set(), cond)
     }
 
     /// [`Comm::wait`] on a fabric call that answers `Ok(true)` when done; its error ends the
@@ -203,10 +224,11 @@ impl Comm {
     pub(crate) fn wait_fabric(
         &self,
         deps: Deps<'_>,
+        what: &str,
         mut poll: impl FnMut() -> weft_fabric::FabricResult<bool>,
     ) -> Result<()> {
         let mut failed = None;
-        self.wait(deps, || match poll() {
+        self.wait(deps, what, || match poll() {
             Ok(done) => done,
             Err(e) => {
                 failed = Some(e);
@@ -219,6 +241,7 @@ impl Comm {
     pub(crate) fn wait_with(
         &self,
         deps: Deps<'_>,
+        what: &str,
         set: PollSet,
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
@@ -253,6 +276,9 @@ impl Comm {
                 waiting = Some(Waiting::enter(self));
             }
             if backoff.snooze(self) {
+                if let Some(waited) = backoff.overdue(self.cfg.hang_warn) {
+                    self.warn_hang(deps, what, waited);
+                }
                 if let Some((rank, e)) = self.check_peers(deps) {
                     // What the peer sent before it left may still be on its way through this
                     // rank (another thread may be delivering it right now): fail only once
@@ -274,6 +300,30 @@ impl Comm {
     pub(crate) fn failed_peer(&self, deps: Deps<'_>) -> Option<Error> {
         let (rank, e) = self.check_peers(deps)?;
         self.fabric.peer_drained(rank).then_some(e)
+    }
+
+    /// Says on standard error that a wait in `what` has lasted `waited` with no end, and which
+    /// ranks it waits for (they are alive, or the wait would have failed): a stopped or hung
+    /// rank is named instead of hanging the job in silence.
+    pub(crate) fn warn_hang(&self, deps: Deps<'_>, what: &str, waited: Duration) {
+        let me = self.rank();
+        let ranks: Vec<String> = match deps {
+            Deps::Rank(r) => vec![r.to_string()],
+            Deps::Needed(needed) => {
+                (0..self.size()).filter(|&r| r != me && needed(r)).map(|r| r.to_string()).collect()
+            }
+            Deps::AnyDead => vec![],
+        };
+        let whom = match ranks.len() {
+            0 => "another rank".to_string(),
+            1 => format!("rank {}", ranks[0]),
+            _ => format!("ranks {}", ranks.join(", ")),
+        };
+        eprintln!(
+            "weft: rank {me} has waited {:.0} s in {what} for {whom}, which is alive but has not answered \
+             (stopped, or busy outside weft?); WEFT_HANG_WARN_S sets when this is said",
+            waited.as_secs_f64()
+        );
     }
 
     /// The first peer the wait depends on that is gone, with the error to report.

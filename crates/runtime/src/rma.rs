@@ -164,7 +164,8 @@ impl Comm {
             return self.put_signal(seg.at(rank, index), words, seg.at(rank, sig_index), value);
         }
         let region = seg.remote_region(rank)?;
-        let (off, sig_off) = (index.wrapping_mul(8), sig_index.wrapping_mul(8));
+        // Saturated offsets lie past the region, which the fabric rejects.
+        let (off, sig_off) = (index.saturating_mul(8), sig_index.saturating_mul(8));
         Ok(self.fabric.put_signal(region, off, bytes_of(words), region, sig_off, value)?)
     }
 

@@ -100,14 +100,10 @@ impl<T: Pod> Segment<T> {
     pub(crate) fn remote_region(&self, rank: u32) -> Result<&RemoteRegion> {
         self.info.remote(rank)
     }
-    /// Address of element `index` on `rank` (checked when used).
+    /// Address of element `index` on `rank` (checked when used: an index whose byte offset
+    /// does not fit a `usize` gives an address every operation rejects as out of bounds).
     pub fn at(&self, rank: u32, index: usize) -> GlobalPtr<T> {
-        GlobalPtr {
-            rank,
-            seg: self.info.id,
-            byte_offset: index.wrapping_mul(std::mem::size_of::<T>()),
-            _t: PhantomData,
-        }
+        GlobalPtr { rank, seg: self.info.id, byte_offset: elements(index, size_of::<T>()), _t: PhantomData }
     }
 }
 
@@ -134,14 +130,26 @@ impl<T> std::fmt::Debug for GlobalPtr<T> {
     }
 }
 
-/// `p + n`: the address `n` elements further.
+/// Byte offset [`OVERFLOWED`] stands for: an address past every segment, whatever its size.
+/// Address arithmetic saturates to it instead of wrapping round to a valid offset.
+const OVERFLOWED: usize = usize::MAX;
+
+/// `a + b` bytes, or [`OVERFLOWED`] when it does not fit (or `a` already overflowed).
+fn offset_add(a: usize, b: usize) -> usize {
+    a.checked_add(b).unwrap_or(OVERFLOWED)
+}
+
+/// The bytes of `n` elements of `size` bytes, or [`OVERFLOWED`].
+fn elements(n: usize, size: usize) -> usize {
+    n.checked_mul(size).unwrap_or(OVERFLOWED)
+}
+
+/// `p + n`: the address `n` elements further (past every segment if that overflows; checked
+/// when used).
 impl<T> std::ops::Add<usize> for GlobalPtr<T> {
     type Output = GlobalPtr<T>;
     fn add(self, n: usize) -> Self {
-        GlobalPtr {
-            byte_offset: self.byte_offset.wrapping_add(n.wrapping_mul(std::mem::size_of::<T>())),
-            ..self
-        }
+        GlobalPtr { byte_offset: offset_add(self.byte_offset, elements(n, size_of::<T>())), ..self }
     }
 }
 
@@ -167,9 +175,10 @@ impl<T> GlobalPtr<T> {
     pub fn byte_offset(&self) -> usize {
         self.byte_offset
     }
-    /// The address `bytes` bytes further (may become misaligned; checked when used).
+    /// The address `bytes` bytes further (may become misaligned or pass every segment;
+    /// checked when used).
     pub fn byte_add(self, bytes: usize) -> Self {
-        GlobalPtr { byte_offset: self.byte_offset.wrapping_add(bytes), ..self }
+        GlobalPtr { byte_offset: offset_add(self.byte_offset, bytes), ..self }
     }
     /// The same element offset on another rank.
     pub fn on(self, rank: u32) -> Self {
@@ -321,7 +330,7 @@ impl Comm {
     /// alignment and for `len` bytes: the part of [`Comm::resolve`] after the lookup.
     pub(crate) fn checked_offset<T>(seg: &SegInfo, p: GlobalPtr<T>, len: usize) -> Result<usize> {
         let align = std::mem::align_of::<T>();
-        if !p.byte_offset.is_multiple_of(align) {
+        if p.byte_offset != OVERFLOWED && !p.byte_offset.is_multiple_of(align) {
             return Err(Error::Misaligned { offset: p.byte_offset, align });
         }
         match p.byte_offset.checked_add(len) {

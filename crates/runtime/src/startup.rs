@@ -64,17 +64,26 @@ impl Startup {
         ))
     }
 
-    /// The identity the launcher gave, where it is not in the environment.
-    pub(crate) fn identity(&self) -> Option<Identity> {
+    /// The identity the launcher gave, where it is not in the environment. Under PMIx the
+    /// job's name takes 64 random bits from rank 0 (one all-gather), so that nobody outside
+    /// the job can guess the names of its shared files from the launcher's namespace.
+    pub(crate) fn identity(&self) -> Result<Option<Identity>> {
         match self {
-            Startup::Env => None,
+            Startup::Env => Ok(None),
             #[cfg(feature = "pmix")]
-            Startup::Pmix(p) => Some(Identity {
-                rank: p.rank(),
-                size: p.size(),
-                job: job_name(p.namespace()),
-                local_size: p.local_size(),
-            }),
+            Startup::Pmix(p) => {
+                let mine = weft_fabric::os::random_u64()?.to_le_bytes();
+                let all = p.allgather(&mine)?;
+                let salt = all.first().and_then(|b| b.get(..8)).and_then(|b| b.try_into().ok()).ok_or_else(
+                    || crate::Error::Config("rank 0's start-up contribution is malformed".into()),
+                )?;
+                Ok(Some(Identity {
+                    rank: p.rank(),
+                    size: p.size(),
+                    job: format!("{}x{:016x}", job_name(p.namespace()), u64::from_le_bytes(salt)),
+                    local_size: p.local_size(),
+                }))
+            }
         }
     }
 
@@ -93,7 +102,7 @@ impl Startup {
 /// namespace, which may hold any characters; distinct namespaces stay distinct (hashed).
 #[cfg_attr(not(feature = "pmix"), allow(dead_code))]
 pub(crate) fn job_name(namespace: &str) -> String {
-    let clean: String = namespace.chars().filter(|c| c.is_ascii_alphanumeric()).take(40).collect();
+    let clean: String = namespace.chars().filter(|c| c.is_ascii_alphanumeric()).take(24).collect();
     // FNV-1a over the whole namespace keeps names apart that the filter would merge.
     let h =
         namespace.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));

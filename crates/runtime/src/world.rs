@@ -76,7 +76,7 @@ impl Builder {
     /// Joins the job: connects to every rank and checks that all registered the same handlers.
     pub fn init(&mut self) -> Result<World> {
         let startup = Startup::detect()?;
-        let cfg = Config::resolve(&self.overrides, startup.identity().as_ref())?;
+        let cfg = Config::resolve(&self.overrides, startup.identity()?.as_ref())?;
         let fabric = open_fabric(&cfg, &startup)?;
         let user = std::mem::take(&mut self.handlers);
         World::start(fabric, cfg, user, std::mem::take(&mut self.ext))

@@ -110,6 +110,53 @@ fn class_index(c: AmClass) -> usize {
     usize::from(c == AmClass::Reply)
 }
 
+/// Removes a shared file when dropped.
+struct Unlink(String);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        os::unlink(&self.0);
+    }
+}
+
+/// The error of a process that found rank `cfg.rank`'s inbox `name` (at `path`) taken: it
+/// tells the holder too, by writing its pid into the holder's control block, so that both
+/// fail (two processes started as the same rank of one job).
+fn claim_taken(name: &str, path: &str, cfg: &ShmConfig) -> FabricError {
+    let holder = match os::open_shared(name) {
+        Ok(Some(m)) if m.len() >= control::CONTROL_BYTES => {
+            // SAFETY: the file is at least a control block long and was published by
+            // `create_shared` after `Control::init` (open_shared checked it is ours).
+            let c = unsafe { Control::at(m.as_ptr()) };
+            c.claimed().store(os::pid(), Ordering::Release);
+            format!(" by pid {}", c.pid())
+        }
+        Ok(_) => String::new(),
+        Err(e) => return e,
+    };
+    FabricError::Mismatch {
+        what: format!(
+            "rank {} of job {} is taken{holder} ({path} exists): two processes started with the same WEFT_RANK?",
+            cfg.rank, cfg.job
+        ),
+    }
+}
+
+/// Fails if another process claimed our rank meanwhile (see [`claim_taken`]).
+fn own_claimed(own: &Mapping, cfg: &ShmConfig) -> FabricResult<()> {
+    // SAFETY: our own inbox, initialised by `Control::init`, mapped while `own` lives.
+    let pid = unsafe { Control::at(own.as_ptr()) }.claimed().load(Ordering::Acquire);
+    if pid == 0 {
+        return Ok(());
+    }
+    Err(FabricError::Mismatch {
+        what: format!(
+            "process {pid} started as rank {} of job {} too: two processes started with the same WEFT_RANK?",
+            cfg.rank, cfg.job
+        ),
+    })
+}
+
 impl ShmFabric {
     /// Creates this rank's inbox, maps every peer's and waits until all ranks have done so.
     pub fn init(cfg: ShmConfig) -> FabricResult<Self> {
@@ -121,10 +168,18 @@ impl ShmFabric {
         let slots = ring_slots(cfg.ring_bytes);
         let max_medium = max_medium_for(slots);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
-        let own = os::create_shared(&inbox_name(&cfg.job, cfg.rank), inbox_bytes, |p| {
+        let name = inbox_name(&cfg.job, cfg.rank);
+        let own = match os::create_shared(&name, inbox_bytes, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
             unsafe { Control::init(p, cfg.rank, cfg.size, slots as u32, os::pid()) }
-        })?;
+        }) {
+            Ok(m) => m,
+            Err(FabricError::Exists { path }) => return Err(claim_taken(&name, &path, &cfg)),
+            Err(e) => return Err(e),
+        };
+        // From here on an error leaves nothing behind: the inbox is unlinked on every way out
+        // (it is unlinked on success too, once every rank has mapped it).
+        let _unlink = Unlink(name);
         let own = Arc::new(own);
         let deadline = Instant::now() + cfg.init_timeout;
         let mut inboxes = Vec::with_capacity(cfg.size as usize);
@@ -138,8 +193,8 @@ impl ShmFabric {
                 if let Some(m) = os::open_shared(&name)? {
                     break m;
                 }
+                own_claimed(&own, &cfg)?;
                 if Instant::now() > deadline {
-                    os::unlink(&inbox_name(&cfg.job, cfg.rank));
                     return Err(FabricError::Timeout {
                         what: format!(
                             "rank {r} did not start within {:?} ({} missing)",
@@ -203,6 +258,7 @@ impl ShmFabric {
             }) {
                 return Err(FabricError::Peer { rank: r, reason: format!("died during start-up ({why})") });
             }
+            own_claimed(&own, &cfg)?;
             if Instant::now() > deadline {
                 return Err(FabricError::Timeout {
                     what: "waiting for every rank to map the others' inboxes".into(),
@@ -210,7 +266,6 @@ impl ShmFabric {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        os::unlink(&inbox_name(&cfg.job, cfg.rank));
         fab.control(cfg.rank).state.store(State::Running as u32, Ordering::Release);
         Ok(fab)
     }

@@ -270,12 +270,16 @@ impl Queue {
         }
         let mut first_err = published.err();
         if std::mem::take(&mut self.slot_pending) {
-            if let Some(Err(e)) = slot.get().map(|s| comm.wait_fabric(Deps::AnyDead, || s.complete())) {
+            if let Some(Err(e)) =
+                slot.get().map(|s| comm.wait_fabric(Deps::AnyDead, "an endpoint flush", || s.complete()))
+            {
                 first_err.get_or_insert(e);
             }
         }
         for op in self.pending.drain(..) {
-            let r = comm.wait(Deps::Rank(op.target), || op.is_done()).and_then(|_| op.outcome().map(drop));
+            let r = comm
+                .wait(Deps::Rank(op.target), "an endpoint flush", || op.is_done())
+                .and_then(|_| op.outcome().map(drop));
             if let Err(e) = r {
                 first_err.get_or_insert(e);
             }
@@ -351,7 +355,7 @@ pub(super) fn send(
     }
     // Full: let the target see what is there, then progress until it drains.
     slot.doorbell();
-    comm.wait_fabric(Deps::Rank(dst), || slot.am_try_send(dst, &msg))
+    comm.wait_fabric(Deps::Rank(dst), "an endpoint AM send", || slot.am_try_send(dst, &msg))
 }
 
 #[cfg(test)]

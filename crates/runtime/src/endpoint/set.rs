@@ -123,7 +123,10 @@ impl<'c> EndpointSet<'c> {
         self.comm.barrier()?;
         let fabric = &self.comm.fabric;
         for region in self.inboxes.drain(..) {
-            if let Err(e) = self.comm.wait_fabric(Deps::AnyDead, || fabric.close_slot_inbox(&region)) {
+            if let Err(e) = self
+                .comm
+                .wait_fabric(Deps::AnyDead, "closing an endpoint set", || fabric.close_slot_inbox(&region))
+            {
                 first_err.get_or_insert(e);
             }
         }

@@ -196,7 +196,7 @@ impl<'c> Core<'c> {
             return Ok(()); // the usual case: no lock to take, no wait to set up
         }
         let deps = |w: u32| self.needs(w);
-        self.comm.wait(Deps::Needed(&deps), || self.drive())
+        self.comm.wait(Deps::Needed(&deps), "a non-blocking team collective", || self.drive())
     }
 
     /// What every blocking collective does first: refuses to run inside an AM handler, and
@@ -227,7 +227,7 @@ impl<'c> Core<'c> {
             }
         }
         let mut out = None;
-        self.comm.wait(Deps::Needed(&deps), || match fut.as_mut().poll(&mut cx) {
+        self.comm.wait(Deps::Needed(&deps), "a team collective", || match fut.as_mut().poll(&mut cx) {
             Poll::Ready(r) => {
                 out = Some(r);
                 true

@@ -59,7 +59,7 @@ impl<R> CollHandle<'_, R> {
     /// Blocks, making progress, until the collective is complete; returns its result.
     pub fn wait(self) -> Result<R> {
         let deps = |w: u32| self.core.needs(w);
-        self.core.comm.wait(Deps::Needed(&deps), || {
+        self.core.comm.wait(Deps::Needed(&deps), "a non-blocking team collective", || {
             self.core.drive();
             self.ready()
         })?;

@@ -1,0 +1,496 @@
+//! Attacks and misuse (issue 34): wrapping addresses, squatted or forged shared-memory files,
+//! ranks started twice, bad settings, hung and stopped ranks, and a launcher that must stop
+//! everything a rank started. Rank programs are this executable with `WEFT_HARDEN_CASE` set;
+//! the launcher checks start jobs of their own.
+
+mod common;
+
+use common::Case;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+use weft::{Error, World};
+
+type Res = Result<(), String>;
+type Trial = Result<(), libtest_mimic::Failed>;
+/// How a check plants a file under a name weft will publish.
+type Plant = Box<dyn Fn(&str) -> std::io::Result<()>>;
+/// A launcher-level check: its name and body.
+type Check = (&'static str, fn() -> Trial);
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+// ---------------------------------------------------------------- rank programs
+
+/// Addresses whose byte offset overflows are out of bounds: they never wrap round onto a
+/// valid element (`seg.at(r, 2^61 + j)` of a `u64` segment used to write element j).
+fn wrapping_indexes() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let seg = w.alloc_segment::<u64>(16).map_err(e2s)?;
+    for i in 0..16 {
+        seg.local().write(i, 7);
+    }
+    w.barrier().map_err(e2s)?;
+    let to = (me + 1) % n;
+    let bad = [
+        ("at(2^61 + 3)", seg.at(to, (1usize << 61) + 3)),
+        ("at(usize::MAX)", seg.at(to, usize::MAX)),
+        ("at(0) + usize::MAX", seg.at(to, 0) + usize::MAX),
+        ("at(1) + (2^61 - 1)", seg.at(to, 1) + ((1usize << 61) - 1)),
+        ("byte_add(usize::MAX - 7)", seg.at(to, 1).byte_add(usize::MAX - 7)),
+    ];
+    for (what, p) in bad {
+        let put = w.put(p, &[99u64]);
+        ck(matches!(put, Err(Error::OutOfBounds { .. })), || format!("put at {what}: {put:?}"))?;
+        let mut got = [0u64];
+        let get = w.get(p, &mut got);
+        ck(matches!(get, Err(Error::OutOfBounds { .. })), || format!("get at {what}: {get:?}"))?;
+        let add = w.fetch_add(p, 1);
+        ck(matches!(add, Err(Error::OutOfBounds { .. })), || format!("fetch_add at {what}: {add:?}"))?;
+        let nbi = w.put_nbi(p, &[99u64]);
+        ck(matches!(nbi, Err(Error::OutOfBounds { .. })), || format!("put_nbi at {what}: {nbi:?}"))?;
+    }
+    w.sync_nbi().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    let local = seg.local();
+    let changed: Vec<usize> = (0..16).filter(|&i| local.read(i) != 7).collect();
+    ck(changed.is_empty(), || format!("elements {changed:?} were written by rejected operations"))?;
+    w.barrier().map_err(e2s)
+}
+
+/// Rank 1 stops itself with SIGSTOP for 3 s (a shell it started sends SIGCONT); rank 0 waits
+/// for it in a barrier and must say so after `WEFT_HANG_WARN_S`, naming rank 1.
+fn stopped_rank() -> Res {
+    let w = World::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 1 {
+        let pid = std::process::id();
+        Command::new("sh")
+            .args(["-c", &format!("sleep 3; kill -CONT {pid}")])
+            .spawn()
+            .map_err(|e| format!("sh: {e}"))?;
+        weft::fabric::os::kill(pid, 19); // SIGSTOP
+    }
+    w.barrier().map_err(e2s)
+}
+
+/// Joins the job and leaves (for the start-up checks).
+fn init_only() -> Res {
+    let w = World::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)
+}
+
+/// Rank 1 dies of SIGBUS while rank 0 waits for it (and then fails with an error of its
+/// own): the launcher must name rank 1's signal, not rank 0's exit status.
+fn sigbus_rank() -> Res {
+    let w = World::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 1 {
+        if let Ok(go) = std::env::var("WEFT_GO_FILE") {
+            std::fs::write(format!("{go}.ready"), b"").map_err(|e| format!("ready file: {e}"))?;
+            while !std::path::Path::new(&go).exists() {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        // Rust's runtime catches the first SIGBUS (its stack-overflow handler), puts the
+        // default action back and returns: the second one ends the process.
+        for _ in 0..2 {
+            weft::fabric::os::kill(std::process::id(), 7); // SIGBUS
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    }
+    w.barrier().map_err(e2s)
+}
+
+const CASES: &[Case] = &[
+    Case { name: "wrapping_indexes", run: wrapping_indexes, ranks: &[2], env: &[] },
+    Case { name: "wrapping_indexes_am_path", run: wrapping_indexes, ranks: &[2], env: &[("WEFT_RMA", "am")] },
+];
+
+// ---------------------------------------------------------------- launcher-level checks
+
+fn weft() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_weft"))
+}
+
+fn me() -> std::path::PathBuf {
+    std::env::current_exe().expect("test executable")
+}
+
+fn both(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn fail(what: &str, o: &Output) -> libtest_mimic::Failed {
+    format!("{what} ({})\n{}", o.status, common::text(o)).into()
+}
+
+/// A job id of our own for ranks started by hand (no launcher).
+fn hand_job() -> String {
+    format!("hand{}x{:x}", std::process::id(), weft::fabric::os::now_ns())
+}
+
+/// One rank started by hand, as `weft run` would start it, without the launcher.
+fn by_hand(job: &str, rank: u32, size: u32, env: &[(&str, &str)]) -> Command {
+    let mut c = Command::new(me());
+    c.env("WEFT_HARDEN_CASE", "init_only")
+        .env("WEFT_RANK", rank.to_string())
+        .env("WEFT_SIZE", size.to_string())
+        .env("WEFT_JOB", job)
+        .env_remove("WEFT_BOOT_FD")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    c
+}
+
+fn shm_files(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Settings out of range or not numbers are errors naming the variable, never a panic or a
+/// silent default.
+fn bad_settings() -> Trial {
+    let cases: &[(&str, &str)] = &[
+        ("WEFT_INIT_TIMEOUT_S", "18446744073709551615"),
+        ("WEFT_PEER_CHECK_MS", "18446744073709551615"),
+        ("WEFT_SPIN_US", "18446744073709551615"),
+        ("WEFT_HANG_WARN_S", "-1"),
+        ("WEFT_NODE_CPUS", "abc"),
+        ("WEFT_NODE_CPUS", "0"),
+    ];
+    for (var, val) in cases {
+        // Started by hand: `weft run` sets WEFT_NODE_CPUS itself.
+        let out = by_hand(&hand_job(), 0, 1, &[(var, val)]).output()?;
+        let text = both(&out);
+        if out.status.success() || !text.contains(var) || text.contains("panicked") {
+            return Err(fail(&format!("{var}={val}"), &out));
+        }
+    }
+    for t in ["-1", "1e300", "0", "nan"] {
+        let out = weft().args(["run", "-n", "1", "--timeout", t, "--", "true"]).output()?;
+        if out.status.success() || !both(&out).contains("--timeout") || both(&out).contains("panicked") {
+            return Err(fail(&format!("--timeout {t}"), &out));
+        }
+    }
+    Ok(())
+}
+
+/// Two processes started as the same rank of one job: both fail at once with an error that
+/// says so (the second used to replace the first's inbox silently).
+fn same_rank_twice() -> Trial {
+    let job = hand_job();
+    let env = [("WEFT_INIT_TIMEOUT_S", "30")];
+    let t = Instant::now();
+    let first = by_hand(&job, 0, 2, &env).spawn()?;
+    // The first has published its inbox when its file is there.
+    while shm_files(&format!("weft-{job}-0")).is_empty() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let second = by_hand(&job, 0, 2, &env).output()?;
+    let first = first.wait_with_output()?;
+    let took = t.elapsed();
+    for (who, o) in [("first", &first), ("second", &second)] {
+        if o.status.success() || !both(o).contains("same WEFT_RANK") {
+            return Err(fail(&format!("{who} of two rank-0 processes"), o));
+        }
+    }
+    if took > Duration::from_secs(10) {
+        return Err(format!("the duplicate was noticed only after {took:?}").into());
+    }
+    let left = shm_files(&format!("weft-{job}"));
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}").into());
+    }
+    Ok(())
+}
+
+/// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
+fn startup_mismatch_cleans_up() -> Trial {
+    let job = hand_job();
+    let a = by_hand(&job, 0, 2, &[("WEFT_AM_RING_KIB", "64"), ("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
+    let b = by_hand(&job, 1, 2, &[("WEFT_AM_RING_KIB", "128"), ("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
+    let (a, b) = (a.wait_with_output()?, b.wait_with_output()?);
+    if a.status.success() && b.status.success() {
+        return Err(fail("ranks with different ring sizes both started", &a));
+    }
+    if !both(&a).contains("WEFT_AM_RING_KIB") && !both(&b).contains("WEFT_AM_RING_KIB") {
+        return Err(fail("the mismatch does not name WEFT_AM_RING_KIB", &a));
+    }
+    let left = shm_files(&format!("weft-{job}"));
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm after a start-up mismatch: {left:?}").into());
+    }
+    Ok(())
+}
+
+/// Names a job publishes, squatted by another user (a file of uid 65534, mode 0666), or
+/// planted as a link: refused with an error, never mapped.
+fn squatted_names() -> Trial {
+    use std::os::unix::fs::PermissionsExt;
+    // Only root can give a file away; elsewhere the links are tested alone.
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
+    let mut plants: Vec<(&str, Plant)> = vec![(
+        "a link",
+        Box::new(|path: &str| std::os::unix::fs::symlink("/dev/shm/weft-nonexistent-target", path)),
+    )];
+    if root {
+        plants.push((
+            "another user's file",
+            Box::new(|path: &str| {
+                std::fs::write(path, vec![0u8; 1 << 20])?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+                std::os::unix::fs::chown(path, Some(65534), Some(65534))
+            }),
+        ));
+    }
+    for (what, plant) in &plants {
+        // The peer's inbox name (rank 0 maps it as rank 1's inbox) and our own.
+        for squatted in [1u32, 0] {
+            let job = hand_job();
+            let path = format!("/dev/shm/weft-{job}-{squatted}");
+            plant(&path)?;
+            let out = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "10")]).output()?;
+            let _ = std::fs::remove_file(&path);
+            let text = both(&out);
+            let said =
+                text.contains("refusing") || text.contains("exists") || text.contains("Too many levels");
+            if out.status.success() || !said {
+                return Err(fail(&format!("{what} as rank {squatted}'s inbox"), &out));
+            }
+            let left = shm_files(&format!("weft-{job}"));
+            if !left.is_empty() {
+                return Err(format!("files left in /dev/shm: {left:?}").into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `weft run` job ids carry 64 random bits: two jobs of one launcher pid differ, and the id
+/// is the launcher's pid, `x`, 16 hex digits.
+fn job_ids_unguessable() -> Trial {
+    let id = || -> std::io::Result<String> {
+        let o = weft().args(["run", "-n", "1", "--raw", "--", "sh", "-c", "echo $WEFT_JOB"]).output()?;
+        Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let (a, b) = (id()?, id()?);
+    for j in [&a, &b] {
+        let ok = j.split_once('x').is_some_and(|(pid, r)| {
+            u32::from_str_radix(pid, 16).is_ok() && r.len() == 16 && r.chars().all(|c| c.is_ascii_hexdigit())
+        });
+        if !ok {
+            return Err(format!("job id {j:?} is not PIDx + 16 hex digits").into());
+        }
+    }
+    if a.split_once('x').map(|p| p.1) == b.split_once('x').map(|p| p.1) {
+        return Err(format!("two jobs got the same random part: {a} {b}").into());
+    }
+    Ok(())
+}
+
+/// A stopped rank is named by the rank that waits for it.
+fn stopped_rank_named() -> Trial {
+    let out = weft()
+        .args(["run", "-n", "2", "--timeout", "60", "--"])
+        .arg(me())
+        .env("WEFT_HARDEN_CASE", "stopped_rank")
+        .env("WEFT_HANG_WARN_S", "1")
+        .output()?;
+    let text = both(&out);
+    if !out.status.success() || !text.contains("rank 0 has waited") || !text.contains("for rank 1") {
+        return Err(fail("stopped rank", &out));
+    }
+    if text.matches("has waited").count() != 1 {
+        return Err(fail("the warning is said once per wait", &out));
+    }
+    Ok(())
+}
+
+/// A rank killed while another rank's shell waits for a child: the launcher stops the whole
+/// process group at once (it used to wait for the child, 30 s, holding the output pipe).
+fn rank_children_stopped() -> Trial {
+    let script = "if [ \"$WEFT_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; else sleep 30; echo never; fi";
+    let t = Instant::now();
+    let out = weft().args(["run", "-n", "2", "--", "sh", "-c", script]).output()?;
+    let took = t.elapsed();
+    if out.status.success() || !both(&out).contains("rank 1") || both(&out).contains("never") {
+        return Err(fail("killed rank", &out));
+    }
+    if took > Duration::from_secs(5) {
+        return Err(format!("the job took {took:?} to end after rank 1 was killed").into());
+    }
+    Ok(())
+}
+
+/// SIGINT stops ranks that ignore SIGTERM (after the grace period, with SIGKILL), and their
+/// children with them; a second SIGINT kills at once.
+fn interrupt_stops_everything() -> Trial {
+    let script = "trap '' TERM; sleep 30; echo never";
+    for signals in [1, 2] {
+        let child = weft()
+            .args(["run", "-n", "2", "--", "sh", "-c", script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        std::thread::sleep(Duration::from_millis(500));
+        let t = Instant::now();
+        for _ in 0..signals {
+            weft::fabric::os::kill(child.id(), 2);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output()?;
+        let took = t.elapsed();
+        if out.status.success()
+            || !both(&out).contains("interrupted by SIGINT")
+            || both(&out).contains("never")
+        {
+            return Err(fail(&format!("{signals} SIGINT"), &out));
+        }
+        if took > Duration::from_secs(4) {
+            return Err(format!("{signals} SIGINT: the job took {took:?} to end").into());
+        }
+    }
+    Ok(())
+}
+
+/// The launcher killed with SIGKILL: its ranks die with it, and the next `weft run` removes
+/// the files they left (here: rank 0's inbox, published while rank 1 had not started).
+fn launcher_killed() -> Trial {
+    let mut child = weft()
+        .args(["run", "-n", "2", "--"])
+        .arg(me())
+        .env("WEFT_HARDEN_CASE", "late_rank")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let prefix = format!("weft-{:x}x", child.id());
+    let t = Instant::now();
+    while shm_files(&prefix).is_empty() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if shm_files(&prefix).is_empty() {
+        let _ = child.kill();
+        return Err("rank 0 never published its inbox".into());
+    }
+    let ranks = rank_pids(child.id());
+    child.kill()?;
+    child.wait()?;
+    let t = Instant::now();
+    while ranks.iter().any(|&p| weft::fabric::os::process_alive(p)) && t.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if ranks.is_empty() || ranks.iter().any(|&p| weft::fabric::os::process_alive(p)) {
+        return Err(format!("ranks {ranks:?} outlived their launcher").into());
+    }
+    let out = weft().args(["run", "-n", "1", "--", "true"]).output()?;
+    if !out.status.success() || !shm_files(&prefix).is_empty() {
+        return Err(fail(&format!("the next job left {:?}", shm_files(&prefix)), &out));
+    }
+    Ok(())
+}
+
+/// Children of process `pid` (from /proc).
+fn rank_pids(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Rank 1 publishes late: rank 0 waits in start-up with its inbox published.
+fn late_rank() -> Res {
+    if std::env::var("WEFT_RANK").as_deref() == Ok("1") {
+        std::thread::sleep(Duration::from_secs(30));
+    }
+    init_only()
+}
+
+/// When one rank dies of a signal and the other then fails because of it, the launcher names
+/// the first, also when it sees both ended in one look (here: the launcher is stopped while
+/// they end).
+fn first_failure_named() -> Trial {
+    let check = |out: &Output| -> Trial {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.code() != Some(128 + 7) || !err.contains("rank 1") || !err.contains("SIGBUS") {
+            return Err(fail("rank 1's SIGBUS", out));
+        }
+        Ok(())
+    };
+    let out =
+        weft().args(["run", "-n", "2", "--"]).arg(me()).env("WEFT_HARDEN_CASE", "sigbus_rank").output()?;
+    check(&out)?;
+    let go = std::env::temp_dir().join(format!("weft-harden-go-{}", std::process::id()));
+    let ready = go.with_extension("ready");
+    let child = weft()
+        .args(["run", "-n", "2", "--"])
+        .arg(me())
+        .env("WEFT_HARDEN_CASE", "sigbus_rank")
+        .env("WEFT_GO_FILE", &go)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let t = Instant::now();
+    while !ready.exists() && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    weft::fabric::os::kill(child.id(), 19); // SIGSTOP: the launcher looks again only after both ended
+    std::fs::write(&go, b"")?;
+    std::thread::sleep(Duration::from_secs(1));
+    weft::fabric::os::kill(child.id(), 18); // SIGCONT
+    let out = child.wait_with_output()?;
+    let _ = (std::fs::remove_file(&go), std::fs::remove_file(&ready));
+    check(&out)
+}
+
+fn main() {
+    if let Ok(name) = std::env::var("WEFT_HARDEN_CASE") {
+        let run = CASES.iter().find(|c| c.name == name).map(|c| c.run).or(match name.as_str() {
+            "init_only" => Some(init_only as fn() -> Res),
+            "stopped_rank" => Some(stopped_rank),
+            "sigbus_rank" => Some(sigbus_rank),
+            "late_rank" => Some(late_rank),
+            _ => None,
+        });
+        let Some(run) = run else {
+            eprintln!("unknown case {name}");
+            std::process::exit(2);
+        };
+        common::exit_with(run());
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
+    let checks: [Check; 10] = [
+        ("bad_settings", bad_settings),
+        ("same_rank_twice", same_rank_twice),
+        ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
+        ("squatted_names", squatted_names),
+        ("job_ids_unguessable", job_ids_unguessable),
+        ("stopped_rank_named", stopped_rank_named),
+        ("rank_children_stopped", rank_children_stopped),
+        ("interrupt_stops_everything", interrupt_stops_everything),
+        ("launcher_killed", launcher_killed),
+        ("first_failure_named", first_failure_named),
+    ];
+    trials.extend(checks.into_iter().map(|(name, f)| libtest_mimic::Trial::test(name, f)));
+    libtest_mimic::run(&args, trials).exit();
+}
