@@ -113,7 +113,55 @@ fn sigbus_rank() -> Res {
     w.barrier().map_err(e2s)
 }
 
+static NESTED_WORLD: std::sync::OnceLock<World> = std::sync::OnceLock::new();
+
+weft::remote! {
+    fn harden_add(a: u64, b: u64) -> u64 { a + b }
+}
+weft::remote! {
+    /// Calls the next rank from inside a remote function (a nested call), awaiting it.
+    async fn harden_nested(x: u64) -> u64 {
+        use weft::RpcExt;
+        let w = NESTED_WORLD.get().expect("world");
+        let next = (w.rank() + 1) % w.size();
+        w.call(next, harden_add, (x, 1)).await.unwrap_or(u64::MAX)
+    }
+}
+
+/// Async remote functions that call another rank, many at once from several threads per rank
+/// (each thread's waits run the progress hook, so hooks poll tasks concurrently): every call
+/// completes. A wake-up that lands while its task is being polled used to be lost, hanging a
+/// call (4 ranks, 7 of 56 runs).
+fn nested_async_calls() -> Res {
+    use weft::RpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let w = NESTED_WORLD.get_or_init(|| w);
+    let (me, n) = (w.rank(), w.size());
+    for round in 0..20u64 {
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4u64)
+                .map(|t| {
+                    s.spawn(move || -> Res {
+                        let to = (me + 1 + t as u32) % n;
+                        let calls: Vec<_> =
+                            (0..50u64).map(|i| (i, w.call(to, harden_nested, (round * 1000 + i,)))).collect();
+                        for (i, c) in calls {
+                            let got = c.wait().map_err(e2s)?;
+                            ck(got == round * 1000 + i + 1, || format!("nested call {i} gave {got}"))?;
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            workers.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
+        })?;
+        w.barrier().map_err(e2s)?;
+    }
+    Ok(())
+}
+
 const CASES: &[Case] = &[
+    Case { name: "nested_async_calls", run: nested_async_calls, ranks: &[2, 4], env: &[] },
     Case { name: "wrapping_indexes", run: wrapping_indexes, ranks: &[2], env: &[] },
     Case { name: "wrapping_indexes_am_path", run: wrapping_indexes, ranks: &[2], env: &[("WEFT_RMA", "am")] },
 ];

@@ -28,6 +28,7 @@ pub mod fuzz;
 mod numbers;
 pub mod proto;
 mod registry;
+mod tasks;
 
 pub use buffer::{Received, RmaVec, SerializeBuffer};
 pub use proto::{CallFuture, EndpointRpcExt, RpcExt, RpcStats, Sent};

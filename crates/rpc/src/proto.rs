@@ -20,6 +20,7 @@ use crate::archive::{self, Archive, ArchiveError, ChunkRef, ChunkSource, Locate}
 use crate::buffer::{with_decode_pool, Numbers, Received};
 use crate::calls::CallTable;
 use crate::registry::{self, IdMap, Outbound, Outgoing, Registration, RemoteFn, Running, Started, Value};
+use crate::tasks::{Flag, TaskQueue};
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::future::Future;
@@ -192,31 +193,18 @@ struct Kept {
 /// A remote function running on this rank (it returned `Pending` once).
 struct Task {
     fut: Running,
-    woken: Arc<Flag>,
     src: u32,
     call: Option<u64>,
 }
 
-/// A task's waker: marks the task and tells the progress hook that a task is ready.
-struct Flag {
-    woken: AtomicBool,
-    any: Arc<AtomicBool>,
-}
-impl Flag {
-    fn get(&self) -> bool {
-        self.woken.load(Ordering::Acquire)
-    }
-    fn clear(&self) {
-        self.woken.store(false, Ordering::Release);
-    }
-}
-impl Wake for Flag {
+/// A task's waker: its flag in the task queue.
+struct TaskWaker(Arc<Flag>);
+impl Wake for TaskWaker {
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+        self.0.wake();
     }
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.any.store(true, Ordering::Release);
+        self.0.wake();
     }
 }
 
@@ -237,11 +225,10 @@ pub struct Rpc {
     kept: Mutex<IdMap<Kept>>,
     incoming: Mutex<VecDeque<Incoming>>,
     /// Messages in `incoming`. The progress hook runs in every wait: it reads this counter
-    /// and `tasks_woken`, and takes no lock when there is nothing to do.
+    /// and the task queue's flag, and takes no lock when there is nothing to do.
     queued: AtomicUsize,
-    tasks: Mutex<Vec<Task>>,
-    /// Some task's waker fired since the tasks were last polled.
-    tasks_woken: Arc<AtomicBool>,
+    /// Remote functions waiting for their wakers.
+    tasks: TaskQueue<Task>,
     /// What was rejected.
     pub stats: RpcStats,
 }
@@ -261,8 +248,7 @@ impl Rpc {
             kept: Mutex::new(IdMap::default()),
             incoming: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
-            tasks: Mutex::new(Vec::new()),
-            tasks_woken: Arc::new(AtomicBool::new(false)),
+            tasks: TaskQueue::new(),
             stats: RpcStats::default(),
         }
     }
@@ -507,10 +493,9 @@ impl Rpc {
             n += 1;
             self.handle(comm, m)?;
         }
-        // Load first: every waiting thread polls here, and a swap on every poll would bounce
-        // this line between all of them (16 threads waiting on flags slowed a stencil 2-4x).
-        if self.tasks_woken.load(Ordering::Relaxed) && self.tasks_woken.swap(false, Ordering::AcqRel) {
-            n += self.run_tasks(comm)?;
+        for (flag, task) in self.tasks.take_ready() {
+            n += 1;
+            self.step(comm, flag, task)?;
         }
         Ok(n)
     }
@@ -564,10 +549,7 @@ impl Rpc {
                         }
                     }
                     Ok(Started::Running(fut)) => {
-                        let any = self.tasks_woken.clone();
-                        let woken = Arc::new(Flag { woken: AtomicBool::new(true), any });
-                        let task = Task { fut, woken, src, call };
-                        self.step(comm, task)?;
+                        self.step(comm, self.tasks.flag(), Task { fut, src, call })?;
                     }
                     Err(why) => {
                         if let Some(c) = call {
@@ -640,16 +622,16 @@ impl Rpc {
         format!("{name} panicked on rank {rank}: {what}")
     }
 
-    /// Polls a task once; finished tasks send their result, others wait for their waker.
-    fn step(&self, comm: &Comm, mut task: Task) -> Result<()> {
-        task.woken.clear();
-        let waker = Waker::from(task.woken.clone());
+    /// Polls a task once (its flag already cleared); finished tasks send their result, others
+    /// wait in the queue for their waker.
+    fn step(&self, comm: &Comm, flag: Arc<Flag>, mut task: Task) -> Result<()> {
+        let waker = Waker::from(Arc::new(TaskWaker(flag.clone())));
         let mut cx = Context::from_waker(&waker);
         let polled =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx)));
         match polled {
             Ok(Poll::Pending) => {
-                lock(&self.tasks).push(task);
+                self.tasks.park(flag, task);
                 Ok(())
             }
             Ok(Poll::Ready(out)) => match task.call {
@@ -661,23 +643,6 @@ impl Rpc {
                 task.call.map_or(Ok(()), |c| self.reply_err(comm, task.src, c, why))
             }
         }
-    }
-
-    fn run_tasks(&self, comm: &Comm) -> Result<usize> {
-        let ready: Vec<Task> = {
-            let mut t = lock(&self.tasks);
-            if t.is_empty() {
-                return Ok(0);
-            }
-            let (ready, waiting) = std::mem::take(&mut *t).into_iter().partition(|t| t.woken.get());
-            *t = waiting;
-            ready
-        };
-        let n = ready.len();
-        for t in ready {
-            self.step(comm, t)?;
-        }
-        Ok(n)
     }
 
     /// Sends a result to its caller `dst`; a result that cannot be sent (say, its chunks find
