@@ -160,7 +160,74 @@ fn nested_async_calls() -> Res {
     Ok(())
 }
 
+/// Peak resident memory of this process (`VmHWM`), in bytes.
+fn peak_rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
+/// A rendezvous descriptor with one pointer chunk of `len` bytes at `addr` (the index inline
+/// and empty).
+fn descriptor(addr: u64, len: u64) -> Vec<u8> {
+    let mut d = 1u64.to_le_bytes().to_vec(); // one chunk
+    d.push(1); // the index is inline
+    d.extend_from_slice(&0u64.to_le_bytes()); // of 0 bytes
+    d.push(0); // a pointer chunk of bytes
+    for word in [len, addr, 0] {
+        d.extend_from_slice(&word.to_le_bytes());
+    }
+    d
+}
+
+/// Forged RPC descriptors (a rank that lies): one declaring 8 GiB, and a stream of 2000
+/// declaring 512 MiB each at an address that cannot be read, to a real function, to an
+/// unknown one, and as results of calls the target never made. Each is refused or fails
+/// without touching memory: the target keeps serving at once and its peak memory stays flat
+/// (one 8 GiB descriptor used to drive a target to 6 GB, a stream of them to stall it).
+fn forged_rpc_flood() -> Res {
+    use weft::rpc::proto::{Header, CALL, POST, RENDEZVOUS, RESULT_OK};
+    use weft::rpc::RemoteFn;
+    use weft::RpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let peer = (me + 1) % n;
+    let h = w.handler_named("weft.rpc.msg").ok_or("no RPC message handler")?;
+    let add = weft::rpc::fn_id(harden_add::NAME);
+    let before = peak_rss();
+    w.barrier().map_err(e2s)?;
+    let head = |kind, fn_id, call_id, ack_id| {
+        let (words, k) = Header { kind, mode: RENDEZVOUS, fn_id, call_id, ack_id }.encode();
+        words[..k].to_vec()
+    };
+    let huge = descriptor(0x1000, 8 << 30);
+    w.am_request_medium(peer, h, &head(CALL, add, 77, 1), &huge).map_err(e2s)?;
+    let big = descriptor(0x1000, 512 << 20);
+    let t = Instant::now();
+    for i in 0..2000u64 {
+        let (kind, f) = [(CALL, add), (POST, add), (CALL, 0xdead), (RESULT_OK, 0)][i as usize % 4];
+        w.am_request_medium(peer, h, &head(kind, f, 1_000_000 + i, 2 + i), &big).map_err(e2s)?;
+    }
+    // Served after all of the above (messages from one rank arrive in order).
+    let r = w.call(peer, harden_add, (2, 3)).wait().map_err(e2s)?;
+    let took = t.elapsed();
+    ck(r == 5, || format!("a call after the forged ones gave {r}"))?;
+    ck(took < Duration::from_secs(20), || format!("the target took {took:?} to serve 2001 messages"))?;
+    w.barrier().map_err(e2s)?;
+    let grew = peak_rss().saturating_sub(before);
+    ck(grew < 256 << 20, || format!("peak memory grew by {} MiB under forged descriptors", grew >> 20))?;
+    let rpc = weft::rpc::Rpc::of(&w).map_err(e2s)?;
+    let bad = rpc.stats.malformed.load(std::sync::atomic::Ordering::SeqCst)
+        + rpc.stats.unknown_function.load(std::sync::atomic::Ordering::SeqCst);
+    ck(bad >= 2001, || format!("only {bad} forged messages counted"))?;
+    w.barrier().map_err(e2s)
+}
+
 const CASES: &[Case] = &[
+    Case { name: "forged_rpc_flood", run: forged_rpc_flood, ranks: &[2], env: &[] },
     Case { name: "nested_async_calls", run: nested_async_calls, ranks: &[2, 4], env: &[] },
     Case { name: "wrapping_indexes", run: wrapping_indexes, ranks: &[2], env: &[] },
     Case { name: "wrapping_indexes_am_path", run: wrapping_indexes, ranks: &[2], env: &[("WEFT_RMA", "am")] },

@@ -687,7 +687,7 @@ fn rpc_bad_input() -> Res {
     let (me, n) = (w.rank(), w.size());
     let peer = (me + 1) % n;
     let rpc = Rpc::of(&w).map_err(e2s)?;
-    let h = rpc.message_handler();
+    let h = w.handler_named("weft.rpc.msg").ok_or("no RPC message handler")?;
     let add_id = weft::rpc::fn_id(rpc_add::NAME);
     let wrong_args = archive::encode(&("not two numbers",), 4096, &archive::NoPool).map_err(|e| e.0)?.index;
     // A rendezvous descriptor: no chunks but one declaring 2^60 bytes (the index inline).

@@ -155,15 +155,12 @@ impl<T: Pod> LocalView<'_, T> {
     }
 }
 
-#[derive(Clone, Copy)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
-
-/// A heap buffer aligned to 64 bytes, viewable as a slice of any [`Pod`] type (for data that
-/// arrives as bytes and is used as `[T]` without another copy).
+/// A heap buffer aligned to 16 bytes (the largest alignment of a number type), viewable as a
+/// slice of any [`Pod`] type of that alignment or less (for data that arrives as bytes and is
+/// used as `[T]` without another copy).
 #[derive(Clone)]
 pub struct AlignedBuf {
-    lines: Vec<Line>,
+    words: Vec<u128>,
     len: usize,
 }
 
@@ -174,9 +171,10 @@ impl std::fmt::Debug for AlignedBuf {
 }
 
 impl AlignedBuf {
-    /// `len` zero bytes.
+    /// `len` zero bytes. A zero-filled `Vec` of numbers comes from `calloc`: a large buffer's
+    /// fresh pages stay untouched until written, so one costs nothing before it is filled.
     pub fn zeroed(len: usize) -> Self {
-        AlignedBuf { lines: vec![Line([0; 64]); len.div_ceil(64)], len }
+        AlignedBuf { words: vec![0u128; len.div_ceil(16)], len }
     }
     /// Bytes held.
     pub fn len(&self) -> usize {
@@ -188,24 +186,25 @@ impl AlignedBuf {
     }
     /// The bytes.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: `lines` holds ≥ len initialised bytes, contiguous (repr(C) arrays of u8).
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<u8>(), self.len) }
+        // SAFETY: `words` holds ≥ len initialised bytes, contiguous.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
     /// The bytes, mutably.
     pub fn as_bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: as above, with exclusive access through &mut self.
-        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<u8>(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
     }
-    /// The first `n` elements of `T` (panics if they do not fit or T needs more than 64-byte
+    /// The first `n` elements of `T` (panics if they do not fit or T needs more than 16-byte
     /// alignment).
     pub fn as_slice<T: Pod>(&self, n: usize) -> &[T] {
         assert!(
             n.checked_mul(std::mem::size_of::<T>()).is_some_and(|b| b <= self.len),
             "view exceeds the buffer"
         );
-        assert!(std::mem::align_of::<T>() <= 64, "alignment above 64 bytes");
-        // SAFETY: in bounds and aligned (checked); T is Pod so any bytes are a valid T.
-        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<T>(), n) }
+        assert!(std::mem::align_of::<T>() <= 16, "alignment above 16 bytes");
+        // SAFETY: in bounds and aligned (checked; a Vec<u128> is 16-aligned); T is Pod so any
+        // bytes are a valid T.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<T>(), n) }
     }
 }
 

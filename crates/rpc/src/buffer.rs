@@ -23,7 +23,7 @@ use weft_fabric::pool::{Block, BlockPool};
 pub enum Received {
     /// Pulled into a block of this rank's registered pool.
     Block(Block),
-    /// Pulled into a 64-byte-aligned heap buffer (the pool had no room).
+    /// Pulled into a 16-byte-aligned heap buffer (the pool had no room).
     Heap(AlignedBuf),
     /// The elements of a plain sequence of numbers, pulled into the `Vec` that the decoded
     /// value takes over.

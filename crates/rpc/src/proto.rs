@@ -70,6 +70,10 @@ pub const DEFAULT_THRESHOLD: usize = 4096;
 /// Default of [`Rpc::set_stage_max`]: 4 MiB.
 pub const DEFAULT_STAGE_MAX: usize = 4 << 20;
 
+/// Default of the most bytes the chunks of one incoming call or result may declare: 1 GiB
+/// (`WEFT_RPC_MAX_ARG_MIB`).
+pub const DEFAULT_MAX_ARG: u64 = 1 << 30;
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -218,6 +222,8 @@ pub struct Rpc {
     /// Bytes up to which the elements of a plain `Vec` of numbers are staged into the pool by
     /// the sender where the fabric could read them in place (see [`Rpc::set_stage_max`]).
     stage_max: AtomicU64,
+    /// Most bytes the chunks of one incoming message may declare (`WEFT_RPC_MAX_ARG_MIB`).
+    max_arg: AtomicU64,
     next_id: AtomicU64,
     calls: Mutex<CallTable<CallSlot>>,
     /// Results delivered so far: waiting callers look at the call table only when it moved.
@@ -242,6 +248,7 @@ impl Rpc {
             pool: OnceLock::new(),
             threshold: AtomicU64::new(DEFAULT_THRESHOLD as u64),
             stage_max: AtomicU64::new(DEFAULT_STAGE_MAX as u64),
+            max_arg: AtomicU64::new(DEFAULT_MAX_ARG),
             next_id: AtomicU64::new(1),
             calls: Mutex::new(CallTable::default()),
             results: AtomicU64::new(0),
@@ -278,6 +285,12 @@ impl Rpc {
             })?;
             self.set_stage_max(kib << 10);
         }
+        if let Ok(v) = std::env::var("WEFT_RPC_MAX_ARG_MIB") {
+            let mib = v.parse::<u64>().ok().filter(|&m| m > 0 && m <= 1 << 30).ok_or_else(|| {
+                Error::Config(format!("WEFT_RPC_MAX_ARG_MIB={v}: expected a number of MiB from 1 to 2^30"))
+            })?;
+            self.max_arg.store(mib << 20, Ordering::Relaxed);
+        }
         let pool = comm.alloc_pool(mib << 20)?;
         let _ = self.pool.set(pool);
         Ok(())
@@ -285,12 +298,6 @@ impl Rpc {
 
     pub(crate) fn pool(&self) -> Result<&Arc<BlockPool>> {
         self.pool.get().map(|p| p.blocks()).ok_or(Error::Misuse("the RPC pool is not allocated yet"))
-    }
-
-    /// The AM handler RPC messages arrive on (arguments `[kind, function id, call id, mode,
-    /// ack id]`, see the module docs): for tools and tests that speak the wire protocol.
-    pub fn message_handler(&self) -> AmHandler {
-        self.msg
     }
 
     /// Bytes from which a byte string travels as a chunk (default 4 KiB).
@@ -506,8 +513,19 @@ impl Rpc {
             Incoming::Result { src, head, out } => return self.send_result(comm, src, head, out),
         };
         let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = head;
+        // Nothing is pulled for a function this rank does not have or for a result no call
+        // here waits for (forged or late): refused before anything is allocated.
+        let expected = match kind {
+            CALL | POST => self.fns.get().is_some_and(|t| t.contains_key(&fid)),
+            RESULT_OK | RESULT_ERR => self.awaits(call),
+            _ => false,
+        };
         // `Header::decode` admitted only the two modes.
-        let pulled = if mode == RENDEZVOUS { self.pull(comm, src, &payload) } else { Ok((payload, vec![])) };
+        let pulled = match (mode, expected) {
+            (RENDEZVOUS, true) => self.pull(comm, src, &payload),
+            (RENDEZVOUS, false) => Ok((vec![], vec![])),
+            _ => Ok((payload, vec![])),
+        };
         if mode == RENDEZVOUS {
             // Whatever happened, the sender may release its buffers now.
             comm.am_request_short(src, self.ack, &[ack])?;
@@ -564,6 +582,11 @@ impl Rpc {
             }
         }
         Ok(())
+    }
+
+    /// True if call `call` of this rank waits for its outcome.
+    fn awaits(&self, call: u64) -> bool {
+        lock(&self.calls).get_mut(call).is_some_and(|slot| slot.outcome.is_none())
     }
 
     /// Gives call `call` its outcome and wakes its caller.
@@ -666,6 +689,14 @@ impl Rpc {
     /// plus the memory the kernel has available), before anything is allocated.
     fn check_room(&self, chunks: &[ChunkRef]) -> std::result::Result<(), ArchiveError> {
         let total = chunks.iter().try_fold(0u64, |t, c| t.checked_add(c.len()));
+        let max = self.max_arg.load(Ordering::Relaxed);
+        if total.is_none_or(|t| t > max) {
+            return Err(ArchiveError(format!(
+                "chunks declare {} bytes, more than the largest argument or result this rank takes, \
+                 {max} bytes (WEFT_RPC_MAX_ARG_MIB)",
+                total.map_or("over 2^64".into(), |t| t.to_string())
+            )));
+        }
         let pool_free = self.pool.get().map_or(0, |p| {
             let (cap, used) = p.usage();
             (cap - used) as u64

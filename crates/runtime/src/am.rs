@@ -114,6 +114,20 @@ impl<'a> AmMsg<'a> {
 }
 
 impl Comm {
+    /// The handler registered under `name` (the same id on every rank), if any: how a tool
+    /// that speaks a layer's wire protocol, or a test that forges its messages, reaches it.
+    /// Any rank can send any registered handler a message, so every handler checks what
+    /// arrives.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// assert!(world.handler_named("weft.barrier").is_some());
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn handler_named(&self, name: &str) -> Option<AmHandler> {
+        let at = self.handlers.iter().position(|h| h.name == name)?;
+        u16::try_from(at).ok().map(AmHandler)
+    }
     /// Sends a request carrying arguments only to `dst`.
     pub fn am_request_short(&self, dst: u32, h: AmHandler, args: &[u64]) -> Result<()> {
         self.check_request(h)?;
