@@ -1043,17 +1043,21 @@ fn teams_and_collectives() -> Res {
     w.put(seg.at((me + 1) % n, 0), &[me as u64]).map_err(e2s)?;
     w.barrier().map_err(e2s)?;
     ck(seg.local().read(0) == ((me + n - 1) % n) as u64, || "world segment after team segments".into())?;
-    // A member that disagrees on a broadcast's length reports it (rank 1 is a leaf of the
-    // tree from 0, so nobody waits on it): within the flag lines (80 against 88 bytes), and
-    // across the packed records and the lines (8 against 16, 16 against 8), each on a fresh
-    // team.
+    // A member that disagrees on a broadcast's length reports it: within the flag lines (80
+    // against 88 bytes), and across the packed records and the lines (8 against 16, 16
+    // against 8), each on a fresh team. The others may have finished their part (rank 1 is a
+    // leaf of the tree from 0); the team is unusable on every member afterwards.
     if n > 1 {
         for (theirs, mine) in [(80, 88), (8, 16), (16, 8), (0, 1)] {
             let t = w.world_team().map_err(e2s)?;
             let mut buf = vec![0u8; if me == 1 { mine } else { theirs }];
             let r = t.broadcast(0, &mut buf);
-            ck(if me != 1 { r.is_ok() } else { matches!(r, Err(Error::Mismatch(_))) }, || {
+            ck(matches!(r, Err(Error::Mismatch(_))) || (me != 1 && r.is_ok()), || {
                 format!("{theirs} B against {mine} B: {r:?}")
+            })?;
+            let after = t.barrier();
+            ck(matches!(&after, Err(Error::Mismatch(m)) if m.contains("unusable")), || {
+                format!("{theirs} B against {mine} B, the next call: {after:?}")
             })?;
         }
     }

@@ -56,6 +56,9 @@ pub(crate) struct Group<'a> {
     pub id: u64,
     pub members: &'a [u32],
     pub me: usize,
+    /// A team's check of its members' calls, run at every peer check of the group's waits
+    /// (see [`crate::progress::Deps::Team`]).
+    pub check: Option<&'a dyn Fn() -> Option<Error>>,
 }
 
 impl Comm {
@@ -77,14 +80,14 @@ impl Comm {
         order.barriers += 1;
         let epoch = order.barriers;
         let (me, n) = (self.rank() as usize, self.size() as usize);
-        self.disseminate(n, me, &|i| i as u32, None, &self.coll.arrived, epoch)
+        self.disseminate(n, me, &|i| i as u32, None, (&self.coll.arrived, epoch), None)
     }
 
     /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
     /// caller keeps it, the same on every member).
     pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
         let counters = self.coll.group_counters(g.id);
-        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), &counters, epoch)
+        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), (&counters, epoch), g.check)
     }
 
     /// The rounds of a dissemination barrier among `n` members (`member(i)`: world rank of
@@ -96,8 +99,8 @@ impl Comm {
         me: usize,
         member: &dyn Fn(usize) -> u32,
         group: Option<u64>,
-        counters: &[AtomicU64; MAX_ROUNDS],
-        epoch: u64,
+        (counters, epoch): (&[AtomicU64; MAX_ROUNDS], u64),
+        check: Option<&dyn Fn() -> Option<Error>>,
     ) -> Result<()> {
         let (mut dist, mut round) = (1usize, 0usize);
         while dist < n {
@@ -107,7 +110,14 @@ impl Comm {
             self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
             let arrived = &counters[round];
             // This round needs `from` only: others may have finished and left already.
-            self.wait(Deps::Rank(from), "a barrier", || arrived.load(Ordering::Acquire) >= epoch)?;
+            let cond = || arrived.load(Ordering::Acquire) >= epoch;
+            match check {
+                None => self.wait(Deps::Rank(from), "a barrier", cond)?,
+                Some(check) => {
+                    let needed = |r: u32| r == from;
+                    self.wait(Deps::Team { needed: &needed, check }, "a team barrier", cond)?
+                }
+            }
             round += 1;
             dist <<= 1;
         }
@@ -133,7 +143,11 @@ impl Comm {
         order.exchanges += 1;
         let seq = order.exchanges;
         let members: Vec<u32> = (0..self.size()).collect();
-        self.group_exchange(&Group { id: 0, members: &members, me: self.rank() as usize }, seq, mine)
+        self.group_exchange(
+            &Group { id: 0, members: &members, me: self.rank() as usize, check: None },
+            seq,
+            mine,
+        )
     }
 
     /// All-gather of one small byte string per member of `g` (entry `i`: member `i`'s);
@@ -150,7 +164,11 @@ impl Comm {
             let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
             g.members.contains(&r) && !got.get(&key).is_some_and(|c| c.contains_key(&r))
         };
-        self.wait(Deps::Needed(&missing), "a start-up exchange", || {
+        let deps = match g.check {
+            None => Deps::Needed(&missing),
+            Some(check) => Deps::Team { needed: &missing, check },
+        };
+        self.wait(deps, "an exchange", || {
             let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
             got.get(&key).map_or(0, |v| v.len()) == others
         })?;

@@ -19,6 +19,9 @@ pub(crate) enum Deps<'a> {
     Needed(&'a dyn Fn(u32) -> bool),
     /// Only a rank dying is fatal (waits on user conditions).
     AnyDead,
+    /// A team's wait: as [`Deps::Needed`], and at every peer check `check` may end the wait
+    /// with an error (the team's members disagree on the call).
+    Team { needed: &'a dyn Fn(u32) -> bool, check: &'a dyn Fn() -> Option<Error> },
 }
 
 /// How long waits yield the processor before they start sleeping.
@@ -279,6 +282,11 @@ impl Comm {
                 if let Some(waited) = backoff.overdue(self.cfg.hang_warn) {
                     self.warn_hang(deps, what, waited);
                 }
+                if let Deps::Team { check, .. } = deps {
+                    if let Some(e) = check() {
+                        return Err(e);
+                    }
+                }
                 if let Some((rank, e)) = self.check_peers(deps) {
                     // What the peer sent before it left may still be on its way through this
                     // rank (another thread may be delivering it right now): fail only once
@@ -298,6 +306,11 @@ impl Comm {
     /// The error to report if a peer that `deps` needs is gone and everything it sent has been
     /// handled (for waits that are not loops of [`Comm::wait`], such as futures).
     pub(crate) fn failed_peer(&self, deps: Deps<'_>) -> Option<Error> {
+        if let Deps::Team { check, .. } = deps {
+            if let Some(e) = check() {
+                return Some(e);
+            }
+        }
         let (rank, e) = self.check_peers(deps)?;
         self.fabric.peer_drained(rank).then_some(e)
     }
@@ -309,7 +322,7 @@ impl Comm {
         let me = self.rank();
         let ranks: Vec<String> = match deps {
             Deps::Rank(r) => vec![r.to_string()],
-            Deps::Needed(needed) => {
+            Deps::Needed(needed) | Deps::Team { needed, .. } => {
                 (0..self.size()).filter(|&r| r != me && needed(r)).map(|r| r.to_string()).collect()
             }
             Deps::AnyDead => vec![],
@@ -347,7 +360,9 @@ impl Comm {
         match deps {
             Deps::Rank(r) if r == me => None,
             Deps::Rank(r) => judge(r, true),
-            Deps::Needed(needed) => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, needed(r))),
+            Deps::Needed(needed) | Deps::Team { needed, .. } => {
+                (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, needed(r)))
+            }
             Deps::AnyDead => (0..self.size()).filter(|&r| r != me).find_map(|r| judge(r, false)),
         }
     }

@@ -49,6 +49,7 @@
 //! `0..RECORDS` (packed message `p` uses record `(p - 1) % RECORDS`) — and data, one slot of
 //! [`SLOT`] bytes per source.
 
+use super::call::describe_tag;
 use super::tune::DIRECT_MIN;
 use super::Core;
 use crate::{Error, GlobalPtr, Result, Segment};
@@ -235,23 +236,44 @@ fn record_word(n: usize, src: usize, count: u64) -> usize {
     (n * (LINES + 1) * LINE) + (src * RECORDS + count as usize % RECORDS) * 2
 }
 
+/// Word, in a member's flag segment of `n` members, of its running call's descriptor (a line
+/// of its own, written by its owner only).
+fn desc_word(n: usize) -> usize {
+    n * (LINES + 1) * LINE + n * RECORDS * 2
+}
+
+/// Word of the alarm (a line of its own).
+fn alarm_word(n: usize) -> usize {
+    desc_word(n) + 8
+}
+
+/// Words of a report: [the detector's call, the other call, the other's team rank, the
+/// detector's team rank].
+pub(crate) const REPORT: usize = 4;
+
+/// Word of team rank `src`'s report line.
+fn report_word(n: usize, src: usize) -> usize {
+    alarm_word(n) + 8 + src * 8
+}
+
 /// Bits of a record's header word that hold the message number (the rest: length and tag).
 const SEQ_BITS: u32 = 44;
 const SEQ_MASK: u64 = (1 << SEQ_BITS) - 1;
 
 /// A packed record's header: message number `m` (its low [`SEQ_BITS`]), length (4 bits), and
-/// the tag folded into 16 bits (tags are below `1 << 15`, plus the [`PIPELINED`] bit).
+/// the tag folded into 16 bits.
 fn record_header(m: u64, len: usize, tag: u64) -> u64 {
-    debug_assert!(len <= PACKED && unfold_tag(fold_tag(tag)) == tag, "tag {tag:#x} does not fold");
+    debug_assert!(len <= PACKED);
     (m & SEQ_MASK) | (len as u64) << SEQ_BITS | fold_tag(tag) << 48
 }
 
-/// `tag` in 16 bits: its low 15 and the [`PIPELINED`] bit.
+/// `tag` in 16 bits: its low 15 (the kind of collective and the call's check bits, see
+/// [`super::call`]) and the [`PIPELINED`] bit.
 fn fold_tag(tag: u64) -> u64 {
     (tag & 0x7fff) | u64::from(tag & PIPELINED != 0) << 15
 }
 
-/// The tag a folded one stands for.
+/// The tag a folded one stands for, as far as 16 bits tell (no call number or root).
 fn unfold_tag(folded: u64) -> u64 {
     (folded & 0x7fff) | if folded & 0x8000 != 0 { PIPELINED } else { 0 }
 }
@@ -269,9 +291,51 @@ fn chunks(len: usize, pipelined: bool) -> u64 {
 }
 
 impl Channels {
-    /// Words of the flag segment for `n` members.
+    /// Words of the flag segment for `n` members: the channels, then a line with this
+    /// member's running call, a line with its alarm, and one report line per member (see
+    /// [`super::call`]).
     pub fn flag_words(n: usize) -> usize {
-        n * (LINES + 1) * LINE + n * RECORDS * 2
+        desc_word(n) + (2 + n) * 8
+    }
+
+    /// Publishes this member's running call (its descriptor) where the others can read it.
+    pub fn publish_call(&self, desc: u64) {
+        self.flags.local().atomic(desc_word(self.state.len())).store(desc, Ordering::Release);
+    }
+
+    /// Team rank `t`'s running call, as it published it.
+    pub fn call_of(&self, team: &Core<'_>, t: usize) -> Result<u64> {
+        team.comm.atomic_load(self.flags.at(team.members[t], desc_word(team.members.len())))
+    }
+
+    /// This member's alarm: 0, or 1 + the team rank whose report says why the team failed.
+    #[inline]
+    pub fn alarm(&self) -> u64 {
+        self.flags.local().atomic(alarm_word(self.state.len())).load(Ordering::Acquire)
+    }
+
+    /// The report of team rank `src`, as it arrived here.
+    pub fn report(&self, src: usize) -> [u64; REPORT] {
+        let mut r = [0; REPORT];
+        self.flags.local().copy_out(report_word(self.state.len(), src), &mut r);
+        r
+    }
+
+    /// Writes this member's `report` into every member's report line for it, then sets their
+    /// alarm to name it (data first, then the signal: an alarm names a complete report).
+    /// Members that cannot be reached (gone) are skipped.
+    pub fn raise(&self, team: &Core<'_>, report: [u64; REPORT]) {
+        let n = team.members.len();
+        let (at, alarm) = (report_word(n, team.me), alarm_word(n));
+        let local = self.flags.local();
+        local.copy_in(at, &report);
+        local.atomic(alarm).store(team.me as u64 + 1, Ordering::Release);
+        for t in (0..n).filter(|&t| t != team.me) {
+            let w = team.members[t];
+            if team.comm.put_signal_within(&self.flags, w, at, &report, alarm, team.me as u64 + 1).is_ok() {
+                let _ = team.comm.notify(w);
+            }
+        }
     }
     /// Bytes of the slot segment for `n` members.
     pub fn slot_bytes(n: usize) -> usize {
@@ -573,8 +637,10 @@ impl Channels {
         let (src, want) = (i.from, i.out.len());
         let mismatch = |len: u64, their_tag: u64| {
             Error::Mismatch(format!(
-                "team rank {src} (world rank {}) sent {len} bytes for collective {their_tag:#x}, team rank {me} expects {want} bytes for {tag:#x}",
+                "team rank {src} (world rank {}) sent {len} bytes for {}, team rank {me} expects {want} bytes for {}",
                 team.members[src],
+                describe_tag(their_tag),
+                describe_tag(tag),
             ))
         };
         while *done < total {

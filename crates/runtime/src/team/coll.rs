@@ -16,6 +16,7 @@
 //! (for allreduce) on every member. Lengths and collective kinds are checked on arrival:
 //! members that disagree get [`Error::Mismatch`].
 
+use super::call::Call;
 use super::channel::{one_way, In, Out, Transfer, INLINE, INLINE_PEERS};
 use super::{Core, Team};
 use crate::{Error, Pod, Result};
@@ -80,6 +81,14 @@ pub(super) mod tag {
     pub const ALLTOALL: u64 = 0xb6;
     pub const SCAN: u64 = 0xb7;
     pub const ALLREDUCE: u64 = 0xb8;
+    pub const SPLIT: u64 = 0xb9;
+    pub const SUBSET: u64 = 0xba;
+    pub const ALLOC: u64 = 0xbb;
+}
+
+/// Bytes of `counts` elements of `T` in all (saturating: a descriptor's code of it).
+pub(super) fn total_bytes<T>(counts: &[usize]) -> usize {
+    counts.iter().fold(0usize, |t, &c| t.saturating_add(c)).saturating_mul(size_of::<T>())
 }
 
 /// Offsets of blocks of the given element counts.
@@ -274,7 +283,7 @@ fn check_counts(counts: &[usize], n: usize, me: usize, mine: usize, what: &'stat
 /// The algorithms, as futures over borrowed data: [`Team`]'s blocking collectives run them at
 /// once, its non-blocking ones queue them (see [`super::CollHandle`]).
 impl<'c> Core<'c> {
-    fn check_root(&self, root: u32) -> Result<usize> {
+    pub(super) fn check_root(&self, root: u32) -> Result<usize> {
         (root < self.size() as u32)
             .then_some(root as usize)
             .ok_or(Error::NoSuchRank { rank: root, size: self.size() as u32 })
@@ -296,7 +305,7 @@ impl<'c> Core<'c> {
         outs: &'t [Out<'o>],
         ins: &'t mut [In<'i>],
     ) -> Transfer<'t, 'c, 'o, 'i> {
-        self.channels.transfer(self, tag, outs, ins)
+        self.channels.transfer(self, self.tag(tag), outs, ins)
     }
 
     /// Exchanges `out` with `peer` (both directions at once).
@@ -325,10 +334,9 @@ impl<'c> Core<'c> {
     /// through [`Core::run`]. Back-to-back 8 B broadcasts spent most of their time in that
     /// machinery (about 800 instructions a call on the root).
     pub(super) fn broadcast_inline(&self, root: usize, buf: &mut [u8]) -> Result<()> {
-        // Written out rather than through `exchange_inline`: back-to-back 8 B broadcasts
-        // took 0.030 against 0.022 µs that way.
-        self.begin()?;
-        let tag = one_way(tag::BROADCAST);
+        // Written out rather than through `exchange_inline`, which cost a quarter more per
+        // back-to-back 8 B broadcast.
+        let tag = one_way(self.tag(tag::BROADCAST));
         if self.me != root {
             if self.channels.try_take_inline(self, tag, root, buf)? {
                 return Ok(());
@@ -356,8 +364,8 @@ impl<'c> Core<'c> {
     /// loop, the rest in one transfer through [`Core::run`]. The messages carry the tag a
     /// transfer of the same `outs` and `ins` gives them, so members that move them through
     /// the non-blocking collectives' transfers match.
-    fn exchange_inline(&self, tag: u64, outs: &[Out<'_>], ins: &mut [In<'_>]) -> Result<()> {
-        self.begin()?;
+    fn exchange_inline(&self, kind: u64, outs: &[Out<'_>], ins: &mut [In<'_>]) -> Result<()> {
+        let tag = self.tag(kind);
         let tag = if outs.is_empty() || ins.is_empty() { one_way(tag) } else { tag };
         let mut later_outs = [Out { to: 0, data: &[] }; FLAT_MEMBERS];
         let mut k = 0;
@@ -830,15 +838,20 @@ impl Team<'_> {
     /// Blocks until every member has called `barrier` (dissemination over the team's channels,
     /// ⌈log2 n⌉ rounds).
     pub fn barrier(&self) -> Result<()> {
+        self.core.open(Call::new(tag::BARRIER, None, 0))?;
         self.core.run(pin!(self.core.barrier()))
     }
 
     /// Copies team rank `root`'s `buf` into every member's `buf` (binomial tree).
     pub fn broadcast<T: Pod>(&self, root: u32, buf: &mut [T]) -> Result<()> {
         let bytes = std::mem::size_of_val(buf);
+        // Arguments are checked before the call is numbered: a bad one fails on its member
+        // alone and leaves the team usable.
+        let r = self.core.check_root(root)?;
+        self.core.open(Call::new(tag::BROADCAST, Some(root), bytes))?;
         if bytes <= INLINE && self.core.size() <= FLAT_MEMBERS {
-            let root = self.core.check_root(root)?;
-            return self.core.broadcast_inline(root, bytes_of_mut(buf));
+            let root = r;
+            return self.core.close(self.core.broadcast_inline(root, bytes_of_mut(buf)));
         }
         let tuning = self.core.tuning(tag::BROADCAST, bytes, bytes_of(buf));
         self.core.run_tuned(tuning, pin!(self.core.broadcast(root, buf)))
@@ -860,6 +873,8 @@ impl Team<'_> {
         f: impl Fn(&mut T, &T),
     ) -> Result<Option<Vec<T>>> {
         let bytes = std::mem::size_of_val(data);
+        self.core.check_root(root)?;
+        self.core.open(Call::new(tag::REDUCE, Some(root), bytes))?;
         let tuning = self.core.tuning(tag::REDUCE, bytes, bytes_of(data));
         self.core.run_tuned(tuning, pin!(self.core.reduce(root, data, &f)))
     }
@@ -898,9 +913,10 @@ impl Team<'_> {
     /// As [`Team::allreduce`], with a user combination (associative and commutative).
     pub fn allreduce_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Vec<T>> {
         let bytes = std::mem::size_of_val(data);
+        self.core.open(Call::new(tag::ALLREDUCE, None, bytes))?;
         if self.pair_inline(bytes) {
             let mut out = vec![T::zeroed(); data.len()];
-            self.core.allreduce_pair_inline(data, &mut out, &f)?;
+            self.core.close(self.core.allreduce_pair_inline(data, &mut out, &f))?;
             return Ok(out);
         }
         let tuning = self.core.tuning(tag::ALLREDUCE, bytes, bytes_of(data));
@@ -933,8 +949,9 @@ impl Team<'_> {
             return Err(Error::Misuse("allreduce_into: the output must be as long as the data"));
         }
         let bytes = std::mem::size_of_val(data);
+        self.core.open(Call::new(tag::ALLREDUCE, None, bytes))?;
         if self.pair_inline(bytes) {
-            return self.core.allreduce_pair_inline(data, out, &f);
+            return self.core.close(self.core.allreduce_pair_inline(data, out, &f));
         }
         let tuning = self.core.tuning(tag::ALLREDUCE, bytes, bytes_of(data));
         self.core.run_tuned(tuning, pin!(self.core.allreduce_into(data, out, &f)))
@@ -948,6 +965,8 @@ impl Team<'_> {
     /// Team rank `root` gets member `i`'s `counts[i]` elements, concatenated in team order.
     /// Every member passes the same `counts`.
     pub fn gatherv<T: Pod>(&self, root: u32, data: &[T], counts: &[usize]) -> Result<Option<Vec<T>>> {
+        self.core.check_root(root)?;
+        self.core.open(Call::new(tag::GATHER, Some(root), total_bytes::<T>(counts)))?;
         self.core.run(pin!(self.core.gatherv(root, data, counts)))
     }
 
@@ -959,12 +978,15 @@ impl Team<'_> {
     /// Every member gets member `i`'s `counts[i]` elements, concatenated in team order (one
     /// round up to the latency limit, a ring above).
     pub fn allgatherv<T: Pod>(&self, data: &[T], counts: &[usize]) -> Result<Vec<T>> {
+        self.core.open(Call::new(tag::ALLGATHER, None, total_bytes::<T>(counts)))?;
         self.core.run(pin!(self.core.allgatherv(data, counts)))
     }
 
     /// Team rank `root` passes `Some(data)` with `count` elements for each member, in team
     /// order; every member gets its `count`.
     pub fn scatter<T: Pod>(&self, root: u32, data: Option<&[T]>, count: usize) -> Result<Vec<T>> {
+        self.core.check_root(root)?;
+        self.core.open(Call::new(tag::SCATTER, Some(root), count.saturating_mul(size_of::<T>())))?;
         self.core.run(pin!(self.core.scatter(root, data, count)))
     }
 
@@ -973,9 +995,10 @@ impl Team<'_> {
     pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
         let c = self.alltoall_counts(data.len())?;
         let bytes = c.first().map_or(0, |&b| b * std::mem::size_of::<T>());
+        self.core.open(Call::new(tag::ALLTOALL, None, 0))?;
         if self.flat_inline(bytes) {
             let mut out = vec![T::zeroed(); data.len()];
-            self.core.alltoall_inline(data, &mut out, c[0])?;
+            self.core.close(self.core.alltoall_inline(data, &mut out, c[0]))?;
             return Ok(out);
         }
         let tuning = self.core.tuning(tag::ALLTOALL, bytes, bytes_of(data));
@@ -1008,8 +1031,9 @@ impl Team<'_> {
             &heap
         };
         let bytes = block * std::mem::size_of::<T>();
+        self.core.open(Call::new(tag::ALLTOALL, None, 0))?;
         if self.flat_inline(bytes) && out.len() == data.len() {
-            return self.core.alltoall_inline(data, out, block);
+            return self.core.close(self.core.alltoall_inline(data, out, block));
         }
         let tuning = self.core.tuning(tag::ALLTOALL, bytes, bytes_of(data));
         let r = self.core.run_tuned(tuning, pin!(self.core.alltoallv_into(data, counts, counts, out)));
@@ -1038,6 +1062,7 @@ impl Team<'_> {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>> {
+        self.core.open(Call::new(tag::ALLTOALL, None, 0))?;
         self.core.run(pin!(self.core.alltoallv(data, send_counts, recv_counts)))
     }
 
@@ -1049,6 +1074,7 @@ impl Team<'_> {
 
     /// As [`Team::exscan`], with a user combination (applied in rank order).
     pub fn exscan_with<T: Pod>(&self, data: &[T], f: impl Fn(&mut T, &T)) -> Result<Option<Vec<T>>> {
+        self.core.open(Call::new(tag::SCAN, None, size_of_val(data)))?;
         self.core.run(pin!(self.core.exscan(data, &f)))
     }
 }

@@ -7,6 +7,7 @@
 //! team segment of flags and one slot per member) through which [the collectives](coll) move
 //! data with puts and remote atomics.
 
+mod call;
 mod channel;
 pub mod coll;
 mod nb;
@@ -19,8 +20,8 @@ use channel::Channels;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Waker};
 
 pub use coll::ReduceOp;
@@ -62,6 +63,17 @@ pub(crate) struct Core<'c> {
     queued: AtomicUsize,
     /// How long collectives went each way (see [`tune`]).
     tuner: Mutex<tune::Tuner>,
+    /// Calls numbered so far (see [`call`]): one thread numbers a team's calls at a time.
+    calls: AtomicU64,
+    /// The descriptor of the running call (0: none yet).
+    current: AtomicU64,
+    /// The running call has built a transfer (its errors are no longer its arguments').
+    moved: AtomicBool,
+    /// The team's failure once known (see [`Core::poisoned`]).
+    broken: OnceLock<Error>,
+    /// A member the running call waits on, seen at a later call: (team rank, this call's
+    /// descriptor, since when).
+    past: Mutex<Option<(usize, u64, std::time::Instant)>>,
     /// An alltoall copies this member's own block (of [`coll::SELF_STREAMING`] bytes or more)
     /// with cache-bypassing stores: as the tuner chose for a tuned call; always for an
     /// untuned one (blocks from `coll_direct_bytes` up, 16 MiB by default, do not stay in a
@@ -156,7 +168,7 @@ const PRESPIN: u32 = 64;
 
 impl<'c> Core<'c> {
     fn group(&self) -> Group<'_> {
-        Group { id: self.id, members: &self.members, me: self.me }
+        Group { id: self.id, members: &self.members, me: self.me, check: None }
     }
 
     fn size(&self) -> usize {
@@ -196,45 +208,37 @@ impl<'c> Core<'c> {
             return Ok(()); // the usual case: no lock to take, no wait to set up
         }
         let deps = |w: u32| self.needs(w);
-        self.comm.wait(Deps::Needed(&deps), "a non-blocking team collective", || self.drive())
+        let deps = Deps::Team { needed: &deps, check: &|| self.check() };
+        self.comm.wait(deps, "a non-blocking team collective", || self.drive())
     }
 
-    /// What every blocking collective does first: refuses to run inside an AM handler, and
-    /// finishes the non-blocking collectives called before it.
-    fn begin(&self) -> Result<()> {
-        if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("team collective inside an AM handler"));
-        }
-        self.drain()
-    }
-
-    /// Runs a collective to completion: first the non-blocking ones called before it, then
-    /// `fut`, making progress and watching the members it waits on.
+    /// Runs the collective `fut` of the call [`Core::open`] started to completion, making
+    /// progress and watching the members it waits on (their liveness, and the call they run).
     ///
     /// The caller pins the future where it makes it (`run(pin!(…))`): a collective's future
     /// is a few hundred bytes, and moving it into place cost a `memcpy` per call.
     fn run<R, F: Future<Output = Result<R>>>(&self, mut fut: Pin<&mut F>) -> Result<R> {
-        self.begin()?;
         let deps = |w: u32| self.needs(w);
+        let deps = Deps::Team { needed: &deps, check: &|| self.check() };
         let _spin = SpinScope::enter(!self.comm.cfg.spin.is_zero());
         let mut cx = Context::from_waker(Waker::noop());
         if self.comm.caps().load_store && !self.comm.cfg.spin.is_zero() {
             for _ in 0..PRESPIN {
                 if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
-                    return r;
+                    return self.close(r);
                 }
                 std::hint::spin_loop();
             }
         }
         let mut out = None;
-        self.comm.wait(Deps::Needed(&deps), "a team collective", || match fut.as_mut().poll(&mut cx) {
+        let waited = self.comm.wait(deps, "a team collective", || match fut.as_mut().poll(&mut cx) {
             Poll::Ready(r) => {
                 out = Some(r);
                 true
             }
             Poll::Pending => false,
-        })?;
-        out.unwrap_or(Err(Error::Misuse("collective future vanished")))
+        });
+        self.close(waited.and_then(|()| out.unwrap_or(Err(Error::Misuse("collective future vanished")))))
     }
 
     /// The tuning class of a blocking collective of kind `coll` moving `bytes` per member (or
@@ -297,7 +301,7 @@ struct Tuning {
 impl<'c> Team<'c> {
     fn new(comm: &'c Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team<'c>> {
         let seq = Mutex::new(Seq::default());
-        let g = Group { id, members: &members, me };
+        let g = Group { id, members: &members, me, check: None };
         let n = members.len();
         let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
         let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n))?;
@@ -312,6 +316,11 @@ impl<'c> Team<'c> {
             queue: Mutex::new(VecDeque::new()),
             queued: AtomicUsize::new(0),
             tuner: Mutex::default(),
+            calls: AtomicU64::new(0),
+            current: AtomicU64::new(0),
+            moved: AtomicBool::new(false),
+            broken: OnceLock::new(),
+            past: Mutex::new(None),
             stream_own: AtomicBool::new(true),
         };
         Ok(Team { core: Arc::new(core) })
@@ -342,10 +351,17 @@ impl<'c> Team<'c> {
         self.core.comm
     }
 
-    /// All-gather of one small byte string per member (at most a medium AM payload).
-    fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    /// All-gather of one small byte string per member (at most a medium AM payload) in the
+    /// call `desc`: every member's string comes with its call's descriptor, and a member whose
+    /// call differs makes the team unusable (see [`call`]).
+    fn exchange(&self, desc: u64, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let c = &self.core;
-        c.comm.group_exchange(&c.group(), next(&c.seq, |s| &mut s.exchanges), mine)
+        let mut msg = desc.to_le_bytes().to_vec();
+        msg.extend_from_slice(mine);
+        let check = || c.check();
+        let g = Group { check: Some(&check), ..c.group() };
+        let all = c.close(c.comm.group_exchange(&g, next(&c.seq, |s| &mut s.exchanges), &msg))?;
+        call::strip_descriptors(c, desc, all)
     }
 
     /// Allocates a segment of `len` elements on every member (and on no other rank): its
@@ -354,18 +370,23 @@ impl<'c> Team<'c> {
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let c = &self.core;
         // Collectives called before it come first, as on every member.
-        c.drain()?;
-        alloc_among(c.comm, &c.group(), &c.seq, len)
+        let desc = c.open(call::Call::new(coll::tag::ALLOC, None, len.saturating_mul(size_of::<T>())))?;
+        // The members' calls agree before anything is allocated.
+        self.exchange(desc, &[])?;
+        let check = || c.check();
+        let g = Group { check: Some(&check), ..c.group() };
+        c.close(alloc_among(c.comm, &g, &c.seq, len))
     }
 
     /// Splits the team like `MPI_Comm_split`: members with the same `color` form a team,
     /// ordered by `key` (ties: by rank in this team); `None` joins no team and gets `None`.
     /// Collective over this team.
     pub fn split(&self, color: Option<u32>, key: u32) -> Result<Option<Team<'c>>> {
+        let desc = self.core.open(call::Call::new(coll::tag::SPLIT, None, 0))?;
         let mut mine = Vec::with_capacity(16);
         mine.extend_from_slice(&color.map_or(u64::MAX, u64::from).to_le_bytes());
         mine.extend_from_slice(&(key as u64).to_le_bytes());
-        let all = self.exchange(&mine)?;
+        let all = self.exchange(desc, &mine)?;
         let word = |d: &[u8], i: usize| -> Result<u64> {
             d.get(i * 8..i * 8 + 8)
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
@@ -391,12 +412,15 @@ impl<'c> Team<'c> {
         if count == 0 || stride == 0 || last >= n {
             return Err(Error::Misuse("subset: empty, zero stride, or past the team's last rank"));
         }
-        let split_no = next(&self.core.seq, |s| &mut s.splits);
-        // Every member checks the others passed the same range.
+        // The range is part of the call: members that passed different ones disagree on it.
         let spec = [first as u64, stride as u64, count as u64];
+        let digest = child_id(0, &spec) as usize & 0x7fff;
+        let desc = self.core.open(call::Call::new(coll::tag::SUBSET, None, digest))?;
+        let split_no = next(&self.core.seq, |s| &mut s.splits);
         let mine: Vec<u8> = spec.iter().flat_map(|w| w.to_le_bytes()).collect();
-        if self.exchange(&mine)?.iter().any(|d| d != &mine) {
-            return Err(Error::Mismatch("subset: members passed different ranges".into()));
+        if self.exchange(desc, &mine)?.iter().any(|d| d != &mine) {
+            let e = Error::Mismatch("subset: members passed different ranges".into());
+            return Err(self.core.fail(e, None));
         }
         let ranks: Vec<usize> = (0..count as usize).map(|i| first as usize + i * stride as usize).collect();
         self.child(&[split_no, u64::MAX, first as u64, stride as u64, count as u64], ranks)

@@ -7,7 +7,8 @@
 //! blocking collective of the team (which first finishes the queued ones). Dropping a handle
 //! does not cancel its collective: the other members take part in it, so it still runs.
 
-use super::coll::{builtin, Number, ReduceOp};
+use super::call::Call;
+use super::coll::{builtin, tag, total_bytes, Number, ReduceOp};
 use super::{Core, Team};
 use crate::progress::Deps;
 use crate::{Error, Pod, Result};
@@ -59,7 +60,8 @@ impl<R> CollHandle<'_, R> {
     /// Blocks, making progress, until the collective is complete; returns its result.
     pub fn wait(self) -> Result<R> {
         let deps = |w: u32| self.core.needs(w);
-        self.core.comm.wait(Deps::Needed(&deps), "a non-blocking team collective", || {
+        let deps = Deps::Team { needed: &deps, check: &|| self.core.check() };
+        self.core.comm.wait(deps, "a non-blocking team collective", || {
             self.core.drive();
             self.ready()
         })?;
@@ -91,7 +93,8 @@ impl<R> Future for CollHandle<'_, R> {
         if *self.next_check.get_or_insert(now + period) <= now {
             self.next_check = Some(now + period);
             let deps = |w: u32| self.core.needs(w);
-            if let Some(e) = self.core.comm.failed_peer(Deps::Needed(&deps)) {
+            let deps = Deps::Team { needed: &deps, check: &|| self.core.check() };
+            if let Some(e) = self.core.comm.failed_peer(deps) {
                 return Poll::Ready(Err(e));
             }
         }
@@ -102,20 +105,27 @@ impl<R> Future for CollHandle<'_, R> {
 }
 
 impl<'c> Team<'c> {
-    /// Queues `body`'s collective and moves its first messages.
-    fn start<R, F>(&self, body: impl FnOnce(Arc<Core<'c>>) -> F) -> Result<CollHandle<'c, R>>
+    /// Numbers `call`, queues `body`'s collective and moves its first messages. The call is
+    /// published when it starts to run (the ones before it may still be queued), and its
+    /// error makes the team unusable as a blocking call's does.
+    fn start<R, F>(&self, call: Call, body: impl FnOnce(Arc<Core<'c>>) -> F) -> Result<CollHandle<'c, R>>
     where
         R: Send + 'c,
         F: Future<Output = Result<R>> + Send + 'c,
     {
-        if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("team collective inside an AM handler"));
-        }
+        let desc = self.core.number(call)?;
         let slot: Slot<R> = Arc::new(Mutex::new(None));
+        let core = self.core.clone();
         let fut = body(self.core.clone());
         let writer = slot.clone();
         let queued = Box::pin(async move {
-            let r = fut.await;
+            let r = match core.poisoned() {
+                Some(e) => Err(e),
+                None => {
+                    core.publish(desc);
+                    core.close(fut.await)
+                }
+            };
             *writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
         });
         self.core.enqueue(queued);
@@ -125,12 +135,15 @@ impl<'c> Team<'c> {
 
     /// Non-blocking [`Team::barrier`].
     pub fn barrier_nb(&self) -> Result<CollHandle<'c, ()>> {
-        self.start(|c| async move { c.barrier().await })
+        self.start(Call::new(tag::BARRIER, None, 0), |c| async move { c.barrier().await })
     }
 
     /// Non-blocking [`Team::broadcast`]: the handle yields `buf`, holding the root's data.
     pub fn broadcast_nb<T: Pod>(&self, root: u32, mut buf: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
-        self.start(|c| async move { c.broadcast(root, &mut buf).await.map(|()| buf) })
+        self.core.check_root(root)?;
+        self.start(Call::new(tag::BROADCAST, Some(root), size_of_val(&buf[..])), |c| async move {
+            c.broadcast(root, &mut buf).await.map(|()| buf)
+        })
     }
 
     /// Non-blocking [`Team::reduce`].
@@ -140,7 +153,9 @@ impl<'c> Team<'c> {
         data: Vec<T>,
         op: ReduceOp,
     ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
-        self.start(|c| async move { c.reduce(root, &data, &builtin::<T>(op)).await })
+        self.core.check_root(root)?;
+        let call = Call::new(tag::REDUCE, Some(root), size_of_val(&data[..]));
+        self.start(call, |c| async move { c.reduce(root, &data, &builtin::<T>(op)).await })
     }
 
     /// Non-blocking [`Team::allreduce`].
@@ -154,7 +169,8 @@ impl<'c> Team<'c> {
         data: Vec<T>,
         f: impl Fn(&mut T, &T) + Send + Sync + 'c,
     ) -> Result<CollHandle<'c, Vec<T>>> {
-        self.start(|c| async move { c.allreduce(&data, &f).await })
+        let call = Call::new(tag::ALLREDUCE, None, size_of_val(&data[..]));
+        self.start(call, |c| async move { c.allreduce(&data, &f).await })
     }
 
     /// Non-blocking [`Team::gatherv`] (and gather, with equal counts).
@@ -164,12 +180,15 @@ impl<'c> Team<'c> {
         data: Vec<T>,
         counts: Vec<usize>,
     ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
-        self.start(|c| async move { c.gatherv(root, &data, &counts).await })
+        self.core.check_root(root)?;
+        let call = Call::new(tag::GATHER, Some(root), total_bytes::<T>(&counts));
+        self.start(call, |c| async move { c.gatherv(root, &data, &counts).await })
     }
 
     /// Non-blocking [`Team::allgatherv`] (and allgather, with equal counts).
     pub fn allgatherv_nb<T: Pod>(&self, data: Vec<T>, counts: Vec<usize>) -> Result<CollHandle<'c, Vec<T>>> {
-        self.start(|c| async move { c.allgatherv(&data, &counts).await })
+        let call = Call::new(tag::ALLGATHER, None, total_bytes::<T>(&counts));
+        self.start(call, |c| async move { c.allgatherv(&data, &counts).await })
     }
 
     /// Non-blocking [`Team::scatter`].
@@ -179,7 +198,9 @@ impl<'c> Team<'c> {
         data: Option<Vec<T>>,
         count: usize,
     ) -> Result<CollHandle<'c, Vec<T>>> {
-        self.start(|c| async move { c.scatter(root, data.as_deref(), count).await })
+        self.core.check_root(root)?;
+        let call = Call::new(tag::SCATTER, Some(root), count.saturating_mul(size_of::<T>()));
+        self.start(call, |c| async move { c.scatter(root, data.as_deref(), count).await })
     }
 
     /// Non-blocking [`Team::alltoall`].
@@ -195,11 +216,13 @@ impl<'c> Team<'c> {
         send_counts: Vec<usize>,
         recv_counts: Vec<usize>,
     ) -> Result<CollHandle<'c, Vec<T>>> {
-        self.start(|c| async move { c.alltoallv(&data, &send_counts, &recv_counts).await })
+        let call = Call::new(tag::ALLTOALL, None, 0);
+        self.start(call, |c| async move { c.alltoallv(&data, &send_counts, &recv_counts).await })
     }
 
     /// Non-blocking [`Team::exscan`].
     pub fn exscan_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<'c, Option<Vec<T>>>> {
-        self.start(|c| async move { c.exscan(&data, &builtin::<T>(op)).await })
+        let call = Call::new(tag::SCAN, None, size_of_val(&data[..]));
+        self.start(call, |c| async move { c.exscan(&data, &builtin::<T>(op)).await })
     }
 }

@@ -1,0 +1,226 @@
+//! Mismatched collectives (issue 34): members that call different collectives, or the same
+//! one with different roots or sizes, get `Err(Mismatch)` naming both calls instead of a hang
+//! or a wrong result, and the team is unusable afterwards. Every scenario runs on a fresh
+//! team; rank programs are this executable with `WEFT_MISMATCH_CASE` set.
+
+mod common;
+
+use common::Case;
+use std::time::{Duration, Instant};
+use weft::{Error, ReduceOp, Team, World};
+
+type Res = Result<(), String>;
+
+fn e2s(e: Error) -> String {
+    e.to_string()
+}
+
+/// How long a mismatched call may take to fail (the peer check runs every 10 ms; the bound
+/// leaves room for a loaded 2-core machine).
+const LIMIT: Duration = Duration::from_secs(10);
+
+/// Runs `call`, which must fail with a mismatch (or, where `may_finish`, succeed: a member
+/// that waited for nothing), within [`LIMIT`]; returns what it said.
+fn expect_mismatch<R: std::fmt::Debug>(
+    what: &str,
+    may_finish: bool,
+    call: impl FnOnce() -> weft::Result<R>,
+) -> Result<String, String> {
+    let t = Instant::now();
+    let r = call();
+    let took = t.elapsed();
+    if took > LIMIT {
+        return Err(format!("{what}: took {took:?}"));
+    }
+    match r {
+        Err(Error::Mismatch(m)) => Ok(m),
+        Ok(_) if may_finish => Ok(String::new()),
+        other => Err(format!("{what}: {other:?}")),
+    }
+}
+
+/// After a mismatch, the team is unusable: a barrier fails at once with the team's error.
+fn unusable(t: &Team<'_>, what: &str) -> Res {
+    let m = expect_mismatch(&format!("{what}, then a barrier"), false, || t.barrier())?;
+    if !m.contains("unusable") {
+        return Err(format!("{what}, then a barrier: {m}"));
+    }
+    let h = t.barrier_nb().and_then(|h| h.wait());
+    if !matches!(&h, Err(Error::Mismatch(m)) if m.contains("unusable")) {
+        return Err(format!("{what}, then a non-blocking barrier: {h:?}"));
+    }
+    Ok(())
+}
+
+/// `m` names both calls: it contains each of `words`.
+fn names(m: &str, words: &[&str], what: &str) -> Res {
+    match words.iter().find(|w| !m.contains(*w)) {
+        Some(w) => Err(format!("{what}: {m:?} does not say {w:?}")),
+        None => Ok(()),
+    }
+}
+
+/// A barrier on rank 0 against an allreduce elsewhere, for messages in records, lines and
+/// slots; the next allreduce fails too instead of returning the earlier call's operand.
+fn barrier_vs_allreduce() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let me = w.rank();
+    for len in [1usize, 512, 128 << 10] {
+        let t = w.world_team().map_err(e2s)?;
+        let what = format!("barrier against allreduce of {len} u64");
+        let m = expect_mismatch(&what, false, || {
+            if me == 0 {
+                t.barrier().map(|_| vec![])
+            } else {
+                t.allreduce(&vec![1u64; len], ReduceOp::Sum)
+            }
+        })?;
+        names(&m, &["barrier", "allreduce", "call #1"], &what)?;
+        expect_mismatch(&format!("{what}, the next allreduce"), false, || {
+            t.allreduce(&[me as u64 + 1], ReduceOp::Sum)
+        })?;
+        unusable(&t, &what)?;
+    }
+    w.barrier().map_err(e2s)
+}
+
+/// Broadcasts and reduces whose members name different roots: both sides wait (large
+/// broadcasts for their chunks to drain, reduces for data), and the check of their calls ends
+/// the waits.
+fn different_roots() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let me = w.rank();
+    for len in [512usize << 10, 64 << 10] {
+        let t = w.world_team().map_err(e2s)?;
+        let what = format!("broadcast of {len} B from different roots");
+        let mut buf = vec![me as u8; len];
+        // A member may finish when the root it believes in sent it everything.
+        expect_mismatch(&what, true, || t.broadcast(me.min(1), &mut buf))?;
+        unusable(&t, &what)?;
+    }
+    for len in [1usize, 8 << 10] {
+        let t = w.world_team().map_err(e2s)?;
+        let what = format!("reduce of {len} u64 to different roots");
+        let m = expect_mismatch(&what, true, || t.reduce(me % 2, &vec![1u64; len], ReduceOp::Sum))?;
+        if !m.is_empty() {
+            names(&m, &["reduce with root 0", "reduce with root 1"], &what)?;
+        }
+        unusable(&t, &what)?;
+    }
+    w.barrier().map_err(e2s)
+}
+
+/// Small broadcasts with different roots: the roots' calls wait for nothing and may return;
+/// the messages they left carry their call, so the next call fails instead of reading them.
+fn small_broadcast_roots() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let me = w.rank();
+    let t = w.world_team().map_err(e2s)?;
+    let mut buf = [me as u64 + 100];
+    expect_mismatch("8 B broadcast from different roots", true, || t.broadcast(me.min(1), &mut buf))?;
+    // The next broadcast from 0: a member that takes a message takes the right one, or fails.
+    let mut next = [if me == 0 { 7u64 } else { 0 }];
+    let r = t.broadcast(0, &mut next);
+    if r.is_ok() && next[0] != 7 {
+        return Err(format!("the next broadcast returned Ok with {} (stale data)", next[0]));
+    }
+    unusable(&t, "8 B broadcast from different roots")?;
+    w.barrier().map_err(e2s)
+}
+
+/// `split` against `subset`, against a barrier, against `alloc_segment`, and splits at
+/// different places in the call sequence.
+fn splits() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let scenarios: [(&str, &[&str]); 4] = [
+        ("split against subset", &["split", "subset"]),
+        ("split against barrier", &["split", "barrier"]),
+        ("split against alloc_segment", &["split", "alloc_segment"]),
+        ("barrier then split against split then barrier", &["split", "barrier"]),
+    ];
+    for (k, (what, words)) in scenarios.iter().enumerate() {
+        let t = w.world_team().map_err(e2s)?;
+        let m = expect_mismatch(what, false, || -> weft::Result<()> {
+            match (k, me == 0) {
+                (0, true) | (1, true) | (2, true) => t.split(Some(0), me).map(drop),
+                (0, false) => t.subset(0, 1, n).map(drop),
+                (1, false) => t.barrier(),
+                (2, false) => t.alloc_segment::<u64>(8).map(drop),
+                (_, true) => t.barrier().and_then(|()| t.split(Some(0), me).map(drop)),
+                (_, false) => t.split(Some(0), me).map(drop).and_then(|()| t.barrier()),
+            }
+        })?;
+        names(&m, words, what)?;
+        unusable(&t, what)?;
+    }
+    w.barrier().map_err(e2s)
+}
+
+/// Non-blocking forms: an allreduce against a barrier; both handles fail, and the queue
+/// behind them too.
+fn nonblocking() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let me = w.rank();
+    let t = w.world_team().map_err(e2s)?;
+    let h = if me == 0 {
+        t.allreduce_nb(vec![1u64; 4], ReduceOp::Sum).map_err(e2s)?.wait().map(drop)
+    } else {
+        t.barrier_nb().map_err(e2s)?.wait()
+    };
+    if !matches!(h, Err(Error::Mismatch(_))) {
+        return Err(format!("allreduce_nb against barrier_nb: {h:?}"));
+    }
+    unusable(&t, "allreduce_nb against barrier_nb")?;
+    w.barrier().map_err(e2s)
+}
+
+/// Members that pass the same bad arguments all fail alone and keep the team; a member that
+/// passes bad ones where the others do not makes it unusable for all of them.
+fn bad_arguments() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let me = w.rank();
+    let t = w.world_team().map_err(e2s)?;
+    let n = t.size() as usize;
+    let r = t.gatherv(0, &[1u64; 3], &vec![2; n]);
+    if !matches!(r, Err(Error::Mismatch(_))) {
+        return Err(format!("gatherv whose counts disagree with every member's data: {r:?}"));
+    }
+    let sum = t.allreduce(&[1u64], ReduceOp::Sum).map_err(e2s)?;
+    if sum[0] != n as u64 {
+        return Err(format!("the team after a shared bad call: {sum:?}"));
+    }
+    let counts = vec![2; n];
+    let mine = if me == 1 { vec![1u64; 3] } else { vec![1u64; 2] };
+    // Members that wait for nothing (not the root, not rank 1) may finish.
+    expect_mismatch("gatherv with bad counts on rank 1 only", me > 1, || t.gatherv(0, &mine, &counts))?;
+    unusable(&t, "gatherv with bad counts on rank 1 only")?;
+    w.barrier().map_err(e2s)
+}
+
+const CASES: &[Case] = &[
+    Case { name: "barrier_vs_allreduce", run: barrier_vs_allreduce, ranks: &[2, 4], env: &[] },
+    Case { name: "different_roots", run: different_roots, ranks: &[2, 4], env: &[] },
+    Case {
+        name: "different_roots_direct_reads",
+        run: different_roots,
+        ranks: &[2],
+        env: &[("WEFT_COLL_DIRECT_BYTES", "32768")],
+    },
+    Case { name: "small_broadcast_roots", run: small_broadcast_roots, ranks: &[2, 4], env: &[] },
+    Case { name: "splits", run: splits, ranks: &[2, 3], env: &[] },
+    Case { name: "nonblocking", run: nonblocking, ranks: &[2], env: &[] },
+    Case { name: "bad_arguments", run: bad_arguments, ranks: &[2, 3], env: &[] },
+];
+
+fn main() {
+    if let Ok(name) = std::env::var("WEFT_MISMATCH_CASE") {
+        let Some(case) = CASES.iter().find(|c| c.name == name) else {
+            eprintln!("unknown case {name}");
+            std::process::exit(2);
+        };
+        common::exit_with((case.run)());
+    }
+    let args = libtest_mimic::Arguments::from_args();
+    libtest_mimic::run(&args, common::trials("WEFT_MISMATCH_CASE", CASES)).exit();
+}
