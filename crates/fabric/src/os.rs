@@ -154,9 +154,8 @@ pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
     let me = unsafe { libc::geteuid() };
     if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me || st.st_mode & 0o077 != 0 {
         return Err(FabricError::Untrusted {
-            path: format!("{SHM_DIR}/{name}"),
-            why: format!(
-                "owner uid {}, mode {:o}; weft maps only regular files of its own user (uid {me}) with mode 600",
+            what: format!(
+                "{SHM_DIR}/{name}: owner uid {}, mode {:o}; weft maps only regular files of its own user (uid {me}) with mode 600",
                 st.st_uid,
                 st.st_mode & 0o7777
             ),
