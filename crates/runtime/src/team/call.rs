@@ -68,11 +68,13 @@ const NAMES: [&str; 16] = [
 const FAILED_HERE: u64 = 0xf;
 
 /// A root in 12 bits: 0 for none, root + 1 up to 4094, 4095 beyond.
+#[inline(always)]
 fn root_code(root: Option<u32>) -> u64 {
     root.map_or(0, |r| (r as u64 + 1).min(0xfff))
 }
 
 /// Bytes in 16 bits: exact below 2^15, else the bit length and the next 8 bits.
+#[inline(always)]
 fn bytes_code(bytes: usize) -> u64 {
     let b = bytes as u64;
     if b < 0x8000 {
@@ -83,6 +85,7 @@ fn bytes_code(bytes: usize) -> u64 {
 }
 
 /// The descriptor of call number `c`.
+#[inline(always)]
 pub(crate) fn descriptor(c: u64, call: &Call) -> u64 {
     (c & 0xffff_ffff) << 32 | (call.kind & 0xf) << 28 | root_code(call.root) << 16 | bytes_code(call.bytes)
 }
@@ -91,10 +94,21 @@ fn number(desc: u64) -> u64 {
     desc >> 32
 }
 
+/// A bytes code no size has: unknown.
+const UNKNOWN_BYTES: u64 = 0xffff;
+
+/// What a message's tag says of the call that sent it, as a descriptor: kind and root, and
+/// the call number where the tag holds it (a flag line's does, a packed record's does not);
+/// the bytes unknown.
+pub(crate) fn descriptor_of_tag(tag: u64) -> u64 {
+    (tag >> 33) << 32 | (tag & 0xf) << 28 | ((tag >> 16) & 0xfff) << 16 | UNKNOWN_BYTES
+}
+
 /// The bits a message of the call `desc` adds to its kind in its tag: the call number's low
 /// 31 bits above the [`PIPELINED`](super::channel) bit (32), the root code in bits 16-27, and
 /// in bits 8-14 check bits `(c + 43 * root) mod 128`, which a packed record keeps with the
 /// kind: consecutive calls, and calls with roots less than 128 apart, differ in them.
+#[inline(always)]
 pub(crate) fn tag_bits(desc: u64) -> u64 {
     let (c, root) = (number(desc), (desc >> 16) & 0xfff);
     let check = (c + 43 * root) & 0x7f;
@@ -113,13 +127,15 @@ pub(crate) fn describe(desc: u64) -> String {
         r => format!(" with root {}", r - 1),
     };
     let b = desc & 0xffff;
-    let bytes = if b & 0x8000 == 0 {
-        format!("{b} bytes")
-    } else {
-        let len = (b >> 8) & 0x7f;
-        format!("about {} bytes", ((b & 0xff) | 0x100) << (len - 9))
+    let bytes = match b {
+        UNKNOWN_BYTES => String::new(),
+        b if b & 0x8000 == 0 => format!(" of {b} bytes per member"),
+        b => format!(" of about {} bytes per member", ((b & 0xff) | 0x100) << (((b >> 8) & 0x7f) - 9)),
     };
-    format!("call #{}: {kind}{root} of {bytes} per member", number(desc))
+    match number(desc) {
+        0 => format!("{kind}{root}{bytes}"),
+        c => format!("call #{c}: {kind}{root}{bytes}"),
+    }
 }
 
 /// The kind and check bits a (possibly folded) tag names, in words.
@@ -137,61 +153,99 @@ pub(crate) fn describe_tag(tag: u64) -> String {
 impl Core<'_> {
     /// Starts a call of this team (in program order): refuses it inside an AM handler or on a
     /// failed team, numbers it, finishes the non-blocking collectives called before it and
-    /// publishes it. Returns its descriptor.
+    /// makes it the running call. Returns its descriptor.
+    #[inline]
     pub(super) fn open(&self, call: Call) -> Result<u64> {
         let desc = self.number(call)?;
-        self.drain()?;
+        if self.queued.load(Ordering::Acquire) != 0 {
+            self.drain()?;
+        }
         self.publish(desc);
         Ok(desc)
     }
 
-    /// Numbers a call (a non-blocking one is published when it starts to run).
+    /// Numbers a call (a non-blocking one becomes the running call when it starts to run).
+    #[inline]
     pub(super) fn number(&self, call: Call) -> Result<u64> {
-        if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("team collective inside an AM handler"));
-        }
-        if let Some(e) = self.poisoned() {
-            return Err(e);
+        // One local load on a working team.
+        if self.channels.alarm() != 0 || crate::am::in_handler().is_some() {
+            return Err(self.refuse());
         }
         let c = self.calls.load(Ordering::Relaxed) + 1;
         self.calls.store(c, Ordering::Relaxed);
         Ok(descriptor(c, &call))
     }
 
-    /// Makes `desc` the running call: its messages carry it, the other members can read it.
+    /// Notes that team rank `src` sent a message with `tag`, which the running call does not
+    /// expect: [`Core::fail`] names that call.
+    #[cold]
+    pub(super) fn note_mismatch(&self, src: usize, tag: u64) {
+        *self.mismatched.lock().unwrap_or_else(|p| p.into_inner()) = Some((src, descriptor_of_tag(tag)));
+    }
+
+    /// Why a call cannot start.
+    #[cold]
+    fn refuse(&self) -> Error {
+        match self.poisoned() {
+            Some(e) => e,
+            None => Error::Misuse("team collective inside an AM handler"),
+        }
+    }
+
+    /// Makes `desc` the running call: its messages carry it. The other members read it only
+    /// when one of them waits long enough for a peer check, so it is written where they can
+    /// read it then ([`Core::check`]), not on every call.
+    #[inline]
     pub(super) fn publish(&self, desc: u64) {
         self.current.store(desc, Ordering::Relaxed);
-        self.moved.store(false, Ordering::Relaxed);
-        self.channels.publish_call(desc);
+        self.current_tag.store(tag_bits(desc), Ordering::Relaxed);
     }
 
-    /// The tag of the running call's messages of `kind` (asked for by every transfer, so the
-    /// call has moved, or tried to move, a message).
+    /// The tag of the running call's messages of `kind`.
     #[inline]
     pub(super) fn tag(&self, kind: u64) -> u64 {
-        self.moved.store(true, Ordering::Relaxed);
-        kind | tag_bits(self.current.load(Ordering::Relaxed))
+        kind | self.current_tag.load(Ordering::Relaxed)
     }
 
-    /// The outcome of a call. An error before the call moved a message is this member's own
-    /// (its arguments): the call is published as failed here, which members that did not fail
-    /// alike see as a disagreement. Any later error other than a dead peer's makes the team
-    /// unusable on every member (see [`Core::fail`]).
-    #[inline]
+    /// Marks `e` as the running call's error on this member's own arguments, found before
+    /// the call moved a message (see [`Core::close`]). A flag set on this cold path only: a
+    /// store on every call's path cost a third of a back-to-back 8 B broadcast.
+    #[cold]
+    pub(super) fn bad_argument(&self, e: Error) -> Error {
+        self.bad_argument.store(true, Ordering::Relaxed);
+        e
+    }
+
+    /// The outcome of a call. An error on this member's own arguments ([`Core::bad_argument`],
+    /// before the call moved a message) is published as such, which members that did not fail
+    /// alike see as a disagreement. Any other error but a dead peer's makes the team unusable
+    /// on every member (see [`Core::fail`]).
+    #[inline(always)]
     pub(super) fn close<R>(&self, r: Result<R>) -> Result<R> {
         match r {
             Ok(v) => Ok(v),
-            Err(e @ (Error::PeerFailed { .. } | Error::Fabric(_))) => Err(e),
-            Err(e) if !self.moved.load(Ordering::Relaxed) && self.poisoned().is_none() => {
-                let mine = self.current.load(Ordering::Relaxed);
-                self.publish(mine & !(0xf << 28) | FAILED_HERE << 28);
-                Err(e)
+            Err(e) => Err(self.failed(e)),
+        }
+    }
+
+    /// The error [`Core::close`] returns for `e`.
+    #[cold]
+    #[inline(never)]
+    fn failed(&self, e: Error) -> Error {
+        match e {
+            e @ (Error::PeerFailed { .. } | Error::Fabric(_)) => e,
+            e if self.bad_argument.swap(false, Ordering::Relaxed) && self.poisoned().is_none() => {
+                let failed = self.current.load(Ordering::Relaxed) & !(0xf << 28) | FAILED_HERE << 28;
+                self.publish(failed);
+                self.channels.publish_call(failed);
+                e
             }
-            Err(e) => Err(self.fail(e, None)),
+            e => self.fail(e, None),
         }
     }
 
     /// The team's failure, once a member raised the alarm: the report it wrote, in words.
+    #[cold]
     pub(super) fn poisoned(&self) -> Option<Error> {
         if let Some(e) = self.broken.get() {
             return Some(e.clone());
@@ -225,13 +279,16 @@ impl Core<'_> {
     /// call), naming the other member's call where one is known (`theirs`: team rank and
     /// descriptor) or found: the first member whose published call has this call's number
     /// and another descriptor, or another number. Returns the team's error.
+    #[cold]
     pub(super) fn fail(&self, e: Error, theirs: Option<(usize, u64)>) -> Error {
         if let Some(p) = self.poisoned() {
             return p;
         }
         let mine = self.current.load(Ordering::Relaxed);
-        // A member at this call's number with another call, or already past it.
-        let other = theirs.or_else(|| {
+        // The sender of a message of another call, else a member at this call's number with
+        // another call, or already past it.
+        let noted = self.mismatched.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let other = theirs.or(noted).or_else(|| {
             (0..self.size()).filter(|&t| t != self.me).find_map(|t| {
                 let d = self.channels.call_of(self, t).ok()?;
                 (d != mine && number(d) >= number(mine)).then_some((t, d))
@@ -252,11 +309,14 @@ impl Core<'_> {
     /// waits for); and a member this call still waits on that has gone on to a later call
     /// (it finished this one without sending what this member needs), seen so for
     /// [`PAST_GRACE`] so that a message still on its way is not taken for a missing one.
+    #[cold]
     pub(super) fn check(&self) -> Option<Error> {
         if let Some(e) = self.poisoned() {
             return Some(e);
         }
         let mine = self.current.load(Ordering::Relaxed);
+        // This member waits: the others may now read what it runs.
+        self.channels.publish_call(mine);
         let mut past = None;
         for t in (0..self.size()).filter(|&t| t != self.me) {
             let Ok(d) = self.channels.call_of(self, t) else { continue };

@@ -236,15 +236,17 @@ fn record_word(n: usize, src: usize, count: u64) -> usize {
     (n * (LINES + 1) * LINE) + (src * RECORDS + count as usize % RECORDS) * 2
 }
 
-/// Word, in a member's flag segment of `n` members, of its running call's descriptor (a line
-/// of its own, written by its owner only).
+/// Word, in a member's flag segment of `n` members, of its running call's descriptor: in a
+/// 128-byte pair of lines of its own, apart from the records peers write (a store to a line
+/// next to a line another core writes slowed back-to-back 8 B broadcasts by a third: the
+/// adjacent-line prefetcher moves lines in pairs).
 fn desc_word(n: usize) -> usize {
-    n * (LINES + 1) * LINE + n * RECORDS * 2
+    n * (LINES + 1) * LINE + n * RECORDS * 2 + LINE
 }
 
-/// Word of the alarm (a line of its own).
+/// Word of the alarm (a pair of lines of its own).
 fn alarm_word(n: usize) -> usize {
-    desc_word(n) + 8
+    desc_word(n) + LINE
 }
 
 /// Words of a report: [the detector's call, the other call, the other's team rank, the
@@ -253,7 +255,7 @@ pub(crate) const REPORT: usize = 4;
 
 /// Word of team rank `src`'s report line.
 fn report_word(n: usize, src: usize) -> usize {
-    alarm_word(n) + 8 + src * 8
+    alarm_word(n) + LINE + src * 8
 }
 
 /// Bits of a record's header word that hold the message number (the rest: length and tag).
@@ -295,7 +297,7 @@ impl Channels {
     /// member's running call, a line with its alarm, and one report line per member (see
     /// [`super::call`]).
     pub fn flag_words(n: usize) -> usize {
-        desc_word(n) + (2 + n) * 8
+        report_word(n, n)
     }
 
     /// Publishes this member's running call (its descriptor) where the others can read it.
@@ -636,6 +638,7 @@ impl Channels {
         let total = chunks(i.out.len(), pipelined);
         let (src, want) = (i.from, i.out.len());
         let mismatch = |len: u64, their_tag: u64| {
+            team.note_mismatch(src, their_tag);
             Error::Mismatch(format!(
                 "team rank {src} (world rank {}) sent {len} bytes for {}, team rank {me} expects {want} bytes for {}",
                 team.members[src],

@@ -283,6 +283,7 @@ fn check_counts(counts: &[usize], n: usize, me: usize, mine: usize, what: &'stat
 /// The algorithms, as futures over borrowed data: [`Team`]'s blocking collectives run them at
 /// once, its non-blocking ones queue them (see [`super::CollHandle`]).
 impl<'c> Core<'c> {
+    #[inline]
     pub(super) fn check_root(&self, root: u32) -> Result<usize> {
         (root < self.size() as u32)
             .then_some(root as usize)
@@ -640,7 +641,8 @@ impl<'c> Core<'c> {
         counts: &[usize],
     ) -> Result<Option<Vec<T>>> {
         let root = self.check_root(root)?;
-        check_counts(counts, self.size(), self.me, data.len(), "gatherv: one count per member")?;
+        check_counts(counts, self.size(), self.me, data.len(), "gatherv: one count per member")
+            .map_err(|e| self.bad_argument(e))?;
         if self.me != root {
             let outs = [Out { to: root, data: bytes_of(data) }];
             return self.send_recv(tag::GATHER, &outs, &mut []).await.map(|_| None);
@@ -657,7 +659,8 @@ impl<'c> Core<'c> {
     /// ring above it.
     pub(super) async fn allgatherv<T: Pod>(&self, data: &[T], counts: &[usize]) -> Result<Vec<T>> {
         let (me, n) = (self.me, self.size());
-        check_counts(counts, n, me, data.len(), "allgatherv: one count per member")?;
+        check_counts(counts, n, me, data.len(), "allgatherv: one count per member")
+            .map_err(|e| self.bad_argument(e))?;
         let mut all = vec![T::zeroed(); counts.iter().sum()];
         if self.small::<T>(counts.iter().copied().max().unwrap_or(0)) {
             let mut blocks = carve(&mut all, counts);
@@ -692,12 +695,13 @@ impl<'c> Core<'c> {
         let n = self.size();
         let mut mine = vec![T::zeroed(); count];
         if self.me == root {
-            let data = data.ok_or(Error::Misuse("scatter: the root passes the data"))?;
+            let data =
+                data.ok_or_else(|| self.bad_argument(Error::Misuse("scatter: the root passes the data")))?;
             if data.len() != n * count {
-                return Err(Error::Mismatch(format!(
+                return Err(self.bad_argument(Error::Mismatch(format!(
                     "scatter: the root passes {} elements for {n} members of {count}",
                     data.len()
-                )));
+                ))));
             }
             copy_slice(&mut mine, &data[root * count..(root + 1) * count]);
             let outs: Vec<Out<'_>> = (0..n)
@@ -739,15 +743,15 @@ impl<'c> Core<'c> {
             || send_counts.iter().sum::<usize>() != data.len()
             || recv_counts.iter().sum::<usize>() != all.len()
         {
-            return Err(Error::Misuse(
+            return Err(self.bad_argument(Error::Misuse(
                 "alltoallv: one count per member, the send counts summing to the data's length and the receive counts to the output's",
-            ));
+            )));
         }
         if send_counts[me] != recv_counts[me] {
-            return Err(Error::Mismatch(format!(
+            return Err(self.bad_argument(Error::Mismatch(format!(
                 "alltoallv: team rank {me} sends itself {} elements but expects {}",
                 send_counts[me], recv_counts[me]
-            )));
+            ))));
         }
         let biggest = send_counts.iter().chain(recv_counts).copied().max().unwrap_or(0);
         if self.small::<T>(biggest) {

@@ -67,8 +67,13 @@ pub(crate) struct Core<'c> {
     calls: AtomicU64,
     /// The descriptor of the running call (0: none yet).
     current: AtomicU64,
-    /// The running call has built a transfer (its errors are no longer its arguments').
-    moved: AtomicBool,
+    /// Its bits in the tags of its messages (see [`call::tag_bits`]).
+    current_tag: AtomicU64,
+    /// The running call failed on this member's own arguments (see [`Core::bad_argument`]).
+    bad_argument: AtomicBool,
+    /// The sender and call of a message the running call did not expect (see
+    /// [`Core::note_mismatch`]).
+    mismatched: Mutex<Option<(usize, u64)>>,
     /// The team's failure once known (see [`Core::poisoned`]).
     broken: OnceLock<Error>,
     /// A member the running call waits on, seen at a later call: (team rank, this call's
@@ -318,7 +323,9 @@ impl<'c> Team<'c> {
             tuner: Mutex::default(),
             calls: AtomicU64::new(0),
             current: AtomicU64::new(0),
-            moved: AtomicBool::new(false),
+            current_tag: AtomicU64::new(0),
+            bad_argument: AtomicBool::new(false),
+            mismatched: Mutex::new(None),
             broken: OnceLock::new(),
             past: Mutex::new(None),
             stream_own: AtomicBool::new(true),
