@@ -5,25 +5,11 @@
 
 mod common;
 
-use common::Case;
+use common::{ck, e2s, Case, Res};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use weft::{AtomicOp, CqSharing, EndpointConfig, EndpointPolicy, Error, World};
-
-type Res = Result<(), String>;
-
-fn e2s(e: Error) -> String {
-    e.to_string()
-}
-
-fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
-    if cond {
-        Ok(())
-    } else {
-        Err(what())
-    }
-}
 
 const THREADS: usize = 3;
 const ROUNDS: u64 = 200;
@@ -365,13 +351,7 @@ fn applications() -> Result<(), libtest_mimic::Failed> {
 }
 
 fn main() {
-    if let Ok(name) = std::env::var("WEFT_EP_CASE") {
-        let Some(case) = CASES.iter().find(|c| c.name == name) else {
-            eprintln!("unknown case {name}");
-            std::process::exit(2);
-        };
-        common::exit_with((case.run)());
-    }
+    common::run_rank("WEFT_EP_CASE", CASES, &[]);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_EP_CASE", CASES);
     trials.push(libtest_mimic::Trial::test("applications_check_their_results", applications));

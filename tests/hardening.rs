@@ -5,29 +5,16 @@
 
 mod common;
 
-use common::Case;
+use common::{ck, e2s, Case, Res};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use weft::{Error, World};
 
-type Res = Result<(), String>;
 type Trial = Result<(), libtest_mimic::Failed>;
 /// How a check plants a file under a name weft will publish.
 type Plant = Box<dyn Fn(&str) -> std::io::Result<()>>;
 /// A launcher-level check: its name and body.
 type Check = (&'static str, fn() -> Trial);
-
-fn e2s(e: Error) -> String {
-    e.to_string()
-}
-
-fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
-    if cond {
-        Ok(())
-    } else {
-        Err(what())
-    }
-}
 
 // ---------------------------------------------------------------- rank programs
 
@@ -578,20 +565,13 @@ fn first_failure_named() -> Trial {
 }
 
 fn main() {
-    if let Ok(name) = std::env::var("WEFT_HARDEN_CASE") {
-        let run = CASES.iter().find(|c| c.name == name).map(|c| c.run).or(match name.as_str() {
-            "init_only" => Some(init_only as fn() -> Res),
-            "stopped_rank" => Some(stopped_rank),
-            "sigbus_rank" => Some(sigbus_rank),
-            "late_rank" => Some(late_rank),
-            _ => None,
-        });
-        let Some(run) = run else {
-            eprintln!("unknown case {name}");
-            std::process::exit(2);
-        };
-        common::exit_with(run());
-    }
+    let programs: [common::Program; 4] = [
+        ("init_only", init_only),
+        ("stopped_rank", stopped_rank),
+        ("sigbus_rank", sigbus_rank),
+        ("late_rank", late_rank),
+    ];
+    common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
     let checks: [Check; 10] = [

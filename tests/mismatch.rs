@@ -5,15 +5,9 @@
 
 mod common;
 
-use common::Case;
+use common::{e2s, Case, Res};
 use std::time::{Duration, Instant};
 use weft::{Error, ReduceOp, Team, World};
-
-type Res = Result<(), String>;
-
-fn e2s(e: Error) -> String {
-    e.to_string()
-}
 
 /// How long a mismatched call may take to fail (the peer check runs every 10 ms; the bound
 /// leaves room for a loaded 2-core machine).
@@ -214,13 +208,7 @@ const CASES: &[Case] = &[
 ];
 
 fn main() {
-    if let Ok(name) = std::env::var("WEFT_MISMATCH_CASE") {
-        let Some(case) = CASES.iter().find(|c| c.name == name) else {
-            eprintln!("unknown case {name}");
-            std::process::exit(2);
-        };
-        common::exit_with((case.run)());
-    }
+    common::run_rank("WEFT_MISMATCH_CASE", CASES, &[]);
     let args = libtest_mimic::Arguments::from_args();
     libtest_mimic::run(&args, common::trials("WEFT_MISMATCH_CASE", CASES)).exit();
 }

@@ -3,27 +3,13 @@
 
 mod common;
 
-use common::Case;
+use common::{ck, e2s, Case, Res};
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft::{AmHandler, AtomicOp, Error, World};
-
-type Res = Result<(), String>;
-
-fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
-    if cond {
-        Ok(())
-    } else {
-        Err(what())
-    }
-}
-
-fn e2s(e: Error) -> String {
-    e.to_string()
-}
 
 fn pattern(seed: u64, i: usize) -> u8 {
     (seed.wrapping_mul(31).wrapping_add(i as u64 * 7 + (i as u64 >> 8))) as u8
@@ -1409,17 +1395,7 @@ fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
 }
 
 fn main() {
-    if let Ok(name) = std::env::var("WEFT_TEST_CASE") {
-        let case = CASES.iter().find(|c| c.name == name).map(|c| c.run).or(match name.as_str() {
-            "killed_rank" => Some(killed_rank as fn() -> Res),
-            _ => None,
-        });
-        let Some(run) = case else {
-            eprintln!("unknown test case {name}");
-            std::process::exit(2);
-        };
-        common::exit_with(run());
-    }
+    common::run_rank("WEFT_TEST_CASE", CASES, &[("killed_rank", killed_rank)]);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_TEST_CASE", CASES);
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_2ranks", || killed_rank_reported(2)));

@@ -157,3 +157,40 @@ pub fn trials(var: &'static str, cases: &'static [Case]) -> Vec<libtest_mimic::T
         })
         .collect()
 }
+
+/// What a rank program returns: `Err` says why it failed.
+#[allow(dead_code)]
+pub type Res = Result<(), String>;
+
+/// `Ok` if `cond` holds, else the error `what` says.
+#[allow(dead_code)]
+pub fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
+    if cond {
+        Ok(())
+    } else {
+        Err(what())
+    }
+}
+
+/// A weft error as a rank program's failure.
+#[allow(dead_code)]
+pub fn e2s(e: weft::Error) -> String {
+    e.to_string()
+}
+
+/// A rank program that is not a [`Case`] of its own: its name and body.
+#[allow(dead_code)]
+pub type Program = (&'static str, fn() -> Res);
+
+/// In a rank (`var` names its program, one of `cases` or `more`): runs it and exits with its
+/// outcome. Returns where `var` is not set (the test driver).
+#[allow(dead_code)]
+pub fn run_rank(var: &str, cases: &[Case], more: &[Program]) {
+    let Ok(name) = std::env::var(var) else { return };
+    let found = cases.iter().find(|c| c.name == name).map(|c| c.run);
+    let Some(run) = found.or_else(|| more.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)) else {
+        eprintln!("unknown test case {name}");
+        std::process::exit(2);
+    };
+    exit_with(run());
+}
