@@ -86,6 +86,10 @@ pub(super) mod tag {
     pub const ALLOC: u64 = 0xbb;
 }
 
+/// Looks a member of a small broadcast takes at its message before it waits through a
+/// transfer (see [`Core::broadcast_inline`]).
+const INLINE_TRIES: u32 = 32;
+
 /// Bytes of `counts` elements of `T` in all (saturating: a descriptor's code of it).
 pub(super) fn total_bytes<T>(counts: &[usize]) -> usize {
     counts.iter().fold(0usize, |t, &c| t.saturating_add(c)).saturating_mul(size_of::<T>())
@@ -329,6 +333,11 @@ impl<'c> Core<'c> {
         Ok(())
     }
 
+    /// True if this member's waits spin (a load/store fabric, cores to spare).
+    fn spins(&self) -> bool {
+        self.comm.caps().load_store && !self.comm.cfg.spin.is_zero()
+    }
+
     /// The blocking [`Core::broadcast`] of a message that fits a flag line, in a team of up to
     /// [`FLAT_MEMBERS`]: what can move at once moves without a future or a wait loop (the
     /// root's messages whose lines are free, a member's message that has arrived), the rest
@@ -339,8 +348,14 @@ impl<'c> Core<'c> {
         // back-to-back 8 B broadcast.
         let tag = one_way(self.tag(tag::BROADCAST));
         if self.me != root {
-            if self.channels.try_take_inline(self, tag, root, buf)? {
-                return Ok(());
+            // A member that caught up with its root looks again a few times before it sets up
+            // a transfer and a wait, which cost more than the message takes to come.
+            let tries = if self.spins() { INLINE_TRIES } else { 1 };
+            for _ in 0..tries {
+                if self.channels.try_take_inline(self, tag, root, buf)? {
+                    return Ok(());
+                }
+                std::hint::spin_loop();
             }
             let mut ins = [In { from: root, out: buf }];
             return self.run(pin!(self.send_recv(tag, &[], &mut ins)));
@@ -383,6 +398,22 @@ impl<'c> Core<'c> {
                 later_ins[j] = In { from: i.from, out: &mut *i.out };
                 j += 1;
             }
+        }
+        // Everything sent: look again a few times for what has not come (as a small
+        // broadcast's member does) before setting up a transfer and a wait.
+        let mut tries = if k == 0 && self.spins() { INLINE_TRIES } else { 0 };
+        while j > 0 && tries > 0 {
+            tries -= 1;
+            std::hint::spin_loop();
+            let mut still = 0;
+            for x in 0..j {
+                let i = &mut later_ins[x];
+                if !self.channels.try_take_inline(self, tag, i.from, i.out)? {
+                    later_ins.swap(still, x);
+                    still += 1;
+                }
+            }
+            j = still;
         }
         if k + j == 0 {
             return Ok(());
