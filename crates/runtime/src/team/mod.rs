@@ -7,6 +7,7 @@
 //! team segment of flags and one slot per member) through which [the collectives](coll) move
 //! data with puts and remote atomics.
 
+mod blocking;
 mod call;
 mod channel;
 pub mod coll;
