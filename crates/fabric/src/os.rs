@@ -421,15 +421,6 @@ pub fn now_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Spawns `cmd` so that the child is killed if this process (its launcher) dies.
-pub fn spawn_tied_to_parent(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the hook runs in the child between fork and exec and only calls prctl, which is
-    // async-signal-safe and allocates nothing.
-    unsafe { cmd.pre_exec(die_with_parent) };
-    cmd.spawn()
-}
-
 /// Spawns a rank: killed if this process (its launcher) dies, and the leader of a process
 /// group of its own, so that [`kill_group`] reaches whatever it starts as well.
 pub fn spawn_rank(cmd: &mut std::process::Command) -> std::io::Result<std::process::Child> {
