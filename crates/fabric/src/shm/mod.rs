@@ -123,7 +123,15 @@ impl Drop for Unlink {
 /// tells the holder too, by writing its pid into the holder's control block, so that both
 /// fail (two processes started as the same rank of one job).
 fn claim_taken(name: &str, path: &str, cfg: &ShmConfig) -> FabricError {
-    let holder = match os::open_shared(name) {
+    // The holder may still be building its file under the temporary name: give it a moment
+    // to publish, so that it hears of the claim too.
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut found = os::open_shared(name);
+    while matches!(found, Ok(None)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        found = os::open_shared(name);
+    }
+    let holder = match found {
         Ok(Some(m)) if m.len() >= control::CONTROL_BYTES => {
             // SAFETY: the file is at least a control block long and was published by
             // `create_shared` after `Control::init` (open_shared checked it is ours).
