@@ -122,6 +122,43 @@ fn small_broadcast_roots() -> Res {
     w.barrier().map_err(e2s)
 }
 
+/// With `WEFT_COLL_CHECK=strict` every member of a mismatched call fails in that call, roots
+/// of small broadcasts included (blocking and not); correct calls still give their results.
+fn strict() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let (me, n) = (w.rank(), w.size());
+    let t = w.world_team().map_err(e2s)?;
+    let mut buf = [me as u64 + 100];
+    let what = "strict: 8 B broadcast from different roots";
+    let m = expect_mismatch(what, false, || t.broadcast(me.min(1), &mut buf))?;
+    names(&m, &["broadcast with root 0", "broadcast with root 1"], what)?;
+    unusable(&t, what)?;
+    let t = w.world_team().map_err(e2s)?;
+    let what = "strict: non-blocking 8 B broadcast from different roots";
+    expect_mismatch(what, false, || t.broadcast_nb(me.min(1), vec![me as u64]).and_then(|h| h.wait()))?;
+    unusable(&t, what)?;
+    // Agreeing calls, blocking and not, and a split, give what they should.
+    let t = w.world_team().map_err(e2s)?;
+    for round in 0..50u64 {
+        let mut b = [if me == 1 { round } else { 0 }];
+        t.broadcast(1, &mut b).map_err(e2s)?;
+        let s = t.allreduce(&[round + me as u64], ReduceOp::Sum).map_err(e2s)?;
+        let h = t.broadcast_nb(0, vec![if me == 0 { round + 7 } else { 0 }]).map_err(e2s)?;
+        t.barrier().map_err(e2s)?;
+        let v = h.wait().map_err(e2s)?;
+        let want = round * n as u64 + (0..n as u64).sum::<u64>();
+        if b[0] != round || s[0] != want || v[0] != round + 7 {
+            return Err(format!("strict, round {round}: broadcast {b:?}, allreduce {s:?}, nb {v:?}"));
+        }
+    }
+    let half = t.split(Some(me % 2), me).map_err(e2s)?.ok_or("strict: split gave no team")?;
+    let s = half.allreduce(&[1u64], ReduceOp::Sum).map_err(e2s)?;
+    if s[0] != half.size() as u64 {
+        return Err(format!("strict: allreduce on a split half of {} gave {s:?}", half.size()));
+    }
+    w.barrier().map_err(e2s)
+}
+
 /// `split` against `subset`, against a barrier, against `alloc_segment`, and splits at
 /// different places in the call sequence.
 fn splits() -> Res {
@@ -205,6 +242,7 @@ const CASES: &[Case] = &[
     Case { name: "splits", run: splits, ranks: &[2, 3], env: &[] },
     Case { name: "nonblocking", run: nonblocking, ranks: &[2], env: &[] },
     Case { name: "bad_arguments", run: bad_arguments, ranks: &[2, 3], env: &[] },
+    Case { name: "strict", run: strict, ranks: &[2, 4], env: &[("WEFT_COLL_CHECK", "strict")] },
 ];
 
 fn main() {

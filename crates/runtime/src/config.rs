@@ -15,6 +15,7 @@
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
 //! | `WEFT_HANG_WARN_S` | a wait that has made no progress for this many seconds prints, once, which ranks it waits for and on what (0: never) | 60 |
+//! | `WEFT_COLL_CHECK` | `strict`: every team collective starts by waiting until every member has reached it and agrees on it (kind, root, size), so a mismatch fails in the call itself on every member, roots included, at the cost of a synchronisation per call; `peer`: members compare calls only where they wait (a root that only sends may return first) | peer |
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
 //! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two, but a system call) | 16777216 |
@@ -80,6 +81,9 @@ pub struct Config {
     /// A wait that has seen no progress for this long says once which ranks it waits for
     /// (`None`: never).
     pub hang_warn: Option<Duration>,
+    /// Team collectives start by agreeing on the call with every member
+    /// (`WEFT_COLL_CHECK=strict`, see `team/call.rs`).
+    pub coll_strict: bool,
     /// Largest per-member message for which team collectives use latency algorithms.
     pub coll_small_bytes: usize,
     /// Smallest team-collective message read straight from the sender's buffer.
@@ -284,6 +288,13 @@ impl Config {
             init_timeout: Duration::from_secs(init_s),
             peer_check: Duration::from_millis(peer_ms),
             hang_warn: (hang_warn_s > 0).then(|| Duration::from_secs(hang_warn_s)),
+            coll_strict: match var("WEFT_COLL_CHECK").as_deref().map(str::trim) {
+                None | Some("peer") => false,
+                Some("strict") => true,
+                Some(v) => {
+                    return Err(Error::Config(format!("WEFT_COLL_CHECK={v:?}: expected peer or strict")))
+                }
+            },
             coll_small_bytes: match o.coll_small_bytes {
                 Some(v) => v,
                 None => parse("WEFT_COLL_SMALL_BYTES", "a number of bytes")?.unwrap_or(16384),

@@ -17,12 +17,16 @@
 //! check, and every later call of the team fails at once: the team is unusable, not out of
 //! step. A call that waited for nothing (a root that only sent) may have returned `Ok`; the
 //! messages it left carry its number, so the next call that meets them fails instead of
-//! reading them.
+//! reading them. Telling such a root in the call itself takes hearing from every member, a
+//! synchronisation per call: `WEFT_COLL_CHECK=strict` starts every call with it
+//! ([`Core::agree`]).
 
 use super::coll::tag;
 use super::Core;
 use crate::{Error, Result};
+use std::pin::pin;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 /// A team call as its member describes it.
@@ -161,7 +165,47 @@ impl Core<'_> {
             self.drain()?;
         }
         self.publish(desc);
+        if self.strict {
+            self.run(pin!(self.agree(desc)))?;
+        }
         Ok(desc)
+    }
+
+    /// With `WEFT_COLL_CHECK=strict`, the start of every call: publishes its descriptor and is
+    /// ready when every other member has published this call or a later one; a member at
+    /// this call's number with another descriptor fails it, on every member (each compares
+    /// itself with all the others, so any two that differ fail everyone). A member found at a
+    /// later call agreed: it could leave this call only after seeing this member in it, with
+    /// the same descriptor.
+    pub(super) async fn agree(&self, desc: u64) -> Result<()> {
+        self.channels.publish_call(desc);
+        std::future::poll_fn(|_| {
+            let mut all = true;
+            for t in (0..self.size()).filter(|&t| t != self.me) {
+                let d = match self.channels.call_of(self, t) {
+                    Ok(d) => d,
+                    Err(e) => return Poll::Ready(Err(e)),
+                };
+                // Call numbers are the low 32 bits: compared modulo 2^32.
+                let ahead = number(d).wrapping_sub(number(desc)) as u32 as i32;
+                // A member that failed on its own arguments in this call reached it (it
+                // may have seen this member agree); what it does not send fails the call.
+                let failed_here = (d >> 28) & 0xf == FAILED_HERE;
+                if d != 0 && ahead == 0 && d != desc && !failed_here {
+                    let e = Error::Mismatch("members disagree".into());
+                    return Poll::Ready(Err(self.fail(e, Some((t, d)))));
+                }
+                let arrived = d != 0 && ahead >= 0;
+                self.channels.set_needed(t, !arrived);
+                all &= arrived;
+            }
+            if all {
+                Poll::Ready(Ok(()))
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     /// Numbers a call (a non-blocking one becomes the running call when it starts to run).

@@ -356,6 +356,13 @@ impl Channels {
         self.direct_from.store(bytes, Ordering::Relaxed);
     }
 
+    /// Marks team rank `t` as needed (or not) by the running wait, outside a transfer.
+    pub fn set_needed(&self, t: usize, needed: bool) {
+        if let Some(p) = self.state.get(t) {
+            p.pending.store(needed, Ordering::Relaxed);
+        }
+    }
+
     /// True if the running transfer still owes team rank `t` a message or waits on it.
     pub fn needs(&self, t: usize) -> bool {
         self.state.get(t).is_some_and(|p| p.pending.load(Ordering::Relaxed))

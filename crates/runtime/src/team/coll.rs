@@ -360,16 +360,27 @@ impl<'c> Core<'c> {
             return self.run(pin!(self.send_recv(tag, &[], &mut ins)));
         }
         let data: &[u8] = buf;
-        let mut later = [Out { to: 0, data }; FLAT_MEMBERS];
-        let mut k = 0;
         for to in (0..self.size()).filter(|&r| r != root) {
+            if !self.channels.try_send_inline(self, tag, to, data)? {
+                return self.broadcast_inline_rest(root, tag, data, to);
+            }
+        }
+        Ok(())
+    }
+
+    /// The rest of a root's [`Core::broadcast_inline`] from the first member `first` whose
+    /// line was busy: sends what it can now, then the others in one transfer. Apart, so that
+    /// the usual call sets up no list of members.
+    #[cold]
+    #[inline(never)]
+    fn broadcast_inline_rest(&self, root: usize, tag: u64, data: &[u8], first: usize) -> Result<()> {
+        let mut later = [Out { to: first, data }; FLAT_MEMBERS];
+        let mut k = 1;
+        for to in (first + 1..self.size()).filter(|&r| r != root) {
             if !self.channels.try_send_inline(self, tag, to, data)? {
                 later[k] = Out { to, data };
                 k += 1;
             }
-        }
-        if k == 0 {
-            return Ok(());
         }
         self.run(pin!(self.send_recv(tag, &later[..k], &mut [])))
     }

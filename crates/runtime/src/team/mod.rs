@@ -85,6 +85,8 @@ pub(crate) struct Core<'c> {
     /// untuned one (blocks from `coll_direct_bytes` up, 16 MiB by default, do not stay in a
     /// cache).
     stream_own: AtomicBool,
+    /// Calls start by agreeing with every member (`WEFT_COLL_CHECK=strict`, [`Core::agree`]).
+    strict: bool,
 }
 
 /// A non-blocking collective waiting its turn; it stores its own result.
@@ -330,6 +332,7 @@ impl<'c> Team<'c> {
             broken: OnceLock::new(),
             past: Mutex::new(None),
             stream_own: AtomicBool::new(true),
+            strict: comm.cfg.coll_strict,
         };
         Ok(Team { core: Arc::new(core) })
     }

@@ -123,7 +123,11 @@ impl<'c> Team<'c> {
                 Some(e) => Err(e),
                 None => {
                     core.publish(desc);
-                    core.close(fut.await)
+                    let agreed = if core.strict { core.agree(desc).await } else { Ok(()) };
+                    match agreed {
+                        Ok(()) => core.close(fut.await),
+                        Err(e) => core.close(Err(e)),
+                    }
                 }
             };
             *writer.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
