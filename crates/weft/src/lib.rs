@@ -2,7 +2,8 @@
 //!
 //! A communication runtime for programs made of many multithreaded processes (ranks) on one or
 //! many nodes: one-sided RMA with three completion styles, remote atomics, active messages,
-//! a launcher (`weft run`) and benchmarks (`weft bench`).
+//! remote functions, teams and collectives, endpoints. The launcher (`weft run`) and the
+//! benchmarks (`weft bench`) are the `weft` command, in the workspace's root package.
 //!
 //! This crate re-exports the runtime layer ([`weft_runtime`]) and the RPC layer ([`rpc`]:
 //! [`remote!`] functions, [`RmaVec`], [`SerializeBuffer`]); the byte-moving layer is
