@@ -30,6 +30,8 @@ pub enum FabricError {
     /// refused, never mapped. One string (its path and why), so that the error, which every
     /// fabric call returns, stays as small as the others.
     Untrusted { what: String },
+    /// The configuration asks for what this build or start-up cannot give.
+    Config { what: String },
 }
 
 impl FabricError {
@@ -55,6 +57,7 @@ impl fmt::Display for FabricError {
                 "access of {len} bytes at offset {offset} is outside a region of {region_len} bytes"
             ),
             FabricError::Malformed { what } => write!(f, "malformed message: {what}"),
+            FabricError::Config { what } => write!(f, "{what}"),
             FabricError::TooLarge { what, len, max } => {
                 write!(f, "{what} of {len} bytes exceeds the maximum of {max} bytes")
             }

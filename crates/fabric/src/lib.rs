@@ -13,7 +13,7 @@
 //! All `unsafe` code of weft that touches shared memory or the operating system lives in this
 //! crate, each block with a `// SAFETY:` comment.
 //!
-//! Fabrics available:
+//! [`open()`] opens the fabric a configuration names. Fabrics available:
 //! - [`shm::ShmFabric`]: processes of one node, through shared-memory files mapped by every
 //!   rank. RMA and atomics are direct loads and stores; AMs travel through lock-free rings.
 //! - [`ofi::OfiFabric`] (feature `ofi`): libfabric, for ranks on other hosts.
@@ -26,6 +26,7 @@ pub mod copy;
 pub mod hybrid;
 #[cfg(feature = "ofi")]
 pub mod ofi;
+pub mod open;
 pub mod os;
 pub mod pod;
 pub mod pool;
@@ -35,6 +36,7 @@ mod error;
 mod types;
 
 pub use error::{FabricError, FabricResult};
+pub use open::{open, FabricChoice, OpenConfig};
 pub use types::*;
 
 /// The interface every fabric implements. The runtime layer is written against this trait only.

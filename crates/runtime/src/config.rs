@@ -34,22 +34,7 @@ pub enum RmaPath {
     ActiveMessages,
 }
 
-/// Which fabric carries the job's traffic.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum FabricChoice {
-    /// Shared memory between the processes of one node.
-    Shm,
-    /// libfabric, with an optional provider and domain name.
-    Ofi {
-        /// Provider name (`WEFT_OFI_PROVIDER`).
-        provider: Option<String>,
-        /// Domain name (`WEFT_OFI_DOMAIN`).
-        domain: Option<String>,
-        /// Ranks of one host talk through shared memory (`WEFT_SAME_HOST=shm`, the default)
-        /// rather than through libfabric (`ofi`).
-        same_host_shm: bool,
-    },
-}
+pub use weft_fabric::FabricChoice;
 
 /// Resolved configuration of a world (see the module documentation for the variables).
 #[derive(Clone, Debug)]

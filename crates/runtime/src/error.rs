@@ -121,6 +121,7 @@ impl From<FabricError> for Error {
         match e {
             FabricError::Peer { rank, reason } => Error::PeerFailed { rank, reason },
             FabricError::TooLarge { what, len, max } => Error::TooLarge { what, len, max },
+            FabricError::Config { what } => Error::Config(what),
             e => Error::Fabric(e),
         }
     }

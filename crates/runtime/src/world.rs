@@ -2,7 +2,7 @@
 
 use crate::am::{internal, HandlerEntry, HandlerFn};
 use crate::collective::CollectiveState;
-use crate::config::{Config, FabricChoice, Overrides, RmaPath};
+use crate::config::{Config, Overrides, RmaPath};
 use crate::ops::OpTable;
 use crate::segment::SegmentTable;
 use crate::startup::Startup;
@@ -10,7 +10,6 @@ use crate::{AmHandler, AmMsg, Error, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use weft_fabric::shm::{ShmConfig, ShmFabric};
 use weft_fabric::{Caps, Fabric, Resource};
 
 static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
@@ -84,53 +83,16 @@ impl Builder {
 }
 
 /// Opens the fabric the configuration names.
-#[cfg_attr(not(feature = "ofi"), allow(unused_variables))]
 fn open_fabric(cfg: &Config, startup: &Startup) -> Result<Box<dyn Fabric>> {
-    match &cfg.fabric {
-        FabricChoice::Shm => Ok(Box::new(ShmFabric::init(ShmConfig {
-            job: cfg.job.clone(),
-            rank: cfg.rank,
-            size: cfg.size,
-            ring_bytes: cfg.ring_bytes,
-            init_timeout: cfg.init_timeout,
-        })?)),
-        #[cfg(feature = "ofi")]
-        FabricChoice::Ofi { provider, domain, same_host_shm } => {
-            use weft_fabric::boot::{Bootstrap, LauncherBoot, Solo};
-            use weft_fabric::ofi::{OfiConfig, OfiFabric, Wanted};
-            let launcher = LauncherBoot::from_env(cfg.rank, cfg.size, cfg.init_timeout)?;
-            let boot: &dyn Bootstrap = match (&launcher, startup.bootstrap()) {
-                (Some(b), _) => b,
-                (None, Some(b)) => b,
-                (None, None) if cfg.size == 1 => &Solo,
-                (None, None) => {
-                    return Err(Error::Config(
-                        "WEFT_FABRIC=ofi needs a start-up channel: start the job with `weft run`, \
-                         or with mpirun / srun in a build with the `pmix` feature"
-                            .into(),
-                    ))
-                }
-            };
-            let wanted = Wanted { provider: provider.clone(), domain: domain.clone() };
-            let op_timeout = cfg.init_timeout;
-            let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout }, boot)?;
-            // Every rank makes the same choice: region descriptors differ between the two.
-            if !*same_host_shm || !ofi.hosts_shared() {
-                return Ok(Box::new(ofi));
-            }
-            use weft_fabric::hybrid::{HybridConfig, HybridFabric};
-            let hybrid = HybridConfig {
-                job: cfg.job.clone(),
-                ring_bytes: cfg.ring_bytes,
-                init_timeout: cfg.init_timeout,
-            };
-            Ok(Box::new(HybridFabric::init(ofi, hybrid)?))
-        }
-        #[cfg(not(feature = "ofi"))]
-        FabricChoice::Ofi { .. } => Err(Error::Config(
-            "WEFT_FABRIC=ofi: this build has no libfabric support (build with `--features ofi`)".into(),
-        )),
-    }
+    Ok(weft_fabric::open(&weft_fabric::OpenConfig {
+        choice: &cfg.fabric,
+        job: &cfg.job,
+        rank: cfg.rank,
+        size: cfg.size,
+        ring_bytes: cfg.ring_bytes,
+        init_timeout: cfg.init_timeout,
+        bootstrap: startup.bootstrap(),
+    })?)
 }
 
 /// Everything a rank communicates through; reached from a [`World`] (which dereferences to it)

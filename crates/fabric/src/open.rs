@@ -1,0 +1,115 @@
+//! Choosing and opening a fabric: the one place that names the fabrics by type. The runtime
+//! calls [`open`] and sees only the [`Fabric`] trait; adding a fabric is a module and an arm
+//! here.
+
+use crate::boot::Bootstrap;
+use crate::shm::{ShmConfig, ShmFabric};
+use crate::{Fabric, FabricError, FabricResult, Rank};
+use std::time::Duration;
+
+/// Which fabric carries the job's traffic.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FabricChoice {
+    /// Shared memory between the processes of one node.
+    Shm,
+    /// libfabric, with an optional provider and domain name.
+    Ofi {
+        /// Provider name (`WEFT_OFI_PROVIDER`).
+        provider: Option<String>,
+        /// Domain name (`WEFT_OFI_DOMAIN`).
+        domain: Option<String>,
+        /// Ranks of one host talk through shared memory (`WEFT_SAME_HOST=shm`, the default)
+        /// rather than through libfabric (`ofi`).
+        same_host_shm: bool,
+    },
+}
+
+/// What opening a fabric needs.
+pub struct OpenConfig<'a> {
+    /// The fabric.
+    pub choice: &'a FabricChoice,
+    /// Job id, unique on the node (part of every shared file's name).
+    pub job: &'a str,
+    /// This rank.
+    pub rank: Rank,
+    /// Ranks in the job.
+    pub size: u32,
+    /// Bytes of each shared-memory AM ring.
+    pub ring_bytes: usize,
+    /// How long start-up (and a libfabric operation) waits.
+    pub init_timeout: Duration,
+    /// The start-up channel of a launcher other than `weft run` (PMIx), if any.
+    pub bootstrap: Option<&'a dyn Bootstrap>,
+}
+
+/// Opens the fabric `cfg.choice` names: shared memory; libfabric; or, with libfabric and
+/// `same_host_shm` where ranks share a host, the hybrid of the two.
+///
+/// ```no_run
+/// use weft_fabric::open::{open, FabricChoice, OpenConfig};
+/// let cfg = OpenConfig {
+///     choice: &FabricChoice::Shm,
+///     job: "example",
+///     rank: 0,
+///     size: 1,
+///     ring_bytes: 256 << 10,
+///     init_timeout: std::time::Duration::from_secs(60),
+///     bootstrap: None,
+/// };
+/// let fabric = open(&cfg)?;
+/// assert_eq!(fabric.size(), 1);
+/// # Ok::<(), weft_fabric::FabricError>(())
+/// ```
+pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
+    match cfg.choice {
+        FabricChoice::Shm => Ok(Box::new(ShmFabric::init(ShmConfig {
+            job: cfg.job.to_string(),
+            rank: cfg.rank,
+            size: cfg.size,
+            ring_bytes: cfg.ring_bytes,
+            init_timeout: cfg.init_timeout,
+        })?)),
+        #[cfg(feature = "ofi")]
+        FabricChoice::Ofi { provider, domain, same_host_shm } => {
+            open_ofi(cfg, provider.clone(), domain.clone(), *same_host_shm)
+        }
+        #[cfg(not(feature = "ofi"))]
+        FabricChoice::Ofi { .. } => Err(FabricError::Config {
+            what: "WEFT_FABRIC=ofi: this build has no libfabric support (build with `--features ofi`)".into(),
+        }),
+    }
+}
+
+#[cfg(feature = "ofi")]
+fn open_ofi(
+    cfg: &OpenConfig<'_>,
+    provider: Option<String>,
+    domain: Option<String>,
+    same_host_shm: bool,
+) -> FabricResult<Box<dyn Fabric>> {
+    use crate::boot::{LauncherBoot, Solo};
+    use crate::hybrid::{HybridConfig, HybridFabric};
+    use crate::ofi::{OfiConfig, OfiFabric, Wanted};
+    let launcher = LauncherBoot::from_env(cfg.rank, cfg.size, cfg.init_timeout)?;
+    let boot: &dyn Bootstrap = match (&launcher, cfg.bootstrap) {
+        (Some(b), _) => b,
+        (None, Some(b)) => b,
+        (None, None) if cfg.size == 1 => &Solo,
+        (None, None) => {
+            return Err(FabricError::Config {
+                what: "WEFT_FABRIC=ofi needs a start-up channel: start the job with `weft run`, \
+                       or with mpirun / srun in a build with the `pmix` feature"
+                    .into(),
+            })
+        }
+    };
+    let wanted = Wanted { provider, domain };
+    let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout: cfg.init_timeout }, boot)?;
+    // Every rank makes the same choice: region descriptors differ between the two.
+    if !same_host_shm || !ofi.hosts_shared() {
+        return Ok(Box::new(ofi));
+    }
+    let hybrid =
+        HybridConfig { job: cfg.job.to_string(), ring_bytes: cfg.ring_bytes, init_timeout: cfg.init_timeout };
+    Ok(Box::new(HybridFabric::init(ofi, hybrid)?))
+}
