@@ -287,6 +287,18 @@ fn bad_settings() -> Trial {
             return Err(fail(&format!("{var}={val}"), &out));
         }
     }
+    // Under `weft run` too: the launcher's own count never hides the user's value.
+    for val in ["abc", "0"] {
+        let out = weft()
+            .args(["run", "-n", "1", "--"])
+            .arg(me())
+            .env("WEFT_HARDEN_CASE", "init_only")
+            .env("WEFT_NODE_CPUS", val)
+            .output()?;
+        if out.status.success() || !both(&out).contains("WEFT_NODE_CPUS") || both(&out).contains("panicked") {
+            return Err(fail(&format!("weft run with WEFT_NODE_CPUS={val}"), &out));
+        }
+    }
     for t in ["-1", "1e300", "0", "nan"] {
         let out = weft().args(["run", "-n", "1", "--timeout", t, "--", "true"]).output()?;
         if out.status.success() || !both(&out).contains("--timeout") || both(&out).contains("panicked") {

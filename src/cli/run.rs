@@ -128,8 +128,12 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         cmd.args(&spec.args)
             .env("WEFT_RANK", rank.to_string())
             .env("WEFT_SIZE", spec.ranks.to_string())
-            .env("WEFT_NODE_CPUS", node_cpus.to_string())
             .env("WEFT_JOB", &job)
+            // The user's own value (checked by the rank) wins over the launcher's.
+            .env(
+                "WEFT_NODE_CPUS",
+                std::env::var_os("WEFT_NODE_CPUS").unwrap_or_else(|| node_cpus.to_string().into()),
+            )
             .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(match rank {

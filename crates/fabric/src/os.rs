@@ -139,10 +139,17 @@ pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
     let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_NOFOLLOW | libc::O_CLOEXEC) };
     if fd < 0 {
         let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::ENOENT) {
-            return Ok(None);
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => return Ok(None),
+            Some(libc::ELOOP) => {
+                return Err(FabricError::Untrusted {
+                    what: format!(
+                        "{SHM_DIR}/{name} is a symbolic link; weft maps only regular files it made"
+                    ),
+                })
+            }
+            _ => return Err(FabricError::last_os(format!("opening {SHM_DIR}/{name}"))),
         }
-        return Err(FabricError::last_os(format!("opening {SHM_DIR}/{name}")));
     }
     let fd = Fd(fd);
     let mut st = zeroed_stat();

@@ -536,7 +536,7 @@ impl Rpc {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                 match kind {
                     CALL => {
-                        self.reply_err(comm, src, call, format!("rank {}: malformed call: {e}", comm.rank()))?
+                        self.reply_err(comm, src, call, format!("rank {}: call refused: {e}", comm.rank()))?
                     }
                     // The caller is this rank: it hears why instead of waiting for ever.
                     RESULT_OK | RESULT_ERR => {

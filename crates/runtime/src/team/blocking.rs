@@ -170,7 +170,8 @@ impl Team<'_> {
     pub fn alltoall<T: Pod>(&self, data: &[T]) -> Result<Vec<T>> {
         let c = self.alltoall_counts(data.len())?;
         let bytes = c.first().map_or(0, |&b| b * std::mem::size_of::<T>());
-        self.core.open(Call::new(tag::ALLTOALL, None, 0))?;
+        // Every member passes blocks of the same size: part of the call (not so alltoallv's).
+        self.core.open(Call::new(tag::ALLTOALL, None, bytes))?;
         if self.flat_inline(bytes) {
             let mut out = vec![T::zeroed(); data.len()];
             self.core.close(self.core.alltoall_inline(data, &mut out, c[0]))?;
@@ -206,7 +207,7 @@ impl Team<'_> {
             &heap
         };
         let bytes = block * std::mem::size_of::<T>();
-        self.core.open(Call::new(tag::ALLTOALL, None, 0))?;
+        self.core.open(Call::new(tag::ALLTOALL, None, bytes))?;
         if self.flat_inline(bytes) && out.len() == data.len() {
             return self.core.close(self.core.alltoall_inline(data, out, block));
         }

@@ -15,9 +15,10 @@
 //! then writes a report — both calls and both team ranks — into every member's scratch and
 //! raises their alarm ([`Core::fail`]). Every member's running call fails at its next peer
 //! check, and every later call of the team fails at once: the team is unusable, not out of
-//! step. A call that waited for nothing (a root that only sent) may have returned `Ok`; the
-//! messages it left carry its number, so the next call that meets them fails instead of
-//! reading them. Telling such a root in the call itself takes hearing from every member, a
+//! step. A call whose own messages all agreed with it (a root that only sent; a member whose
+//! root agreed with it while another member named another root) may have returned `Ok`; the
+//! messages the disagreeing calls left carry their number, so the next call that meets them
+//! fails instead of reading them. Telling such a root in the call itself takes hearing from every member, a
 //! synchronisation per call: `WEFT_COLL_CHECK=strict` starts every call with it
 //! ([`Core::agree`]).
 
@@ -132,7 +133,9 @@ pub(crate) fn describe(desc: u64) -> String {
     };
     let b = desc & 0xffff;
     let bytes = match b {
-        UNKNOWN_BYTES => String::new(),
+        UNKNOWN_BYTES | 0 => String::new(),
+        // A subset's code is a digest of its range, not a size.
+        b if (desc >> 28) & 0xf == tag::SUBSET & 0xf => format!(" (range digest {b:#x})"),
         b if b & 0x8000 == 0 => format!(" of {b} bytes per member"),
         b => format!(" of about {} bytes per member", ((b & 0xff) | 0x100) << (((b >> 8) & 0x7f) - 9)),
     };
@@ -426,10 +429,7 @@ mod tests {
         assert_ne!(b, descriptor(7, &Call::new(tag::BROADCAST, Some(0), 512 << 10)));
         assert_ne!(a, descriptor(8, &Call::new(tag::ALLREDUCE, None, 8)));
         assert_ne!(a, descriptor(7, &Call::new(tag::ALLREDUCE, None, 16)));
-        assert_eq!(
-            describe(descriptor(1, &Call::new(tag::SPLIT, None, 0))),
-            "call #1: split of 0 bytes per member"
-        );
+        assert_eq!(describe(descriptor(1, &Call::new(tag::SPLIT, None, 0))), "call #1: split");
     }
 
     #[test]

@@ -210,7 +210,12 @@ impl<'c> Team<'c> {
     /// Non-blocking [`Team::alltoall`].
     pub fn alltoall_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
         let counts = self.alltoall_counts(data.len())?;
-        self.alltoallv_nb(data, counts.clone(), counts)
+        // Every member passes blocks of the same size: part of the call.
+        let bytes = counts.first().map_or(0, |&b| b.saturating_mul(size_of::<T>()));
+        let (send_counts, recv_counts) = (counts.clone(), counts);
+        self.start(Call::new(tag::ALLTOALL, None, bytes), |c| async move {
+            c.alltoallv(&data, &send_counts, &recv_counts).await
+        })
     }
 
     /// Non-blocking [`Team::alltoallv`].
