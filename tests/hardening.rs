@@ -213,8 +213,82 @@ fn forged_rpc_flood() -> Res {
     w.barrier().map_err(e2s)
 }
 
+weft::remote! {
+    fn harden_sum(v: Vec<u64>) -> u64 { v.iter().sum() }
+}
+
+/// A third rank forges what only an operation's target may send (tokens and ids are
+/// sequential): RMA completions of the AM path, RPC results and RPC acknowledgements. Rank 0
+/// runs atomics and a call on rank 2 while rank 2 sleeps outside weft and rank 1 forges:
+/// none is taken, every atomic and the call give the true values, and the call's arguments
+/// are not released before rank 2 has pulled them.
+fn forged_completions() -> Res {
+    use std::future::Future;
+    use weft::rpc::proto::{Header, EAGER, RESULT_OK};
+    use weft::RpcExt;
+    let w = weft::init().map_err(e2s)?;
+    let me = w.rank();
+    let seg = w.alloc_segment::<u64>(1).map_err(e2s)?;
+    let flag = w.alloc_segment::<u64>(1).map_err(e2s)?;
+    let local = flag.local();
+    let signal = |to: u32| w.atomic_store(flag.at(to, 0), 1).and_then(|()| w.notify(to)).map_err(e2s);
+    let signalled =
+        || w.wait_until(|| local.atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1).map_err(e2s);
+    w.barrier().map_err(e2s)?;
+    match me {
+        0 => {
+            let k = 100u64;
+            let handles: Vec<_> = (0..k)
+                .map(|_| w.atomic_nb(seg.at(2, 0), weft::AtomicOp::FetchAdd(1)))
+                .collect::<weft::Result<_>>()
+                .map_err(e2s)?;
+            let (sent, result) = w.call_with(2, harden_sum, (vec![1u64; 1 << 16],), None);
+            signal(1)?;
+            signalled()?;
+            let mut sent = std::pin::pin!(sent);
+            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+            let mut wrong = Vec::new();
+            if sent.as_mut().poll(&mut cx).is_ready() {
+                wrong.push("a forged ack released the call's arguments".to_string());
+            }
+            let got: Vec<weft::Result<u64>> = handles.into_iter().map(|h| h.wait()).collect();
+            let bad = got.iter().zip(0..).filter(|(g, i)| !matches!(g, Ok(v) if v == i)).count();
+            if bad > 0 {
+                wrong.push(format!("{bad} of {k} fetch-adds under forged completions were wrong"));
+            }
+            match result.wait() {
+                Ok(r) if r == 1 << 16 => {}
+                r => wrong.push(format!("the call under forged results gave {r:?}")),
+            }
+            ck(wrong.is_empty(), || wrong.join("; "))?;
+        }
+        1 => {
+            signalled()?;
+            let done = w.handler_named("weft.rma.done").ok_or("no weft.rma.done")?;
+            let ack = w.handler_named("weft.rpc.ack").ok_or("no weft.rpc.ack")?;
+            let msg = w.handler_named("weft.rpc.msg").ok_or("no weft.rpc.msg")?;
+            for tok in 1..=1000u64 {
+                w.am_request_short(0, done, &[tok, 0xdead_beef, 0, 0]).map_err(e2s)?;
+            }
+            for id in 0..1000u64 {
+                w.am_request_short(0, ack, &[id]).map_err(e2s)?;
+            }
+            for call_id in (1..=4u64).flat_map(|g| (0..64u64).map(move |i| g << 32 | i)) {
+                let (words, n) =
+                    Header { kind: RESULT_OK, mode: EAGER, fn_id: 0, call_id, ack_id: 0 }.encode();
+                w.am_request_medium(0, msg, &words[..n], &666u64.to_le_bytes()).map_err(e2s)?;
+            }
+            // Everything forged has been handled on rank 0 before it hears this (one ring).
+            signal(0)?;
+        }
+        _ => std::thread::sleep(Duration::from_millis(1500)),
+    }
+    w.barrier().map_err(e2s)
+}
+
 const CASES: &[Case] = &[
     Case { name: "forged_rpc_flood", run: forged_rpc_flood, ranks: &[2], env: &[] },
+    Case { name: "forged_completions", run: forged_completions, ranks: &[3], env: &[("WEFT_RMA", "am")] },
     Case { name: "nested_async_calls", run: nested_async_calls, ranks: &[2, 4], env: &[] },
     Case { name: "wrapping_indexes", run: wrapping_indexes, ranks: &[2], env: &[] },
     Case { name: "wrapping_indexes_am_path", run: wrapping_indexes, ranks: &[2], env: &[("WEFT_RMA", "am")] },

@@ -221,6 +221,28 @@ fn bad_arguments() -> Res {
     if sum[0] != n as u64 {
         return Err(format!("the team after a shared bad call: {sum:?}"));
     }
+    // Counts whose sum overflows, or that ask for more memory than there is, passed alike by
+    // every member: an error on each (never a panic or an abort), and the team stays usable.
+    let mut huge = vec![1usize; n];
+    huge[n - 1] = usize::MAX;
+    let mut vast = vec![1usize; n];
+    vast[n - 1] = 1 << 40;
+    let one = [1u64];
+    let results = [
+        ("gatherv, overflowing counts", t.gatherv(0, &one, &huge).map(|_| ())),
+        ("allgatherv, overflowing counts", t.allgatherv(&one, &huge).map(|_| ())),
+        ("alltoallv, 8 TiB to receive", t.alltoallv(&vec![1u64; n], &vec![1; n], &vast).map(|_| ())),
+        ("scatter of 8 TiB blocks", t.scatter(0, None::<&[u64]>, 1 << 40).map(|_| ())),
+    ];
+    for (what, r) in results {
+        if r.is_ok() {
+            return Err(format!("{what}: Ok"));
+        }
+        let sum = t.allreduce(&[1u64], ReduceOp::Sum).map_err(|e| format!("after {what}: {e}"))?;
+        if sum[0] != n as u64 {
+            return Err(format!("the team after {what}: {sum:?}"));
+        }
+    }
     let counts = vec![2; n];
     let mine = if me == 1 { vec![1u64; 3] } else { vec![1u64; 2] };
     // Members that wait for nothing (not the root, not rank 1) may finish.

@@ -709,10 +709,11 @@ fn rpc_bad_input() -> Res {
     let unknown = s.unknown_function.load(Ordering::SeqCst);
     ck(unknown == 2, || format!("{unknown} unknown-function messages counted, want 2"))?;
     // Here: mismatch, oversized, truncated, two bad headers (5); the errors answering this
-    // rank's four forged calls, whose ids it never issued (4).
-    w.wait_until(|| s.malformed.load(Ordering::SeqCst) >= 9).map_err(e2s)?;
+    // rank's four forged calls, whose ids it never issued (4); the acknowledgements of its
+    // two forged rendezvous calls, whose ack ids it never issued either (2).
+    w.wait_until(|| s.malformed.load(Ordering::SeqCst) >= 11).map_err(e2s)?;
     let malformed = s.malformed.load(Ordering::SeqCst);
-    ck(malformed == 9, || format!("{malformed} malformed messages counted, want 9"))?;
+    ck(malformed == 11, || format!("{malformed} malformed messages counted, want 11"))?;
     w.barrier().map_err(e2s)
 }
 

@@ -164,8 +164,9 @@ enum Incoming {
 }
 
 /// What a call's caller waits for.
-#[derive(Default)]
 struct CallSlot {
+    /// The rank called: only its result is taken.
+    target: u32,
     outcome: Option<Outcome>,
     waker: Option<Waker>,
 }
@@ -188,6 +189,8 @@ impl SentState {
 
 /// What a sender keeps alive until the receiver acknowledges its pulls.
 struct Kept {
+    /// The rank that pulls: only its acknowledgement releases the value.
+    to: u32,
     _value: Box<dyn Outbound>,
     _index: Vec<u8>,
     _staged: Vec<weft_fabric::pool::Block>,
@@ -386,8 +389,10 @@ impl Rpc {
         locate.check()?;
         // After proto_desc, which may stage the index too.
         let staged = locate.staged.take();
-        lock(&self.kept)
-            .insert(ack, Kept { _value: value, _index: archive.index, _staged: staged, sent: sent.clone() });
+        lock(&self.kept).insert(
+            ack,
+            Kept { to: dst, _value: value, _index: archive.index, _staged: staged, sent: sent.clone() },
+        );
         let (w, n) = Header { mode: RENDEZVOUS, ack_id: ack, ..head }.encode();
         if let Err(e) = medium(dst, self.msg, &w[..n], &desc) {
             lock(&self.kept).remove(&ack);
@@ -407,7 +412,8 @@ impl Rpc {
             match head.kind {
                 // A complete result: hand it to its caller now (no pull, no user code).
                 RESULT_OK | RESULT_ERR => {
-                    self.deliver(head.call_id, head.kind == RESULT_OK, am.payload().to_vec(), vec![]);
+                    let src = am.src();
+                    self.deliver(head.call_id, src, head.kind == RESULT_OK, am.payload().to_vec(), vec![]);
                     return;
                 }
                 // A plain function, with nothing queued before it (calls stay in order):
@@ -472,8 +478,17 @@ impl Rpc {
     }
 
     pub(crate) fn on_ack(&self, am: &AmMsg<'_>) {
-        if let Some(k) = am.args().first().and_then(|id| lock(&self.kept).remove(id)) {
-            k.sent.fire();
+        let Some(&id) = am.args().first() else { return };
+        let mut kept = lock(&self.kept);
+        // Only the receiver's acknowledgement releases the buffers: ids are sequential, and
+        // another rank's forged one would let the caller reuse memory still to be pulled.
+        if kept.get(&id).is_some_and(|k| k.to == am.src()) {
+            if let Some(k) = kept.remove(&id) {
+                drop(kept);
+                k.sent.fire();
+            }
+        } else {
+            self.stats.malformed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -517,7 +532,7 @@ impl Rpc {
         // here waits for (forged or late): refused before anything is allocated.
         let expected = match kind {
             CALL | POST => self.fns.get().is_some_and(|t| t.contains_key(&fid)),
-            RESULT_OK | RESULT_ERR => self.awaits(call),
+            RESULT_OK | RESULT_ERR => self.awaits(call, src),
             _ => false,
         };
         // `Header::decode` admitted only the two modes.
@@ -541,7 +556,7 @@ impl Rpc {
                     // The caller is this rank: it hears why instead of waiting for ever.
                     RESULT_OK | RESULT_ERR => {
                         let why = format!("the result from rank {src} could not be received: {e}");
-                        self.deliver(call, false, error_index(&why), vec![]);
+                        self.deliver(call, src, false, error_index(&why), vec![]);
                     }
                     _ => {}
                 }
@@ -576,7 +591,7 @@ impl Rpc {
                     }
                 }
             }
-            RESULT_OK | RESULT_ERR => self.deliver(call, kind == RESULT_OK, index, chunks),
+            RESULT_OK | RESULT_ERR => self.deliver(call, src, kind == RESULT_OK, index, chunks),
             _ => {
                 self.stats.malformed.fetch_add(1, Ordering::Relaxed);
             }
@@ -584,22 +599,22 @@ impl Rpc {
         Ok(())
     }
 
-    /// True if call `call` of this rank waits for its outcome.
-    fn awaits(&self, call: u64) -> bool {
-        lock(&self.calls).get_mut(call).is_some_and(|slot| slot.outcome.is_none())
+    /// True if call `call` of this rank waits for its outcome from rank `src`.
+    fn awaits(&self, call: u64, src: u32) -> bool {
+        lock(&self.calls).get_mut(call).is_some_and(|slot| slot.outcome.is_none() && slot.target == src)
     }
 
-    /// Gives call `call` its outcome and wakes its caller.
-    fn deliver(&self, call: u64, ok: bool, index: Vec<u8>, chunks: Vec<Option<Received>>) {
+    /// Gives call `call` its outcome from rank `src` and wakes its caller.
+    fn deliver(&self, call: u64, src: u32, ok: bool, index: Vec<u8>, chunks: Vec<Option<Received>>) {
         let waker = {
             let mut calls = lock(&self.calls);
-            match calls.get_mut(call) {
+            match calls.get_mut(call).filter(|slot| slot.target == src) {
                 Some(slot) => {
                     slot.outcome = Some((ok, index, chunks));
                     slot.waker.take()
                 }
                 None => {
-                    // No such call (any more): a forged or late result.
+                    // No such call (any more), or another rank's: a forged or late result.
                     self.stats.malformed.fetch_add(1, Ordering::Relaxed);
                     None
                 }
@@ -1156,7 +1171,7 @@ fn start_call<'c, F: RemoteFn>(
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let id = lock(&rpc.calls).insert(CallSlot::default());
+    let id = lock(&rpc.calls).insert(CallSlot { target: rank, outcome: None, waker: None });
     let th = threshold.unwrap_or_else(|| rpc.threshold());
     match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Value(args), th) {
         Ok(sent) => (

@@ -131,6 +131,11 @@ impl Comm {
             return self
                 .record_error(Error::Remote(format!("malformed RMA completion from rank {}", m.src())));
         };
+        // Only the operation's target answers for it, and only with a reply: a completion
+        // another rank forged (tokens are sequential) is dropped.
+        if !m.is_reply() || self.ops.get(token).is_none_or(|op| op.target != m.src()) {
+            return;
+        }
         if status != OK {
             let text = String::from_utf8_lossy(m.payload()).into_owned();
             return self.ops.complete(token, 0, Err(Error::Remote(text)));
@@ -141,7 +146,7 @@ impl Comm {
             };
             let mut data = op.data.lock().unwrap_or_else(|p| p.into_inner());
             let off = data_off as usize;
-            match data.get_mut(off..off + m.payload().len()) {
+            match off.checked_add(m.payload().len()).and_then(|end| data.get_mut(off..end)) {
                 Some(dst) => weft_fabric::copy::copy_slice(dst, m.payload()),
                 None => {
                     drop(data);

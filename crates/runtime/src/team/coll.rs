@@ -94,6 +94,33 @@ pub(super) fn total_bytes<T>(counts: &[usize]) -> usize {
     counts.iter().fold(0usize, |t, &c| t.saturating_add(c)).saturating_mul(size_of::<T>())
 }
 
+/// The sum of `counts`, `None` if it overflows.
+fn sum(counts: &[usize]) -> Option<usize> {
+    counts.iter().try_fold(0usize, |t, &c| t.checked_add(c))
+}
+
+/// A zeroed buffer of `elems` `T`s (`None`: a count that overflowed), its size checked
+/// before anything is allocated: it must be addressable and, where the kernel says, fit the
+/// memory available. Too large is `Err(TooLarge)`, never an abort.
+pub(super) fn zeroed_buf<T: Pod>(elems: Option<usize>, what: &'static str) -> Result<Vec<T>> {
+    let bytes = elems.and_then(|e| e.checked_mul(size_of::<T>())).filter(|&b| b <= isize::MAX as usize);
+    let Some((elems, bytes)) = elems.zip(bytes) else {
+        return Err(Error::TooLarge { what, len: usize::MAX, max: isize::MAX as usize });
+    };
+    // Small buffers (most collectives') skip reading /proc.
+    if bytes > 1 << 20 {
+        if let Some(avail) = weft_fabric::os::mem_available() {
+            if bytes as u64 > avail {
+                return Err(Error::TooLarge { what, len: bytes, max: avail as usize });
+            }
+        }
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(elems).map_err(|_| Error::TooLarge { what, len: bytes, max: 0 })?;
+    v.resize(elems, T::zeroed());
+    Ok(v)
+}
+
 /// Offsets of blocks of the given element counts.
 fn offsets(counts: &[usize]) -> Vec<usize> {
     let mut at = 0;
@@ -273,6 +300,9 @@ fn even_blocks(len: usize, n: usize) -> Vec<usize> {
 fn check_counts(counts: &[usize], n: usize, me: usize, mine: usize, what: &'static str) -> Result<()> {
     if counts.len() != n {
         return Err(Error::Misuse(what));
+    }
+    if sum(counts).and_then(|t| t.checked_mul(8)).is_none() {
+        return Err(Error::Misuse("collective: the counts' sum overflows"));
     }
     if counts[me] != mine {
         return Err(Error::Mismatch(format!(
@@ -688,7 +718,7 @@ impl<'c> Core<'c> {
             let outs = [Out { to: root, data: bytes_of(data) }];
             return self.send_recv(tag::GATHER, &outs, &mut []).await.map(|_| None);
         }
-        let mut all = vec![T::zeroed(); counts.iter().sum()];
+        let mut all = zeroed_buf::<T>(sum(counts), "gatherv result").map_err(|e| self.bad_argument(e))?;
         let mut blocks = carve(&mut all, counts);
         copy_slice(blocks[root], data);
         let mut ins = receive_into(blocks, root);
@@ -702,7 +732,7 @@ impl<'c> Core<'c> {
         let (me, n) = (self.me, self.size());
         check_counts(counts, n, me, data.len(), "allgatherv: one count per member")
             .map_err(|e| self.bad_argument(e))?;
-        let mut all = vec![T::zeroed(); counts.iter().sum()];
+        let mut all = zeroed_buf::<T>(sum(counts), "allgatherv result").map_err(|e| self.bad_argument(e))?;
         if self.small::<T>(counts.iter().copied().max().unwrap_or(0)) {
             let mut blocks = carve(&mut all, counts);
             copy_slice(blocks[me], data);
@@ -734,11 +764,11 @@ impl<'c> Core<'c> {
     ) -> Result<Vec<T>> {
         let root = self.check_root(root)?;
         let n = self.size();
-        let mut mine = vec![T::zeroed(); count];
+        let mut mine = zeroed_buf::<T>(Some(count), "scatter block").map_err(|e| self.bad_argument(e))?;
         if self.me == root {
             let data =
                 data.ok_or_else(|| self.bad_argument(Error::Misuse("scatter: the root passes the data")))?;
-            if data.len() != n * count {
+            if n.checked_mul(count) != Some(data.len()) {
                 return Err(self.bad_argument(Error::Mismatch(format!(
                     "scatter: the root passes {} elements for {n} members of {count}",
                     data.len()
@@ -765,7 +795,8 @@ impl<'c> Core<'c> {
         send_counts: &[usize],
         recv_counts: &[usize],
     ) -> Result<Vec<T>> {
-        let mut all = vec![T::zeroed(); recv_counts.iter().sum()];
+        let mut all =
+            zeroed_buf::<T>(sum(recv_counts), "alltoallv result").map_err(|e| self.bad_argument(e))?;
         self.alltoallv_into(data, send_counts, recv_counts, &mut all).await?;
         Ok(all)
     }
@@ -781,8 +812,8 @@ impl<'c> Core<'c> {
         let (me, n) = (self.me, self.size());
         if send_counts.len() != n
             || recv_counts.len() != n
-            || send_counts.iter().sum::<usize>() != data.len()
-            || recv_counts.iter().sum::<usize>() != all.len()
+            || sum(send_counts) != Some(data.len())
+            || sum(recv_counts) != Some(all.len())
         {
             return Err(self.bad_argument(Error::Misuse(
                 "alltoallv: one count per member, the send counts summing to the data's length and the receive counts to the output's",
