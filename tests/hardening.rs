@@ -390,7 +390,7 @@ fn same_rank_twice() -> Trial {
     let t = Instant::now();
     let first = by_hand(&job, 0, 2, &env).spawn()?;
     // The first has published its inbox when its file is there.
-    let published = std::path::PathBuf::from(format!("/dev/shm/weft-{job}-0"));
+    let published = std::path::PathBuf::from(format!("/dev/shm/weft-{job}/0"));
     while !published.exists() && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -431,45 +431,82 @@ fn startup_mismatch_cleans_up() -> Trial {
     Ok(())
 }
 
-/// Names a job publishes, squatted by another user (a file of uid 65534, mode 0666), or
-/// planted as a link: refused with an error, never mapped.
+/// Another user cannot squat a job's names. Its files live in a directory of mode 700, and
+/// nothing can be added to it but by its user: uid 65534 fails to create the names the job
+/// publishes next while the job starts (where this test runs as root and can act as another
+/// user). A job whose directory name is taken before it makes it (by someone who learnt the
+/// id: a link, a file, another user's directory) refuses it with an error, never uses it, and
+/// leaves nothing.
 fn squatted_names() -> Trial {
     use std::os::unix::fs::PermissionsExt;
-    // Only root can give a file away; elsewhere the links are tested alone.
+    // Only root can give a file away or act as another user.
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
-    let mut plants: Vec<(&str, Plant)> = vec![(
-        "a link",
-        Box::new(|path: &str| std::os::unix::fs::symlink("/dev/shm/weft-nonexistent-target", path)),
-    )];
+    // Where a link points: it must stay empty.
+    let decoy = std::env::temp_dir().join(format!("weft-squat-{}", std::process::id()));
+    std::fs::create_dir_all(&decoy)?;
+    let decoy_path = decoy.clone();
+    let mut plants: Vec<(&str, Plant)> = vec![
+        ("a link to a directory", Box::new(move |path: &str| std::os::unix::fs::symlink(&decoy, path))),
+        ("a file", Box::new(|path: &str| std::fs::write(path, b"squat"))),
+    ];
     if root {
         plants.push((
-            "another user's file",
+            "another user's directory",
             Box::new(|path: &str| {
-                std::fs::write(path, vec![0u8; 1 << 20])?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
+                std::fs::create_dir(path)?;
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o777))?;
                 std::os::unix::fs::chown(path, Some(65534), Some(65534))
             }),
         ));
     }
     for (what, plant) in &plants {
-        // The peer's inbox name (rank 0 maps it as rank 1's inbox) and our own.
-        for squatted in [1u32, 0] {
-            let job = hand_job();
-            let path = format!("/dev/shm/weft-{job}-{squatted}");
-            plant(&path)?;
-            let out = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "10")]).output()?;
-            let _ = std::fs::remove_file(&path);
-            let text = both(&out);
-            let said =
-                text.contains("refusing") || text.contains("exists") || text.contains("Too many levels");
-            if out.status.success() || !said {
-                return Err(fail(&format!("{what} as rank {squatted}'s inbox"), &out));
-            }
-            let left = shm_files(&format!("weft-{job}"));
-            if !left.is_empty() {
-                return Err(format!("files left in /dev/shm: {left:?}").into());
-            }
+        let job = hand_job();
+        let path = format!("/dev/shm/weft-{job}");
+        plant(&path)?;
+        let out = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "10")]).output()?;
+        let planted = shm_files(&format!("weft-{job}"));
+        let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir(&path));
+        if out.status.success() || !both(&out).contains("refusing") {
+            return Err(fail(&format!("{what} under the job's directory name"), &out));
         }
+        let written = std::fs::read_dir(&decoy_path)?.count();
+        if planted != [format!("weft-{job}")] || written > 0 {
+            return Err(format!("{what}: /dev/shm holds {planted:?} after the job").into());
+        }
+    }
+    let _ = std::fs::remove_dir(&decoy_path);
+    if !root {
+        return Ok(());
+    }
+    // While rank 0 waits for rank 1, another user tries the names rank 1 and rank 0 publish.
+    let job = hand_job();
+    let dir = format!("/dev/shm/weft-{job}");
+    let first = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
+    let t = Instant::now();
+    while !std::path::Path::new(&format!("{dir}/0")).exists() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mode = std::fs::symlink_metadata(&dir)?.permissions().mode() & 0o777;
+    for name in ["1", "1.tmp", "0-r0", "0-r0.tmp"] {
+        let squat = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "touch"])
+            .arg(format!("{dir}/{name}"))
+            .output()?;
+        if squat.status.success() {
+            let _ = std::fs::remove_file(format!("{dir}/{name}"));
+            return Err(format!("uid 65534 created {dir}/{name} (directory mode {mode:o})").into());
+        }
+    }
+    let second = by_hand(&job, 1, 2, &[("WEFT_INIT_TIMEOUT_S", "20")]).output()?;
+    let first = first.wait_with_output()?;
+    for (who, o) in [("rank 0", &first), ("rank 1", &second)] {
+        if !o.status.success() {
+            return Err(fail(&format!("{who} of the job another user tried to squat"), o));
+        }
+    }
+    let left = shm_files(&format!("weft-{job}"));
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}").into());
     }
     Ok(())
 }

@@ -165,7 +165,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                     os::kill_group(c.id(), os::SIGKILL);
                     let _ = c.wait();
                 }
-                os::unlink_prefix(&weft_fabric::shm::file_prefix(&job));
+                os::remove_trees(&weft_fabric::shm::job_dir(&job));
                 return Err(format!("cannot start {:?}: {e}", spec.program));
             }
         }
@@ -268,9 +268,8 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     // ("PID:N:N") and unlinked only when the endpoint closes, which a rank that was killed or
     // left without finalizing never does. Every rank has exited by now: one scan for all.
     let pids: Vec<String> = children.iter().map(|(_, c)| format!("{}:", c.id())).collect();
-    let mut prefixes = vec![weft_fabric::shm::file_prefix(&job)];
-    prefixes.extend(pids);
-    let removed = os::unlink_prefixes(&prefixes.iter().map(String::as_str).collect::<Vec<_>>());
+    let removed = os::remove_trees(&weft_fabric::shm::job_dir(&job))
+        + os::unlink_prefixes(&pids.iter().map(String::as_str).collect::<Vec<_>>());
     if removed > 0 {
         eprintln!("weft run: removed {removed} shared-memory file(s) a rank left in {}", os::SHM_DIR);
     }

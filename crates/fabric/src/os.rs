@@ -193,6 +193,79 @@ pub fn random_u64() -> FabricResult<u64> {
     Ok(u64::from_le_bytes(b))
 }
 
+/// Makes, or checks, the directory `name` in [`SHM_DIR`] that holds a job's files: mode 700
+/// and this user's. Another user can create nothing in it, so the names a job publishes later
+/// cannot be squatted even by one who has seen the job's id (its directory). An existing
+/// `name` that is not such a directory (a link, a file, another user's) is refused.
+pub fn private_dir(name: &str) -> FabricResult<()> {
+    let c = path_of(name)?;
+    // SAFETY: valid C string; mkdir has no memory effects.
+    if unsafe { libc::mkdir(c.as_ptr(), 0o700) } == 0 {
+        return Ok(());
+    }
+    if std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
+        return Err(FabricError::last_os(format!("creating {SHM_DIR}/{name}")));
+    }
+    let mut st = zeroed_stat();
+    // SAFETY: valid C string and a writable stat; lstat does not follow a link.
+    if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0 {
+        return Err(FabricError::last_os(format!("stat of {SHM_DIR}/{name}")));
+    }
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_uid != me || st.st_mode & 0o077 != 0 {
+        return Err(FabricError::Untrusted {
+            what: format!(
+                "{SHM_DIR}/{name}: owner uid {}, mode {:o}; weft keeps a job's files only in a directory of its own user (uid {me}) with mode 700",
+                st.st_uid,
+                st.st_mode & 0o7777
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Removes the directory `name` of [`SHM_DIR`] if it is empty (the last rank of a job out).
+pub fn remove_dir(name: &str) {
+    if let Ok(c) = path_of(name) {
+        // SAFETY: valid C string; rmdir has no memory effects and fails on a non-empty one.
+        unsafe { libc::rmdir(c.as_ptr()) };
+    }
+}
+
+/// Removes the directory `name` of [`SHM_DIR`] and the files in it, if it is a directory of
+/// this user; returns how many files it held.
+pub fn remove_tree(name: &str) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let path = std::path::Path::new(SHM_DIR).join(name);
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    let me = unsafe { libc::geteuid() };
+    let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
+    if !ours {
+        return 0;
+    }
+    let files = std::fs::read_dir(&path)
+        .map(|rd| rd.flatten().filter(|e| std::fs::remove_file(e.path()).is_ok()).count())
+        .unwrap_or(0);
+    let _ = std::fs::remove_dir(&path);
+    files
+}
+
+/// Removes the directories [`remove_tree`] removes that are named `dir` or `dir-…` (a job's,
+/// and those of fabrics built on it, such as the hybrid's per-host `JOB-hN`); returns how
+/// many files they held.
+pub fn remove_trees(dir: &str) -> usize {
+    let Ok(rd) = std::fs::read_dir(SHM_DIR) else {
+        return 0;
+    };
+    let sub = format!("{dir}-");
+    rd.flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n == dir || n.starts_with(&sub))
+        .map(|n| remove_tree(&n))
+        .sum()
+}
+
 /// Removes a shared file; a missing file is not an error.
 pub fn unlink(name: &str) {
     if let Ok(c) = path_of(name) {
@@ -504,17 +577,25 @@ pub fn remove_orphaned_files() -> usize {
     // SAFETY: geteuid has no failure mode and touches no memory.
     let me = unsafe { libc::geteuid() };
     rd.flatten()
-        .filter(|e| {
+        .map(|e| {
             let name = e.file_name();
             let Some(job) = name.to_str().and_then(|n| n.strip_prefix("weft-")) else {
-                return false;
+                return 0;
             };
             let owner = job.split('-').next().and_then(job_owner);
-            let mine = e.metadata().is_ok_and(|m| m.uid() == me && m.file_type().is_file());
-            mine && owner.is_some_and(|p| !process_alive(p))
+            if owner.is_none_or(process_alive) {
+                return 0;
+            }
+            match e.metadata() {
+                // A job's directory (see `private_dir`), and the files of earlier versions.
+                Ok(m) if m.uid() == me && m.is_dir() => name.to_str().map_or(0, remove_tree),
+                Ok(m) if m.uid() == me && m.file_type().is_file() => {
+                    usize::from(std::fs::remove_file(e.path()).is_ok())
+                }
+                _ => 0,
+            }
         })
-        .filter(|e| std::fs::remove_file(e.path()).is_ok())
-        .count()
+        .sum()
 }
 
 impl Mapping {

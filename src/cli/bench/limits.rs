@@ -105,7 +105,7 @@ impl SharedLine {
     /// Collective: rank 0 creates the line, rank 1 maps it, then the name is removed.
     pub fn new(ctx: &Ctx) -> Result<SharedLine, weft::Error> {
         let w = &ctx.world;
-        let name = format!("weft-{}-bench-line", w.config().job);
+        let name = format!("{}bench-line", weft_fabric::shm::file_prefix(&w.config().job));
         let shared = weft::Error::Fabric;
         let map = if w.rank() == 0 && w.size() > 1 {
             Some(os::create_shared(&name, 4096 + 2 * 64 * FRESH_LINES, |_| {}).map_err(shared)?)

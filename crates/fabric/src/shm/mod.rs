@@ -46,9 +46,15 @@ pub struct ShmConfig {
     pub init_timeout: Duration,
 }
 
-/// Prefix of every shared-memory file of job `job`.
+/// The directory, in [`os::SHM_DIR`], of job `job`'s shared-memory files (see
+/// [`os::private_dir`]).
+pub fn job_dir(job: &str) -> String {
+    format!("weft-{job}")
+}
+
+/// Prefix of every shared-memory file of job `job` (in its directory).
 pub fn file_prefix(job: &str) -> String {
-    format!("weft-{job}-")
+    format!("weft-{job}/")
 }
 
 /// The shared-memory fabric (see the module documentation).
@@ -119,6 +125,20 @@ impl Drop for Unlink {
     }
 }
 
+/// Removes the job's directory, if empty, when start-up fails (the last rank out does).
+struct RemoveDirOnError {
+    dir: String,
+    armed: bool,
+}
+
+impl Drop for RemoveDirOnError {
+    fn drop(&mut self) {
+        if self.armed {
+            os::remove_dir(&self.dir);
+        }
+    }
+}
+
 /// The error of a process that found rank `cfg.rank`'s inbox `name` (at `path`) taken: it
 /// tells the holder too, by writing its pid into the holder's control block, so that both
 /// fail (two processes started as the same rank of one job).
@@ -176,6 +196,9 @@ impl ShmFabric {
         let slots = ring_slots(cfg.ring_bytes);
         let max_medium = max_medium_for(slots);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
+        os::private_dir(&job_dir(&cfg.job))?;
+        // Declared before the inbox's guard, so dropped after it: the directory is empty then.
+        let mut dir_guard = RemoveDirOnError { dir: job_dir(&cfg.job), armed: true };
         let name = inbox_name(&cfg.job, cfg.rank);
         let own = match os::create_shared(&name, inbox_bytes, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
@@ -275,6 +298,8 @@ impl ShmFabric {
             std::thread::sleep(Duration::from_micros(200));
         }
         fab.control(cfg.rank).state.store(State::Running as u32, Ordering::Release);
+        // The directory stays for the job's later files; the last rank out removes it.
+        dir_guard.armed = false;
         Ok(fab)
     }
 
@@ -837,5 +862,7 @@ impl Drop for ShmFabric {
         for id in 0..n {
             os::unlink(&region_name(&self.job, self.rank, id));
         }
+        // Empty once every rank has left: the last one removes it.
+        os::remove_dir(&job_dir(&self.job));
     }
 }
