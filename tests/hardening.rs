@@ -46,6 +46,11 @@ fn wrapping_indexes() -> Res {
         ck(matches!(add, Err(Error::OutOfBounds { .. })), || format!("fetch_add at {what}: {add:?}"))?;
         let nbi = w.put_nbi(p, &[99u64]);
         ck(matches!(nbi, Err(Error::OutOfBounds { .. })), || format!("put_nbi at {what}: {nbi:?}"))?;
+        // Good data, bad signal: nothing is written (on every path).
+        let sig = w.put_signal(seg.at(to, 0), &[99u64], p, 1);
+        ck(matches!(sig, Err(Error::OutOfBounds { .. })), || {
+            format!("put_signal, signal at {what}: {sig:?}")
+        })?;
     }
     w.sync_nbi().map_err(e2s)?;
     w.barrier().map_err(e2s)?;
@@ -688,6 +693,28 @@ fn first_failure_named() -> Trial {
     check(&out)
 }
 
+/// All a rank wrote reaches the launcher's output, even a 4 MB line with no newline read by
+/// a consumer that starts late (the launcher used to let go of its forwarding 500 ms after
+/// the ranks ended, dropping what it held), and the launcher holds at most a piece of it.
+fn output_all_forwarded() -> Trial {
+    let job = weft()
+        .args(["run", "-n", "1", "--", "sh", "-c", "head -c 4000000 /dev/zero | tr '\\0' x"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let out = job.wait_with_output()?;
+    let xs = out.stdout.iter().filter(|&&b| b == b'x').count();
+    if !out.status.success() || xs != 4_000_000 {
+        return Err(fail(&format!("{xs} of 4000000 bytes forwarded"), &out));
+    }
+    let pieces = String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with("[0] ")).count();
+    if pieces != 4_000_000usize.div_ceil(64 << 10) {
+        return Err(format!("the line came in {pieces} prefixed pieces").into());
+    }
+    Ok(())
+}
+
 fn main() {
     let programs: [common::Program; 4] = [
         ("init_only", init_only),
@@ -698,7 +725,8 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 10] = [
+    let checks: [Check; 11] = [
+        ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
         ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),

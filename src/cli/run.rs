@@ -6,6 +6,8 @@ use std::io::{BufRead, BufReader, IsTerminal, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft_fabric::os;
 
@@ -45,11 +47,24 @@ fn exit_code(status: ExitStatus) -> i32 {
     status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-fn forward(rank: u32, src: impl Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
+/// Copies a rank's output to ours, each line prefixed with `[rank] `; a line longer than
+/// [`LONG_LINE`] goes out in pieces of that size, each prefixed and ended, so that the
+/// launcher holds at most that much of it. The flag is true while the thread waits to read
+/// (rather than writing what it read).
+fn forward(rank: u32, src: impl Read + Send + 'static, to_stderr: bool) -> Forwarder {
+    let reading = Arc::new(AtomicBool::new(true));
+    let flag = reading.clone();
+    let thread = std::thread::spawn(move || {
         let mut r = BufReader::new(src);
         let mut line = Vec::new();
-        while r.read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false) {
+        loop {
+            flag.store(true, Ordering::Release);
+            let more =
+                (&mut r).take(LONG_LINE as u64).read_until(b'\n', &mut line).map(|n| n > 0).unwrap_or(false);
+            flag.store(false, Ordering::Release);
+            if !more {
+                return;
+            }
             if !line.ends_with(b"\n") {
                 line.push(b'\n');
             }
@@ -62,7 +77,26 @@ fn forward(rank: u32, src: impl Read + Send + 'static, to_stderr: bool) -> std::
             };
             line.clear();
         }
-    })
+    });
+    Forwarder { thread, reading }
+}
+
+/// Bytes of one line (or piece of a longer one) that output forwarding holds.
+const LONG_LINE: usize = 64 << 10;
+
+/// A thread copying a rank's output, and whether it is waiting for more.
+struct Forwarder {
+    thread: std::thread::JoinHandle<()>,
+    reading: Arc<AtomicBool>,
+}
+
+impl Forwarder {
+    /// True while the copy goes on: it has not ended, and it is writing out what it read,
+    /// or it waits for output and `waiting_allowed` (a process a rank started may hold the
+    /// pipe open for ever; what was read is always written out).
+    fn busy(&self, waiting_allowed: bool) -> bool {
+        !self.thread.is_finished() && (waiting_allowed || !self.reading.load(Ordering::Acquire))
+    }
 }
 
 /// A job id unique on this node and unguessable: the launcher's pid in hex (so that a later
@@ -256,13 +290,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         signal_all(&children, os::SIGKILL);
     }
     // Output still held open by a process a rank started ends the forwarding after a grace
-    // period: the job is over when its ranks are.
+    // period (the job is over when its ranks are); output already read is written out.
     let reaped = Instant::now();
-    while forwarders.iter().any(|f| !f.is_finished()) && reaped.elapsed() < FORWARD_GRACE {
+    while forwarders.iter().any(|f| f.busy(reaped.elapsed() < FORWARD_GRACE)) {
         std::thread::sleep(Duration::from_millis(2));
     }
-    for f in forwarders.into_iter().filter(|f| f.is_finished()) {
-        let _ = f.join();
+    for f in forwarders.into_iter().filter(|f| f.thread.is_finished()) {
+        let _ = f.thread.join();
     }
     // Our own files, and libfabric's shm provider regions, named after a rank's pid
     // ("PID:N:N") and unlinked only when the endpoint closes, which a rank that was killed or

@@ -127,6 +127,8 @@ impl Comm {
             return Err(Error::Misuse("put_signal: the signal must be on the rank the data goes to"));
         }
         if !self.direct_signal(dst.rank()) {
+            // Both addresses are checked before anything is written.
+            self.resolve(signal, 8)?;
             self.put(dst, src)?;
             return self.atomic_store(signal, value);
         }
