@@ -291,7 +291,63 @@ fn forged_completions() -> Res {
     w.barrier().map_err(e2s)
 }
 
+/// A partner that sends world-barrier messages ahead of time (forged arrivals): a partner may
+/// be one barrier ahead, so rank 0 may pass a barrier or two on them, but the rest are
+/// refused and reported: within four barriers rank 0 waits for the real partner or hears of
+/// the forgery (it used to pass all four at once).
+fn forged_barrier() -> Res {
+    let w = World::init().map_err(e2s)?;
+    if w.rank() == 1 {
+        w.barrier().map_err(e2s)?;
+        let h = w.handler_named("weft.barrier").ok_or("no weft.barrier")?;
+        for _ in 0..4 {
+            w.am_request_short(0, h, &[0]).map_err(e2s)?;
+        }
+        std::thread::sleep(Duration::from_millis(1000));
+        // Rank 0 may have stopped at the forgery: its end is no error here.
+        let _ = w.barrier();
+        return Ok(());
+    }
+    // The first barrier, which rank 1 may forge for as soon as it has left it.
+    for i in 0..5 {
+        let t = Instant::now();
+        match w.barrier() {
+            Err(Error::Remote(m)) if m.contains("barrier") => return Ok(()),
+            Ok(()) if t.elapsed() >= Duration::from_millis(500) => return Ok(()),
+            Ok(()) => {}
+            Err(e) => return Err(format!("barrier {i} after forged arrivals: {e}")),
+        }
+    }
+    Err("the first and four more barriers passed at once on forged arrivals".into())
+}
+
+/// Exchange contributions of made-up exchanges, more than a member can have outstanding:
+/// refused and reported, not kept without bound.
+fn forged_exchange_flood() -> Res {
+    let w = World::init().map_err(e2s)?;
+    w.barrier().map_err(e2s)?;
+    if w.rank() == 1 {
+        let h = w.handler_named("weft.exchange").ok_or("no weft.exchange")?;
+        for seq in 0..200u64 {
+            // Rank 0 may stop at the flood and leave.
+            if w.am_request_medium(0, h, &[1_000_000 + seq, 0xbad], &[7u8; 4096]).is_err() {
+                break;
+            }
+        }
+        // Rank 0 stops at the flood: its end is no error here.
+        let _ = w.barrier();
+        return Ok(());
+    }
+    // Rank 1's barrier message comes after its flood: this barrier ends once all is here.
+    match w.barrier() {
+        Err(Error::Remote(m)) if m.contains("exchange") => Ok(()),
+        r => Err(format!("after a flood of forged exchange contributions: {r:?}")),
+    }
+}
+
 const CASES: &[Case] = &[
+    Case { name: "forged_barrier", run: forged_barrier, ranks: &[2], env: &[] },
+    Case { name: "forged_exchange_flood", run: forged_exchange_flood, ranks: &[2], env: &[] },
     Case { name: "forged_rpc_flood", run: forged_rpc_flood, ranks: &[2], env: &[] },
     Case { name: "forged_completions", run: forged_completions, ranks: &[3], env: &[("WEFT_RMA", "am")] },
     Case { name: "nested_async_calls", run: nested_async_calls, ranks: &[2, 4], env: &[] },

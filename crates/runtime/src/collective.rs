@@ -13,16 +13,30 @@ use weft_fabric::{AmClass, AmPayload};
 
 const MAX_ROUNDS: usize = 32;
 
+/// Group barrier counters one source may have made here (one per group it shares with this
+/// rank), and exchange contributions of one source held here unconsumed: bounds on what
+/// another rank's messages can make this one keep (a forged flood is refused and reported).
+const MAX_GROUPS_PER_SOURCE: usize = 1024;
+const MAX_HELD_PER_SOURCE: usize = 64;
+
+/// Arrivals per dissemination round.
+type Rounds = Arc<[AtomicU64; MAX_ROUNDS]>;
+
 /// Byte strings received for one exchange, by sending world rank.
 type Contributions = HashMap<u32, Vec<u8>>;
 
 pub(crate) struct CollectiveState {
     /// Serialises this rank's collective calls (they must happen in the same order everywhere).
     order: Mutex<Counters>,
-    /// Barrier messages received per dissemination round, for the world.
-    arrived: [AtomicU64; MAX_ROUNDS],
-    /// The same for other groups, by group id.
-    group_arrived: Mutex<HashMap<u64, Arc<[AtomicU64; MAX_ROUNDS]>>>,
+    /// Barrier messages received per dissemination round, for the world (each round's only
+    /// from the rank that round names).
+    arrived: Rounds,
+    /// World barriers this rank has entered (readable by the handler, which must not take
+    /// `order`: a barrier holds it while it waits).
+    entered: AtomicU64,
+    /// The same for other groups, by group id and sending world rank (the handler does not
+    /// know a group's members: the wait reads its round's sender's counters).
+    group_arrived: Mutex<HashMap<(u64, u32), Rounds>>,
     /// All-gather contributions received, by (group id, sequence number), by world rank.
     gathered: Mutex<HashMap<(u64, u64), Contributions>>,
 }
@@ -38,15 +52,26 @@ impl CollectiveState {
     pub fn new() -> Self {
         CollectiveState {
             order: Mutex::new(Counters::default()),
-            arrived: std::array::from_fn(|_| AtomicU64::new(0)),
+            arrived: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            entered: AtomicU64::new(0),
             group_arrived: Mutex::new(HashMap::new()),
             gathered: Mutex::new(HashMap::new()),
         }
     }
 
-    fn group_counters(&self, group: u64) -> Arc<[AtomicU64; MAX_ROUNDS]> {
+    /// The barrier counters of `group` for messages from world rank `src`; `None` if `src`
+    /// already made [`MAX_GROUPS_PER_SOURCE`] of them.
+    fn group_counters(&self, group: u64, src: u32) -> Option<Rounds> {
         let mut g = self.group_arrived.lock().unwrap_or_else(|p| p.into_inner());
-        g.entry(group).or_insert_with(|| Arc::new(std::array::from_fn(|_| AtomicU64::new(0)))).clone()
+        if let Some(c) = g.get(&(group, src)) {
+            return Some(c.clone());
+        }
+        if g.keys().filter(|k| k.1 == src).count() >= MAX_GROUPS_PER_SOURCE {
+            return None;
+        }
+        let c: Rounds = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
+        g.insert((group, src), c.clone());
+        Some(c)
     }
 }
 
@@ -75,18 +100,23 @@ impl Comm {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("barrier inside an AM handler"));
         }
+        // What went wrong since (a refused message) is heard here, even where the barrier's
+        // messages are all in and it would not wait.
+        self.take_error()?;
         // Held for the whole barrier: one rank's collectives run one at a time, in order.
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         order.barriers += 1;
         let epoch = order.barriers;
+        self.coll.entered.store(epoch, Ordering::Release);
         let (me, n) = (self.rank() as usize, self.size() as usize);
-        self.disseminate(n, me, &|i| i as u32, None, (&self.coll.arrived, epoch), None)
+        let arrived = |_from: u32| Some(self.coll.arrived.clone());
+        self.disseminate(n, me, &|i| i as u32, None, (&arrived, epoch), None)
     }
 
     /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
     /// caller keeps it, the same on every member).
     pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
-        let counters = self.coll.group_counters(g.id);
+        let counters = |from: u32| self.coll.group_counters(g.id, from);
         self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), (&counters, epoch), g.check)
     }
 
@@ -99,7 +129,7 @@ impl Comm {
         me: usize,
         member: &dyn Fn(usize) -> u32,
         group: Option<u64>,
-        (counters, epoch): (&[AtomicU64; MAX_ROUNDS], u64),
+        (counters, epoch): (&dyn Fn(u32) -> Option<Rounds>, u64),
         check: Option<&dyn Fn() -> Option<Error>>,
     ) -> Result<()> {
         let (mut dist, mut round) = (1usize, 0usize);
@@ -108,7 +138,8 @@ impl Comm {
             let args = [round as u64, group.unwrap_or(0)];
             let args = if group.is_some() { &args[..] } else { &args[..1] };
             self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
-            let arrived = &counters[round];
+            let rounds = counters(from).ok_or(Error::Misuse("too many groups share this rank's barriers"))?;
+            let arrived = &rounds[round];
             // This round needs `from` only: others may have finished and left already.
             let cond = || arrived.load(Ordering::Acquire) >= epoch;
             match check {
@@ -125,15 +156,30 @@ impl Comm {
     }
 
     pub(crate) fn on_barrier(&self, m: &AmMsg<'_>) {
-        match (m.args().first().map(|&r| r as usize), m.args().get(1)) {
-            (Some(r), None) if r < MAX_ROUNDS => {
-                self.coll.arrived[r].fetch_add(1, Ordering::AcqRel);
+        let (src, n, me) = (m.src() as usize, self.size() as usize, self.rank() as usize);
+        let refused = match (m.args().first().map(|&r| r as usize), m.args().get(1)) {
+            // Round r of the world's barrier comes from the rank 2^r behind, and only from it.
+            (Some(r), None) if r < MAX_ROUNDS && (1usize << r) < n && (src + (1 << r)) % n == me => {
+                // A partner is at most one barrier ahead of this rank (it cannot finish one
+                // without this rank's messages): more is a forged arrival, refused.
+                let ahead = self.coll.entered.load(Ordering::Acquire) + 1;
+                let counted = self.coll.arrived[r]
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| (c < ahead).then_some(c + 1));
+                if counted.is_ok() {
+                    return;
+                }
+                "a barrier message for a barrier two ahead of this rank's"
             }
-            (Some(r), Some(&group)) if r < MAX_ROUNDS => {
-                self.coll.group_counters(group)[r].fetch_add(1, Ordering::AcqRel);
-            }
-            _ => self.record_error(Error::Remote(format!("malformed barrier message from rank {}", m.src()))),
-        }
+            (Some(r), Some(&group)) if r < MAX_ROUNDS => match self.coll.group_counters(group, m.src()) {
+                Some(c) => {
+                    c[r].fetch_add(1, Ordering::AcqRel);
+                    return;
+                }
+                None => "a barrier message for one group too many",
+            },
+            _ => "a malformed barrier message, or one not from this round's partner",
+        };
+        self.record_error(Error::Remote(format!("{refused} from rank {}", m.src())));
     }
 
     /// Collective all-gather of one small byte string per rank (at most the largest medium AM
@@ -168,9 +214,10 @@ impl Comm {
             None => Deps::Needed(&missing),
             Some(check) => Deps::Team { needed: &missing, check },
         };
+        // Members' contributions only: another rank's would not stand for a missing one.
         self.wait(deps, "an exchange", || {
             let got = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
-            got.get(&key).map_or(0, |v| v.len()) == others
+            got.get(&key).map_or(0, |c| g.members.iter().filter(|r| c.contains_key(r)).count()) == others
         })?;
         let mut got =
             self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner()).remove(&key).unwrap_or_default();
@@ -187,6 +234,13 @@ impl Comm {
         };
         let group = m.args().get(1).copied().unwrap_or(0);
         let mut g = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
+        if g.values().filter(|c| c.contains_key(&m.src())).count() >= MAX_HELD_PER_SOURCE {
+            drop(g);
+            return self.record_error(Error::Remote(format!(
+                "rank {} sent more than {MAX_HELD_PER_SOURCE} exchange contributions not yet used here",
+                m.src()
+            )));
+        }
         g.entry((group, seq)).or_default().insert(m.src(), m.payload().to_vec());
     }
 }
