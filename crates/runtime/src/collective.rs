@@ -22,6 +22,14 @@ const MAX_HELD_PER_SOURCE: usize = 64;
 /// Arrivals per dissemination round.
 type Rounds = Arc<[AtomicU64; MAX_ROUNDS]>;
 
+/// A barrier's arrival counters: the world's (kept inline: moving them to the heap changed
+/// `Comm`'s layout and cut a medium-AM flood's rate to a third), or a group's, per sender.
+#[derive(Clone, Copy)]
+enum Arrivals<'a> {
+    World(&'a [AtomicU64; MAX_ROUNDS]),
+    Group(&'a dyn Fn(u32) -> Option<Rounds>),
+}
+
 /// Byte strings received for one exchange, by sending world rank.
 type Contributions = HashMap<u32, Vec<u8>>;
 
@@ -30,7 +38,7 @@ pub(crate) struct CollectiveState {
     order: Mutex<Counters>,
     /// Barrier messages received per dissemination round, for the world (each round's only
     /// from the rank that round names).
-    arrived: Rounds,
+    arrived: [AtomicU64; MAX_ROUNDS],
     /// World barriers this rank has entered (readable by the handler, which must not take
     /// `order`: a barrier holds it while it waits).
     entered: AtomicU64,
@@ -52,7 +60,7 @@ impl CollectiveState {
     pub fn new() -> Self {
         CollectiveState {
             order: Mutex::new(Counters::default()),
-            arrived: Arc::new(std::array::from_fn(|_| AtomicU64::new(0))),
+            arrived: std::array::from_fn(|_| AtomicU64::new(0)),
             entered: AtomicU64::new(0),
             group_arrived: Mutex::new(HashMap::new()),
             gathered: Mutex::new(HashMap::new()),
@@ -109,15 +117,15 @@ impl Comm {
         let epoch = order.barriers;
         self.coll.entered.store(epoch, Ordering::Release);
         let (me, n) = (self.rank() as usize, self.size() as usize);
-        let arrived = |_from: u32| Some(self.coll.arrived.clone());
-        self.disseminate(n, me, &|i| i as u32, None, (&arrived, epoch), None)
+        self.disseminate(n, me, &|i| i as u32, None, (Arrivals::World(&self.coll.arrived), epoch), None)
     }
 
     /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
     /// caller keeps it, the same on every member).
     pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
         let counters = |from: u32| self.coll.group_counters(g.id, from);
-        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), (&counters, epoch), g.check)
+        let counters = (Arrivals::Group(&counters), epoch);
+        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), counters, g.check)
     }
 
     /// The rounds of a dissemination barrier among `n` members (`member(i)`: world rank of
@@ -129,7 +137,7 @@ impl Comm {
         me: usize,
         member: &dyn Fn(usize) -> u32,
         group: Option<u64>,
-        (counters, epoch): (&dyn Fn(u32) -> Option<Rounds>, u64),
+        (counters, epoch): (Arrivals<'_>, u64),
         check: Option<&dyn Fn() -> Option<Error>>,
     ) -> Result<()> {
         let (mut dist, mut round) = (1usize, 0usize);
@@ -138,8 +146,14 @@ impl Comm {
             let args = [round as u64, group.unwrap_or(0)];
             let args = if group.is_some() { &args[..] } else { &args[..1] };
             self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
-            let rounds = counters(from).ok_or(Error::Misuse("too many groups share this rank's barriers"))?;
-            let arrived = &rounds[round];
+            let rounds;
+            let arrived = match counters {
+                Arrivals::World(a) => &a[round],
+                Arrivals::Group(f) => {
+                    rounds = f(from).ok_or(Error::Misuse("too many groups share this rank's barriers"))?;
+                    &rounds[round]
+                }
+            };
             // This round needs `from` only: others may have finished and left already.
             let cond = || arrived.load(Ordering::Acquire) >= epoch;
             match check {

@@ -3,7 +3,8 @@
 
 use super::call::Call;
 use super::channel::{INLINE, INLINE_PEERS};
-use super::coll::{builtin, tag, total_bytes, Number, ReduceOp, FLAT_MEMBERS};
+use super::coll::{builtin, tag, Number, ReduceOp, FLAT_MEMBERS};
+use super::counts::total_bytes;
 use super::Team;
 use crate::{Error, Pod, Result};
 use std::pin::pin;

@@ -11,6 +11,7 @@ mod blocking;
 mod call;
 mod channel;
 pub mod coll;
+mod counts;
 mod nb;
 mod tune;
 

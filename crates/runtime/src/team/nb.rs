@@ -8,7 +8,8 @@
 //! does not cancel its collective: the other members take part in it, so it still runs.
 
 use super::call::Call;
-use super::coll::{builtin, tag, total_bytes, Number, ReduceOp};
+use super::coll::{builtin, tag, Number, ReduceOp};
+use super::counts::total_bytes;
 use super::{Core, Team};
 use crate::progress::Deps;
 use crate::{Error, Pod, Result};
