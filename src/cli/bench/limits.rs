@@ -108,6 +108,9 @@ impl SharedLine {
         let name = format!("{}bench-line", weft_fabric::shm::file_prefix(&w.config().job));
         let shared = weft::Error::Fabric;
         let map = if w.rank() == 0 && w.size() > 1 {
+            // The job's directory exists where the shared-memory fabric runs; over libfabric
+            // alone it is made here (and removed by `weft run` at the end).
+            os::private_dir(&weft_fabric::shm::job_dir(&w.config().job)).map_err(shared)?;
             Some(os::create_shared(&name, 4096 + 2 * 64 * FRESH_LINES, |_| {}).map_err(shared)?)
         } else {
             None
