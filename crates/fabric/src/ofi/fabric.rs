@@ -1,0 +1,437 @@
+//! The [`Fabric`] trait over libfabric: what each operation maps to (see ARCHITECTURE.md).
+
+use super::*;
+
+impl Fabric for OfiFabric {
+    fn name(&self) -> &'static str {
+        "ofi"
+    }
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> u32 {
+        self.size
+    }
+    fn caps(&self) -> Caps {
+        Caps {
+            rma: true,
+            atomics: self.atomics,
+            load_store: false,
+            am_max_args: crate::AM_MAX_ARGS,
+            am_max_medium: MAX_MEDIUM,
+            am_max_long: usize::MAX,
+            peer_read: false,
+            target_progress: self.obj.neg.manual_progress,
+        }
+    }
+
+    fn register(&self, len: usize) -> FabricResult<LocalRegion> {
+        let map = Arc::new(os::map_anonymous(len.max(1).next_multiple_of(4096))?);
+        self.register_at(None, map, len)
+    }
+
+    fn deregister(&self, region: &LocalRegion) {
+        let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = regions.get_mut(region.id as usize) {
+            *r = None;
+        }
+    }
+
+    fn attach(&self, rank: Rank, desc: &[u8]) -> FabricResult<RemoteRegion> {
+        if desc.len() != 28 || rank >= self.size {
+            return Err(FabricError::Malformed {
+                what: format!("region descriptor of {} bytes for rank {rank}", desc.len()),
+            });
+        }
+        let w = |a: usize| u64::from_le_bytes(desc[a..a + 8].try_into().unwrap_or_default());
+        let id = u32::from_le_bytes(desc[..4].try_into().unwrap_or_default());
+        Ok(RemoteRegion { rank, id, len: w(4) as usize, addr: w(12), key: w(20) })
+    }
+
+    fn seal(&self, _region: &LocalRegion) -> FabricResult<()> {
+        Ok(())
+    }
+
+    fn put(&self, dst: &RemoteRegion, offset: usize, src: &[u8], token: u64) -> FabricResult<Issued> {
+        if src.is_empty() {
+            return dst.check(offset, 0).map(|_| Issued::Done(0));
+        }
+        let t = self.start(token);
+        let r = self.issue_put(dst, offset, src, &t);
+        if matches!(r, Ok(true)) || r.is_err() {
+            // Done in place, or failed: the operation is over either way.
+            if token == 0 {
+                self.untracked.fetch_sub(1, Ordering::AcqRel);
+            }
+            return r.map(|_| Issued::Done(0));
+        }
+        self.release_guard(&t);
+        Ok(Issued::Pending)
+    }
+
+    fn put_from(
+        &self,
+        dst: &RemoteRegion,
+        dst_offset: usize,
+        src: &RemoteRegion,
+        src_offset: usize,
+        len: usize,
+        token: u64,
+    ) -> FabricResult<Issued> {
+        if src.rank != self.rank {
+            return Err(FabricError::Malformed { what: format!("put source in rank {}'s memory", src.rank) });
+        }
+        dst.check(dst_offset, len)?;
+        let (addr, desc) = {
+            let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+            let reg = regions
+                .get(src.id as usize)
+                .and_then(Option::as_ref)
+                .ok_or_else(|| FabricError::Malformed { what: format!("no local region {}", src.id) })?;
+            src.check(src_offset, len)?;
+            (reg.map.as_ptr() as usize + src_offset, reg.mr.desc())
+        };
+        let t = self.start(token);
+        let r = self.write_direct(dst, dst_offset, addr, desc, len, &t);
+        self.release_guard(&t);
+        r.map(|_| Issued::Pending)
+    }
+
+    fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()> {
+        src.check(offset, dst.len())?;
+        let fa = self.addrs[src.rank as usize];
+        let direct = !self.obj.neg.mr_local();
+        let piece = if direct { self.obj.neg.max_msg.max(1) } else { CHUNK };
+        let mut done = 0;
+        while done < dst.len() {
+            let n = (dst.len() - done).min(piece);
+            let t = Tracker::new(Target::Waiter);
+            let slot = if direct { None } else { Some(self.take_chunk(src.rank)?) };
+            let (buf, desc) = match slot {
+                None => (dst[done..].as_mut_ptr() as usize, 0),
+                Some(s) => (self.chunks.addr(s), self.stage.mr.desc()),
+            };
+            t.remaining.fetch_add(1, Ordering::AcqRel);
+            let raddr = src.addr + (offset + done) as u64;
+            let op = Op::Read { dst: src.rank, track: t.clone() };
+            let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
+                self.obj.ep().read(buf, n, desc, fa, raddr, src.key, ctx)
+            });
+            if posted.is_err() {
+                t.remaining.fetch_sub(1, Ordering::AcqRel);
+            }
+            t.remaining.fetch_sub(1, Ordering::AcqRel);
+            let waited = self.wait_tracker(&t, src.rank);
+            if let Some(s) = slot {
+                if posted.is_ok() && waited.is_ok() {
+                    // SAFETY: the read into the chunk completed; the chunk holds n bytes.
+                    unsafe { crate::copy::copy_bytes(buf as *const u8, dst[done..].as_mut_ptr(), n) };
+                }
+                self.chunks.give(s);
+            }
+            posted?;
+            waited?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued> {
+        if !self.atomics {
+            return Err(FabricError::Unsupported { what: "native atomics on this provider" });
+        }
+        dst.check(offset, 8)?;
+        if !(dst.addr + offset as u64).is_multiple_of(8) {
+            return Err(FabricError::Malformed {
+                what: format!("atomic at offset {offset}: not 8-byte aligned"),
+            });
+        }
+        let (fop, operand, compare) = fi_op(op);
+        let slot = self.take_slot(&self.smalls, dst.rank)?;
+        let at = self.smalls.addr(slot);
+        // SAFETY: the small slot (64 bytes, 8-aligned) is ours until the operation completes.
+        unsafe {
+            std::ptr::write(at as *mut u64, operand);
+            std::ptr::write((at + 8) as *mut u64, compare);
+        }
+        let t = self.start(token);
+        t.remaining.fetch_add(1, Ordering::AcqRel);
+        let fa = self.addrs[dst.rank as usize];
+        let raddr = dst.addr + offset as u64;
+        let o = Op::Atomic { slot, dst: dst.rank, track: t.clone() };
+        if let Err(e) = self.post_op(dst.rank, "fi_atomic", o, |ctx| {
+            self.obj.ep().atomic(at, self.stage.mr.desc(), fa, raddr, dst.key, fop, ctx)
+        }) {
+            self.smalls.give(slot);
+            if token == 0 {
+                self.untracked.fetch_sub(1, Ordering::AcqRel);
+            }
+            return Err(e);
+        }
+        self.release_guard(&t);
+        Ok(Issued::Pending)
+    }
+
+    fn quiet(&self) -> FabricResult<()> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while self.untracked.load(Ordering::Acquire) != 0 {
+            if self.poll_cq()? == 0 {
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                }
+                if spins.is_multiple_of(4096) && start.elapsed() > self.op_timeout {
+                    return Err(FabricError::Timeout { what: "outstanding puts did not complete".into() });
+                }
+            }
+        }
+        match self.untracked_err.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
+        if dst >= self.size {
+            return Err(FabricError::Peer {
+                rank: dst,
+                reason: format!("does not exist (job of {})", self.size),
+            });
+        }
+        let request = msg.class == AmClass::Request;
+        if request && !self.take_credit(dst) {
+            // The peer has not handled our earlier requests yet: back-pressure.
+            self.poll_cq()?;
+            self.flush_credits();
+            return Ok(false);
+        }
+        let sent = self.am_send(dst, msg);
+        if request && !matches!(sent, Ok(true)) {
+            self.credits[dst as usize].fetch_add(1, Ordering::AcqRel);
+        }
+        sent
+    }
+
+    fn open_slot_inbox(&self, slots: &[u32], _ring_bytes: usize) -> FabricResult<LocalRegion> {
+        if slots.len() != self.size as usize {
+            return Err(FabricError::Mismatch {
+                what: format!("slot counts for {} ranks in a job of {}", slots.len(), self.size),
+            });
+        }
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        if contexts.len() >= slots::MAX_CONTEXTS {
+            return Err(FabricError::Limit {
+                what: "endpoint contexts (libfabric domains) per rank",
+                asked: contexts.len() + 1,
+                max: slots::MAX_CONTEXTS,
+            });
+        }
+        let single_thread = slots[self.rank as usize] <= 1;
+        let context = match self.spares.take(single_thread) {
+            Some(c) => c,
+            None => slots::SlotContext {
+                returned: Arc::default(),
+                domain: Arc::new(self.obj.open_domain(&self.names, single_thread)?),
+                single_thread,
+                next_key: AtomicU64::new(1),
+            },
+        };
+        let id = self.next_context.fetch_add(1, Ordering::AcqRel);
+        contexts.push((id, Arc::new(context)));
+        // Receives stay on the main endpoint: the descriptor only names the context.
+        Ok(LocalRegion::new(id, Arc::new(os::map_anonymous(4096)?), id.to_le_bytes().to_vec()))
+    }
+
+    fn close_slot_inbox(&self, region: &LocalRegion) -> FabricResult<bool> {
+        let mut contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(at) = contexts.iter().position(|(id, _)| *id == region.id) else {
+            return Err(FabricError::Malformed {
+                what: format!("region {} is no endpoint context", region.id),
+            });
+        };
+        // The slots hold the domain until they close; what they sent arrives on the main
+        // endpoint and is delivered as usual. The context is kept for the next sets, with the
+        // endpoints its slots return as they close.
+        let (_, context) = contexts.swap_remove(at);
+        if let Ok(c) = Arc::try_unwrap(context) {
+            self.spares.keep(c);
+        }
+        Ok(true)
+    }
+
+    fn open_tx_slots(
+        &self,
+        inboxes: &[Vec<u8>],
+        _slots: &[u32],
+        _first: u32,
+        count: u32,
+    ) -> FabricResult<Vec<Box<dyn TxSlot>>> {
+        let mine = inboxes.get(self.rank as usize).map(Vec::as_slice).unwrap_or_default();
+        let id = u32::from_le_bytes(mine.try_into().map_err(|_| FabricError::Malformed {
+            what: format!("endpoint context descriptor of {} bytes", mine.len()),
+        })?);
+        let ctx = {
+            let contexts = self.contexts.lock().unwrap_or_else(|e| e.into_inner());
+            let found = contexts.iter().find(|(c, _)| *c == id).map(|(_, d)| d.clone());
+            found.ok_or_else(|| FabricError::Malformed { what: format!("no endpoint context {id}") })?
+        };
+        let neg = &self.obj.neg;
+        let params = Arc::new(slots::SlotParams {
+            key: self.key,
+            rank: self.rank,
+            credits: self.credits.clone(),
+            left: self.left.clone(),
+            inject: neg.inject,
+            tx_size: neg.tx_size,
+            send_after_write: neg.send_after_write,
+        });
+        (0..count)
+            .map(|_| Ok(Box::new(slots::OfiTxSlot::open(&ctx, params.clone())?) as Box<dyn TxSlot>))
+            .collect()
+    }
+
+    fn progress(&self, sink: &dyn EventSink, set: PollSet) -> FabricResult<usize> {
+        self.poll_cq()?;
+        self.flush_credits();
+        let mut delivered = 0;
+        while delivered < 64 {
+            let ev = {
+                let mut q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+                let ev = q.replies.pop_front().or_else(|| match set {
+                    PollSet::All => q.requests.pop_front(),
+                    PollSet::RepliesOnly => None,
+                });
+                if ev.is_some() {
+                    self.delivering.fetch_add(1, Ordering::AcqRel);
+                }
+                ev
+            };
+            let Some(ev) = ev else { break };
+            let r = self.deliver(ev, sink);
+            self.delivering.fetch_sub(1, Ordering::AcqRel);
+            r?;
+            delivered += 1;
+        }
+        Ok(delivered)
+    }
+
+    fn has_incoming(&self) -> bool {
+        let q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        !q.replies.is_empty() || !q.requests.is_empty()
+    }
+
+    fn wait_incoming(&self, timeout: Duration) -> bool {
+        if self.has_incoming() {
+            return true;
+        }
+        // Sleep on the CQ's descriptor without holding the CQ lock, so that threads waiting
+        // for their own completions keep reading the queue. Woken, it reports traffic even
+        // when no event follows: a peer's RMA is carried out inside the next poll and
+        // delivers nothing, yet more of it is likely to come.
+        match self.wait_ready(timeout) {
+            Some(woken) => woken,
+            None => {
+                std::thread::sleep(timeout.min(Duration::from_micros(100)));
+                false
+            }
+        }
+    }
+
+    fn notify(&self, rank: Rank) {
+        // A wake-up is a hint: none to a peer that left (it reads nothing more), and a failed
+        // one is not an error of the operation it follows, which is complete.
+        if rank != self.rank && self.known_running(rank) {
+            let _ = self.send_control(rank, Control::Wake);
+        }
+    }
+
+    fn peer_state(&self, rank: Rank) -> PeerState {
+        let r = rank as usize;
+        if r >= self.size as usize {
+            return PeerState::Dead(format!("rank {rank} is not in the job"));
+        }
+        if self.finalized[r].load(Ordering::Acquire) {
+            return PeerState::Finalized;
+        }
+        if let Some(why) = self.failed.lock().unwrap_or_else(|e| e.into_inner())[r].clone() {
+            return PeerState::Dead(why);
+        }
+        let pid = self.pids[r];
+        if self.same_host[r] {
+            if !os::process_alive(pid) {
+                return PeerState::Dead(format!("process {pid} is gone"));
+            }
+        } else {
+            self.probe(rank);
+        }
+        PeerState::Running
+    }
+
+    fn peer_drained(&self, rank: Rank) -> bool {
+        let q = self.events.lock().unwrap_or_else(|e| e.into_inner());
+        let from = |e: &Event| match e {
+            Event::Am(a) => a.src == rank,
+            Event::Done { .. } => false,
+        };
+        self.delivering.load(Ordering::Acquire) == 0
+            && !q.requests.iter().any(from)
+            && !q.replies.iter().any(from)
+    }
+
+    fn finalize(&self) {
+        if self.done.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let elsewhere = |r: Rank| self.same_host_elsewhere && self.same_host[r as usize];
+        for r in (0..self.size).filter(|&r| r != self.rank && !elsewhere(r)) {
+            // A peer that left (finalized or dead) reads nothing more: no message to it, as
+            // the provider may retry a connection to a closed endpoint until the timeout.
+            if matches!(self.peer_state(r), PeerState::Running) {
+                let _ = self.send_control(r, Control::Finalized);
+            }
+        }
+    }
+
+    fn resources(&self) -> Vec<Resource> {
+        let neg = &self.obj.neg;
+        let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+        let local: Vec<_> = regions.iter().flatten().collect();
+        let res = |kind: String, count: u64, bytes: u64| Resource { kind, count, bytes };
+        vec![
+            res(
+                format!(
+                    "libfabric provider {} (fabric {}, domain {}; mr_mode {}; inject {} B; {} progress; {}{}{}{})",
+                    neg.provider,
+                    neg.fabric_name,
+                    neg.domain_name,
+                    neg.mr_mode_names(),
+                    neg.inject,
+                    if neg.manual_progress { "manual" } else { "auto" },
+                    if self.atomics { "native atomics" } else { "atomics through AMs" },
+                    if neg.send_after_write { ", send-after-write order" } else { "" },
+                    if neg.delivery_complete { ", delivery-complete" } else { "" },
+                    if neg.cq_wait_fd { ", CQ wait descriptor" } else { ", no CQ wait descriptor (short sleeps)" },
+                ),
+                1,
+                0,
+            ),
+            res("domains".into(), 1, 0),
+            res("RDM endpoints".into(), 1, 0),
+            res(format!("completion queues ({} entries)", neg.tx_size + neg.rx_size + 64), 1, 0),
+            res("address vector entries".into(), self.size as u64, 0),
+            res("memory registrations (regions)".into(), local.len() as u64, local.iter().map(|r| r.map.len() as u64).sum()),
+            res(format!("posted receive buffers of {RX_BYTES} B"), self.rx_slots.count() as u64, self.rx.map.len() as u64),
+            res(
+                format!("staging slots ({} of {} KiB, {} of 64 B) in use", CHUNKS, CHUNK / 1024, SMALLS),
+                (self.chunks.in_use() + self.smalls.in_use()) as u64,
+                self.stage.map.len() as u64,
+            ),
+            res("messages rejected (foreign key or malformed)".into(), self.rejected.load(Ordering::Relaxed), 0),
+            {
+                let (contexts, endpoints) = self.spares.counts();
+                res(format!("idle endpoint contexts kept for reuse (holding {endpoints} endpoints)"), contexts as u64, 0)
+            },
+        ]
+    }
+}

@@ -1,0 +1,152 @@
+//! RMA writes over libfabric: staged and direct pieces, their trackers, atomic ops.
+
+use super::*;
+
+impl OfiFabric {
+    /// Waits (making progress, queueing what arrives) until `t` has completed.
+    pub(super) fn wait_tracker(&self, t: &Arc<Tracker>, dst: Rank) -> FabricResult<u64> {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while t.remaining.load(Ordering::Acquire) != 0 {
+            if self.poll_cq()? == 0 {
+                spins += 1;
+                if spins > 64 {
+                    std::thread::yield_now();
+                }
+                if spins.is_multiple_of(1024) {
+                    self.check_peer(dst)?;
+                    if start.elapsed() > self.op_timeout {
+                        return Err(FabricError::Timeout {
+                            what: format!("RMA with rank {dst} did not complete"),
+                        });
+                    }
+                }
+            }
+        }
+        match t.take_err() {
+            Some(e) => Err(e),
+            None => Ok(t.value.load(Ordering::Acquire)),
+        }
+    }
+
+    /// Writes `src` to `dst` at `offset` in pieces; each piece completes `track`.
+    pub(super) fn write_pieces(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        src: &[u8],
+        track: &Arc<Tracker>,
+    ) -> FabricResult<()> {
+        let piece = CHUNK.min(self.obj.neg.max_msg.max(1));
+        let mut done = 0;
+        while done < src.len() {
+            let n = (src.len() - done).min(piece);
+            let part = &src[done..done + n];
+            let raddr = dst.addr + (offset + done) as u64;
+            if n <= self.obj.neg.inject {
+                self.post_write(dst, raddr, (part.as_ptr() as usize, 0), n, None, track)?;
+            } else {
+                let slot = self.take_chunk(dst.rank)?;
+                let at = self.chunks.addr(slot);
+                // SAFETY: the chunk is ours until the write completes and holds CHUNK ≥ n bytes.
+                unsafe { crate::copy::copy_bytes(part.as_ptr(), at as *mut u8, n) };
+                self.post_write(dst, raddr, (at, self.stage.mr.desc()), n, Some(slot), track)?;
+            }
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Writes straight from memory the NIC can read (no staging), waiting for completion.
+    pub(super) fn write_direct(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        addr: usize,
+        desc: usize,
+        len: usize,
+        track: &Arc<Tracker>,
+    ) -> FabricResult<()> {
+        let piece = self.obj.neg.max_msg.max(1);
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(piece);
+            self.post_write(dst, dst.addr + (offset + done) as u64, (addr + done, desc), n, None, track)?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Posts one write of `n` bytes from local `(address, MR descriptor)` to `raddr` of `dst`
+    /// as a piece of `track`. Without a staging `slot` (which then holds the bytes and is
+    /// returned when the write completes), up to the inject size is copied before returning.
+    pub(super) fn post_write(
+        &self,
+        dst: &RemoteRegion,
+        raddr: u64,
+        (buf, desc): (usize, usize),
+        n: usize,
+        slot: Option<u32>,
+        track: &Arc<Tracker>,
+    ) -> FabricResult<()> {
+        let fa = self.addrs[dst.rank as usize];
+        let inject = slot.is_none() && n <= self.obj.neg.inject;
+        track.remaining.fetch_add(1, Ordering::AcqRel);
+        let op = Op::Write { slot, dst: dst.rank, track: track.clone() };
+        let r = self.post_op(dst.rank, "fi_writemsg", op, |ctx| {
+            self.obj.ep().write(buf, n, desc, fa, raddr, dst.key, inject, false, ctx)
+        });
+        if r.is_err() {
+            track.remaining.fetch_sub(1, Ordering::AcqRel);
+            if let Some(s) = slot {
+                self.chunks.give(s);
+            }
+        }
+        r
+    }
+
+    /// Issues a put completing `track`. Large unregistered sources on providers that can
+    /// read them are written in place and waited for (local completion at return).
+    pub(super) fn issue_put(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        src: &[u8],
+        track: &Arc<Tracker>,
+    ) -> FabricResult<bool> {
+        dst.check(offset, src.len())?;
+        if src.len() > CHUNK && !self.obj.neg.mr_local() {
+            let waiter = Tracker::new(Target::Waiter);
+            let r = self.write_direct(dst, offset, src.as_ptr() as usize, 0, src.len(), &waiter);
+            waiter.remaining.fetch_sub(1, Ordering::AcqRel);
+            // Even after a failed post the pieces already posted read `src`: wait for them.
+            let w = self.wait_tracker(&waiter, dst.rank);
+            r?;
+            w?;
+            return Ok(true);
+        }
+        self.write_pieces(dst, offset, src, track)?;
+        Ok(false)
+    }
+
+    pub(super) fn start(&self, token: u64) -> Arc<Tracker> {
+        if token == 0 {
+            self.untracked.fetch_add(1, Ordering::AcqRel);
+            Tracker::new(Target::Untracked)
+        } else {
+            Tracker::new(Target::Token(token))
+        }
+    }
+}
+
+pub(super) fn fi_op(op: AtomicOp) -> (sys::fi_op, u64, u64) {
+    match op {
+        AtomicOp::Load => (sys::FI_ATOMIC_READ, 0, 0),
+        AtomicOp::Store(v) | AtomicOp::Swap(v) => (sys::FI_ATOMIC_WRITE, v, 0),
+        AtomicOp::FetchAdd(v) => (sys::FI_SUM, v, 0),
+        AtomicOp::FetchAnd(v) => (sys::FI_BAND, v, 0),
+        AtomicOp::FetchOr(v) => (sys::FI_BOR, v, 0),
+        AtomicOp::FetchXor(v) => (sys::FI_BXOR, v, 0),
+        AtomicOp::CompareSwap { expected, new } => (sys::FI_CSWAP, new, expected),
+    }
+}
