@@ -9,7 +9,9 @@ def load(pat):
             d[(o['suite'],o['metric']+' @'+str(o.get('bytes')))]=(o['value'],o['unit'])
         runs.append(d)
     return runs
-B=load('/tmp/ab-base-*.json'); N=load('/tmp/ab-new-*.json')
+# Runs as /tmp/ab-{base,new}-N.json, or as DIR/{base,new}-N.json with DIR as the argument.
+pre = sys.argv[1].rstrip('/') + '/' if len(sys.argv) > 1 else '/tmp/ab-'
+B=load(pre+'base-*.json'); N=load(pre+'new-*.json')
 keys=[k for k in B[0] if all(k in r for r in B+N)]
 rows=[]
 for k in keys:

@@ -152,7 +152,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     // The cores the ranks share (they inherit this process's affinity and quota), for their
     // oversubscription test, which must not look at a rank's own mask (see the runtime's
     // config).
-    let node_cpus = std::thread::available_parallelism().map_or(0, |c| c.get());
+    // The user's own value (checked by the rank) wins over the launcher's.
+    let node_cpus = std::env::var_os("WEFT_NODE_CPUS")
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(0, |c| c.get()).to_string().into());
     let stdin_is_terminal = std::io::stdin().is_terminal();
     for rank in 0..spec.ranks {
         let (ours, theirs) =
@@ -163,11 +165,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             .env("WEFT_RANK", rank.to_string())
             .env("WEFT_SIZE", spec.ranks.to_string())
             .env("WEFT_JOB", &job)
-            // The user's own value (checked by the rank) wins over the launcher's.
-            .env(
-                "WEFT_NODE_CPUS",
-                std::env::var_os("WEFT_NODE_CPUS").unwrap_or_else(|| node_cpus.to_string().into()),
-            )
+            .env("WEFT_NODE_CPUS", &node_cpus)
             .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(match rank {

@@ -157,17 +157,7 @@ pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
     if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
         return Err(FabricError::last_os(format!("stat of {SHM_DIR}/{name}")));
     }
-    // SAFETY: geteuid has no failure mode and touches no memory.
-    let me = unsafe { libc::geteuid() };
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_uid != me || st.st_mode & 0o077 != 0 {
-        return Err(FabricError::Untrusted {
-            what: format!(
-                "{SHM_DIR}/{name}: owner uid {}, mode {:o}; weft maps only regular files of its own user (uid {me}) with mode 600",
-                st.st_uid,
-                st.st_mode & 0o7777
-            ),
-        });
-    }
+    owned_private(&st, libc::S_IFREG, name, "maps only regular files of its own user with mode 600")?;
     let len = usize::try_from(st.st_size)
         .map_err(|_| FabricError::Malformed { what: format!("size of {SHM_DIR}/{name}") })?;
     map_fd(fd.0, len, name).map(Some)
@@ -211,18 +201,29 @@ pub fn private_dir(name: &str) -> FabricResult<()> {
     if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0 {
         return Err(FabricError::last_os(format!("stat of {SHM_DIR}/{name}")));
     }
+    owned_private(
+        &st,
+        libc::S_IFDIR,
+        name,
+        "keeps a job's files only in a directory of its own user with mode 700",
+    )
+}
+
+/// Checks that `st` (of `name` in [`SHM_DIR`]) is of type `kind`, this user's, and closed
+/// to everyone else; else [`FabricError::Untrusted`] saying what weft `wants`.
+fn owned_private(st: &libc::stat, kind: libc::mode_t, name: &str, wants: &str) -> FabricResult<()> {
     // SAFETY: geteuid has no failure mode and touches no memory.
     let me = unsafe { libc::geteuid() };
-    if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_uid != me || st.st_mode & 0o077 != 0 {
-        return Err(FabricError::Untrusted {
-            what: format!(
-                "{SHM_DIR}/{name}: owner uid {}, mode {:o}; weft keeps a job's files only in a directory of its own user (uid {me}) with mode 700",
-                st.st_uid,
-                st.st_mode & 0o7777
-            ),
-        });
+    if st.st_mode & libc::S_IFMT == kind && st.st_uid == me && st.st_mode & 0o077 == 0 {
+        return Ok(());
     }
-    Ok(())
+    Err(FabricError::Untrusted {
+        what: format!(
+            "{SHM_DIR}/{name}: owner uid {}, mode {:o}; weft {wants} (uid {me})",
+            st.st_uid,
+            st.st_mode & 0o7777
+        ),
+    })
 }
 
 /// Removes the directory `name` of [`SHM_DIR`] if it is empty (the last rank of a job out).

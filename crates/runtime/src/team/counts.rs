@@ -22,8 +22,9 @@ pub(super) fn zeroed_buf<T: Pod>(elems: Option<usize>, what: &'static str) -> Re
     let Some((elems, bytes)) = elems.zip(bytes) else {
         return Err(Error::TooLarge { what, len: usize::MAX, max: isize::MAX as usize });
     };
-    // Small buffers (most collectives') skip reading /proc.
-    if bytes > 1 << 20 {
+    // Only a buffer large enough to matter reads /proc (a system call and a parse, on every
+    // call of a collective that allocates its result).
+    if bytes > 256 << 20 {
         if let Some(avail) = weft_fabric::os::mem_available() {
             if bytes as u64 > avail {
                 return Err(Error::TooLarge { what, len: bytes, max: avail as usize });
