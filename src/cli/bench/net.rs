@@ -51,12 +51,23 @@ fn wait_output(mut child: Child, limit: Duration) -> Result<std::process::Output
 
 /// `fi_pingpong`'s µs per one-way transfer of `bytes` with its start-up left out: the slope
 /// between a run of `iters` round trips and one of ten times as many.
+/// A connection set-up that took much longer in the short run than in the long one (a busy
+/// machine) leaves no slope: the pair is then run again, up to `TRIES` times in all.
 fn pingpong_slope(provider: &str, domain: Option<&str>, bytes: u64, iters: u32) -> Result<f64, String> {
-    let short = pingpong(provider, domain, bytes, iters)?;
-    let long = pingpong(provider, domain, bytes, 10 * iters)?;
-    slope(short, long, iters).ok_or_else(|| {
-        format!("fi_pingpong's {bytes} B runs took {short} and {long} µs per transfer: no slope")
-    })
+    const TRIES: usize = 4;
+    let mut seen = vec![];
+    for _ in 0..TRIES {
+        let short = pingpong(provider, domain, bytes, iters)?;
+        let long = pingpong(provider, domain, bytes, 10 * iters)?;
+        if let Some(s) = slope(short, long, iters) {
+            return Ok(s);
+        }
+        seen.push(format!("{short} and {long}"));
+    }
+    Err(format!(
+        "fi_pingpong's {bytes} B runs took {} µs per transfer: no slope in {TRIES} tries",
+        seen.join(", ")
+    ))
 }
 
 /// Time per transfer from the reported per-transfer times of a run of `iters` round trips
