@@ -473,6 +473,94 @@ fn same_rank_twice() -> Trial {
     Ok(())
 }
 
+/// A process started as rank 1 of a job that is running already: it fails at once, and so
+/// does the rank 1 that was there (it used to go on unaware while the newcomer waited out
+/// its start-up time and reported a timeout).
+fn same_rank_late() -> Trial {
+    let job = hand_job();
+    let env = [("WEFT_HARDEN_CASE", "barrier_loop")];
+    let ranks = [by_hand(&job, 0, 2, &env).spawn()?, by_hand(&job, 1, 2, &env).spawn()?];
+    // Started when the inboxes, unlinked after start-up, are gone (the directory with them).
+    let dir = std::path::PathBuf::from(format!("/dev/shm/weft-{job}"));
+    let t = Instant::now();
+    let (mut seen, mut started) = (false, false);
+    while !started && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(2));
+        let entries = std::fs::read_dir(&dir).map(|d| d.count());
+        seen |= entries.is_ok();
+        started = seen && !entries.is_ok_and(|n| n > 0);
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let late = by_hand(&job, 1, 2, &[("WEFT_INIT_TIMEOUT_S", "30")]).output()?;
+    let late_took = t.elapsed();
+    let [r0, r1] = ranks.map(|c| c.wait_with_output());
+    let (r0, r1) = (r0?, r1?);
+    let took = t.elapsed();
+    for (who, o) in [("the late rank 1", &late), ("the running rank 1", &r1)] {
+        if o.status.success() || !both(o).contains("same WEFT_RANK") {
+            return Err(fail(who, o));
+        }
+    }
+    if r0.status.success() {
+        return Err(fail("rank 0, whose peer failed", &r0));
+    }
+    if late_took > Duration::from_secs(3) || took > Duration::from_secs(10) {
+        return Err(format!("noticed after {late_took:?} (newcomer) and {took:?} (holder)").into());
+    }
+    let left = shm_files(&format!("weft-{job}"));
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}").into());
+    }
+    Ok(())
+}
+
+/// Another user can neither pose as a second rank 1 (a job whose rank 1 such a process
+/// knocked on goes on) nor hold a rank's claim unnoticed (the rank fails, naming the user).
+fn claim_strangers() -> Trial {
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
+    if !root {
+        return Err("this check acts as another user (setpriv): run it as root".into());
+    }
+    let as_stranger = |var: &str, name: &str| {
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(me())
+            .env("WEFT_HARDEN_CASE", "stranger")
+            .env(var, name)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    };
+    let job = hand_job();
+    let env = [("WEFT_HARDEN_CASE", "barrier_loop"), ("WEFT_LOOP_MS", "1500")];
+    let ranks = [by_hand(&job, 0, 2, &env).spawn()?, by_hand(&job, 1, 2, &env).spawn()?];
+    std::thread::sleep(Duration::from_millis(500));
+    let knock = as_stranger("WEFT_CLAIM_KNOCK", &format!("weft-{job}-1")).output()?;
+    if !knock.status.success() {
+        return Err(fail("uid 65534 knocking on rank 1's claim", &knock));
+    }
+    for (r, c) in ranks.into_iter().enumerate() {
+        let o = c.wait_with_output()?;
+        if !o.status.success() {
+            return Err(fail(&format!("rank {r}, knocked on by another user"), &o));
+        }
+    }
+    let job = hand_job();
+    let mut holder = as_stranger("WEFT_CLAIM_HOLD", &format!("weft-{job}-0")).spawn()?;
+    let mut line = String::new();
+    let stdout = holder.stdout.take().ok_or("no stdout")?;
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
+    let out = by_hand(&job, 0, 1, &[]).output();
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let out = out?;
+    if line.trim() != "holding" || out.status.success() || !both(&out).contains("user 65534") {
+        return Err(fail(&format!("rank 0 of a job whose claim uid 65534 holds ({line:?})"), &out));
+    }
+    Ok(())
+}
+
 /// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
 fn startup_mismatch_cleans_up() -> Trial {
     let job = hand_job();
@@ -705,6 +793,40 @@ fn rank_pids(pid: u32) -> Vec<u32> {
 }
 
 /// Rank 1 publishes late: rank 0 waits in start-up with its inbox published.
+/// Barriers for `WEFT_LOOP_MS` (default 20 s), rank 0 a little late to each (the others wait, checking peers).
+fn barrier_loop() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let t = Instant::now();
+    let ms = std::env::var("WEFT_LOOP_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
+    while t.elapsed() < Duration::from_millis(ms) {
+        if w.rank() == 0 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        w.barrier().map_err(e2s)?;
+    }
+    Ok(())
+}
+
+/// Another user's process: holds (`WEFT_CLAIM_HOLD`) or knocks on (`WEFT_CLAIM_KNOCK`) the
+/// abstract socket that claims a rank of a job.
+fn stranger() -> Res {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
+    let var = |v: &str| std::env::var(v).ok();
+    if let Some(name) = var("WEFT_CLAIM_HOLD") {
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
+        let _l = UnixListener::bind_addr(&addr).map_err(|e| format!("bind @{name}: {e}"))?;
+        println!("holding");
+        std::thread::sleep(Duration::from_secs(10));
+    } else if let Some(name) = var("WEFT_CLAIM_KNOCK") {
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
+        for _ in 0..50 {
+            UnixStream::connect_addr(&addr).map_err(|e| format!("connect @{name}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
 fn late_rank() -> Res {
     if std::env::var("WEFT_RANK").as_deref() == Ok("1") {
         std::thread::sleep(Duration::from_secs(30));
@@ -772,8 +894,10 @@ fn output_all_forwarded() -> Trial {
 }
 
 fn main() {
-    let programs: [common::Program; 4] = [
+    let programs: [common::Program; 6] = [
+        ("stranger", stranger),
         ("init_only", init_only),
+        ("barrier_loop", barrier_loop),
         ("stopped_rank", stopped_rank),
         ("sigbus_rank", sigbus_rank),
         ("late_rank", late_rank),
@@ -781,10 +905,12 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 11] = [
+    let checks: [Check; 13] = [
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
+        ("same_rank_late", same_rank_late),
+        ("claim_strangers", claim_strangers),
         ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
         ("squatted_names", squatted_names),
         ("job_ids_unguessable", job_ids_unguessable),

@@ -202,6 +202,12 @@ pub trait Fabric: Send + Sync + 'static {
     /// Reports whether peer `rank` is still part of the job.
     fn peer_state(&self, rank: Rank) -> PeerState;
 
+    /// Fails once another process has started as this rank of the job (by hand, with the same
+    /// rank number): checked with the peers in every wait, so that both processes fail.
+    fn check_claim(&self) -> FabricResult<()> {
+        Ok(())
+    }
+
     /// True when everything `rank` sent to this rank has been delivered: nothing waits in its
     /// paths and no thread is delivering from them right now. Used before declaring a wait on
     /// a departed peer failed.

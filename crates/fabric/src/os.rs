@@ -226,12 +226,21 @@ fn owned_private(st: &libc::stat, kind: libc::mode_t, name: &str, wants: &str) -
     })
 }
 
-/// Removes the directory `name` of [`SHM_DIR`] if it is empty (the last rank of a job out).
+/// Removes the directory `name` of [`SHM_DIR`] if it is empty and this user's own (a
+/// directory of the same name made by someone else is left alone).
 pub fn remove_dir(name: &str) {
-    if let Ok(c) = path_of(name) {
-        // SAFETY: valid C string; rmdir has no memory effects and fails on a non-empty one.
-        unsafe { libc::rmdir(c.as_ptr()) };
+    let Ok(c) = path_of(name) else {
+        return;
+    };
+    let mut st = zeroed_stat();
+    // SAFETY: valid C string and a writable stat; lstat does not follow a link.
+    if unsafe { libc::lstat(c.as_ptr(), &mut st) } != 0
+        || owned_private(&st, libc::S_IFDIR, name, "").is_err()
+    {
+        return;
     }
+    // SAFETY: valid C string; rmdir has no memory effects and fails on a non-empty one.
+    unsafe { libc::rmdir(c.as_ptr()) };
 }
 
 /// Removes the directory `name` of [`SHM_DIR`] and the files in it, if it is a directory of
@@ -661,6 +670,36 @@ pub fn unix_stream_from_fd(fd: std::os::fd::RawFd) -> FabricResult<std::os::unix
     // SAFETY: fd is an open socket inherited from the launcher for this purpose, and nothing
     // else in the process owns it: the stream becomes its only owner.
     Ok(unsafe { std::os::unix::net::UnixStream::from_raw_fd(fd) })
+}
+
+/// The pid and user id of the process at the other end of connected Unix socket `s`, as the
+/// kernel recorded them when the connection was made (`SO_PEERCRED`): not forgeable.
+pub fn peer_credentials(s: &std::os::unix::net::UnixStream) -> FabricResult<(u32, u32)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: libc::ucred is plain old data for which all-zero bytes are a valid value.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into the valid out-parameter cred and
+    // updates len; the descriptor belongs to `s`, borrowed for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(FabricError::last_os("SO_PEERCRED"));
+    }
+    Ok((cred.pid as u32, cred.uid))
+}
+
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no failure mode and touches no memory.
+    unsafe { libc::geteuid() }
 }
 
 fn zeroed_stat() -> libc::stat {

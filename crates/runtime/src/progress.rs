@@ -287,6 +287,7 @@ impl Comm {
                         return Err(e);
                     }
                 }
+                self.fabric.check_claim()?;
                 if let Some((rank, e)) = self.check_peers(deps) {
                     // What the peer sent before it left may still be on its way through this
                     // rank (another thread may be delivering it right now): fail only once
@@ -306,6 +307,9 @@ impl Comm {
     /// The error to report if a peer that `deps` needs is gone and everything it sent has been
     /// handled (for waits that are not loops of [`Comm::wait`], such as futures).
     pub(crate) fn failed_peer(&self, deps: Deps<'_>) -> Option<Error> {
+        if let Err(e) = self.fabric.check_claim() {
+            return Some(e.into());
+        }
         if let Deps::Team { check, .. } = deps {
             if let Some(e) = check() {
                 return Some(e);
@@ -383,7 +387,12 @@ impl Comm {
             });
             match self.fabric.progress(self, PollSet::All).map(|n| n + hooks) {
                 Ok(0) => {
-                    backoff.snooze(self);
+                    // A process started as this rank too: said at this rank's next call.
+                    if backoff.snooze(self) {
+                        if let Err(e) = self.fabric.check_claim() {
+                            self.record_error(e.into());
+                        }
+                    }
                 }
                 Ok(_) => backoff.reset(),
                 Err(e) => {

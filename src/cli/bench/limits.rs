@@ -108,10 +108,11 @@ impl SharedLine {
         let name = format!("{}bench-line", weft_fabric::shm::file_prefix(&w.config().job));
         let shared = weft::Error::Fabric;
         let map = if w.rank() == 0 && w.size() > 1 {
-            // The job's directory exists where the shared-memory fabric runs; over libfabric
-            // alone it is made here (and removed by `weft run` at the end).
-            os::private_dir(&weft_fabric::shm::job_dir(&w.config().job)).map_err(shared)?;
-            Some(os::create_shared(&name, 4096 + 2 * 64 * FRESH_LINES, |_| {}).map_err(shared)?)
+            let job = &w.config().job;
+            Some(
+                weft_fabric::shm::create_in_job(job, &name, 4096 + 2 * 64 * FRESH_LINES, |_| {})
+                    .map_err(shared)?,
+            )
         } else {
             None
         };
@@ -124,6 +125,7 @@ impl SharedLine {
         w.barrier()?;
         if w.rank() == 0 {
             os::unlink(&name);
+            weft_fabric::shm::leave_job_dir(&w.config().job);
         }
         Ok(SharedLine { map, next: std::cell::Cell::new(0) })
     }

@@ -422,6 +422,10 @@ impl Fabric for HybridFabric {
         }
     }
 
+    fn check_claim(&self) -> FabricResult<()> {
+        self.parts.shm.check_claim()
+    }
+
     fn peer_state(&self, rank: Rank) -> PeerState {
         match self.route(rank) {
             Ok(Route::Shm(l)) => self.parts.shm.peer_state(l),

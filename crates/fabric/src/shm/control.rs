@@ -35,9 +35,6 @@ pub struct Control {
     /// Bumped by an endpoint slot's doorbell after it wrote messages to this rank: pollers
     /// scan the slot inboxes only when it moved.
     slot_bell: Line<AtomicU32>,
-    /// Pid of another process that found this rank's name taken when it started as the same
-    /// rank of the same job (0: none); the owner fails its start-up on seeing it.
-    claimed: Line<AtomicU32>,
 }
 
 #[repr(C)]
@@ -113,11 +110,6 @@ impl Control {
     /// Counter of ranks that have mapped every inbox (used in rank 0's block at start-up).
     pub fn attached(&self) -> &AtomicU32 {
         &self.attached_line
-    }
-
-    /// Pid of a second process that claimed this rank (0: none).
-    pub fn claimed(&self) -> &AtomicU32 {
-        &self.claimed
     }
 
     /// The endpoint slots' doorbell of this rank.

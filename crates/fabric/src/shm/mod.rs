@@ -3,11 +3,13 @@
 //! target's CPU (the design of GASNet-EX's PSHM). Active messages travel through one
 //! single-producer ring per (sender, receiver, request/reply) in the receiver's inbox file.
 //!
-//! Files live in `/dev/shm` under names unique to the job (`weft-JOB-...`) and are unlinked as
-//! soon as every rank has mapped them, so nothing is left behind even after `kill -9`. (The
-//! launcher also removes anything of its job that a rank killed during start-up left.)
+//! Files live in the job's directory `/dev/shm/weft-JOB/` (mode 700) and are unlinked as soon
+//! as every rank has mapped them, the directory too once empty, so nothing is left behind even
+//! after `kill -9`. (The launcher also removes anything of its job that a rank killed during
+//! start-up left.)
 
 mod bias;
+mod claim;
 mod control;
 pub mod ring;
 mod slots;
@@ -21,6 +23,7 @@ use crate::{
     FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
 };
 use bias::Bias;
+use claim::Claim;
 use control::{Control, State};
 use ring::{Body, Receiver, RingPtr, Sender};
 use spin::SpinLock;
@@ -57,6 +60,29 @@ pub fn file_prefix(job: &str) -> String {
     format!("weft-{job}/")
 }
 
+/// Creates shared file `name` (under [`file_prefix`]) of job `job` with [`os::create_shared`],
+/// making the job's directory first. Ranks remove the directory whenever it empties (see
+/// [`leave_job_dir`]), so it is made again if a peer removed it meanwhile.
+pub fn create_in_job(job: &str, name: &str, len: usize, init: impl Fn(*mut u8)) -> FabricResult<Mapping> {
+    let mut tries = 0;
+    loop {
+        os::private_dir(&job_dir(job))?;
+        match os::create_shared(name, len, &init) {
+            // Removed by a peer between the two calls: it was empty, make it again.
+            Err(FabricError::Os { errno, .. }) if errno == libc::ENOENT && tries < 8 => tries += 1,
+            r => return r,
+        }
+    }
+}
+
+/// Removes job `job`'s directory if it is empty. Every file in it is unlinked once its peers
+/// have mapped it, and each rank calls this then: the directory exists only while a file is
+/// being published, so a job whose ranks are all killed (`kill -9`, which no launcher can
+/// clean up after under mpirun or srun) leaves nothing behind but in that window.
+pub fn leave_job_dir(job: &str) {
+    os::remove_dir(&job_dir(job));
+}
+
 /// The shared-memory fabric (see the module documentation).
 pub struct ShmFabric {
     rank: Rank,
@@ -79,6 +105,8 @@ pub struct ShmFabric {
     /// The bias of every ring-end lock above (`senders`, the receivers' and slot inboxes'
     /// consumers): plain acquisitions while one thread communicates.
     bias: Bias,
+    /// This rank's claim on its place in the job, held while the fabric lives.
+    claim: Claim,
 }
 
 /// One ring of our inbox: the consumer under a lock, plus what a poller needs to peek at it
@@ -125,64 +153,14 @@ impl Drop for Unlink {
     }
 }
 
-/// Removes the job's directory, if empty, when start-up fails (the last rank out does).
-struct RemoveDirOnError {
-    dir: String,
-    armed: bool,
-}
+/// Removes the job's directory, if empty, when start-up ends (either way): declared before
+/// the inbox's guard, it runs after it.
+struct LeaveJobDir<'a>(&'a str);
 
-impl Drop for RemoveDirOnError {
+impl Drop for LeaveJobDir<'_> {
     fn drop(&mut self) {
-        if self.armed {
-            os::remove_dir(&self.dir);
-        }
+        leave_job_dir(self.0);
     }
-}
-
-/// The error of a process that found rank `cfg.rank`'s inbox `name` (at `path`) taken: it
-/// tells the holder too, by writing its pid into the holder's control block, so that both
-/// fail (two processes started as the same rank of one job).
-fn claim_taken(name: &str, path: &str, cfg: &ShmConfig) -> FabricError {
-    // The holder may still be building its file under the temporary name: give it a moment
-    // to publish, so that it hears of the claim too.
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut found = os::open_shared(name);
-    while matches!(found, Ok(None)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-        found = os::open_shared(name);
-    }
-    let holder = match found {
-        Ok(Some(m)) if m.len() >= control::CONTROL_BYTES => {
-            // SAFETY: the file is at least a control block long and was published by
-            // `create_shared` after `Control::init` (open_shared checked it is ours).
-            let c = unsafe { Control::at(m.as_ptr()) };
-            c.claimed().store(os::pid(), Ordering::Release);
-            format!(" by pid {}", c.pid())
-        }
-        Ok(_) => String::new(),
-        Err(e) => return e,
-    };
-    FabricError::Mismatch {
-        what: format!(
-            "rank {} of job {} is taken{holder} ({path} exists): two processes started with the same WEFT_RANK?",
-            cfg.rank, cfg.job
-        ),
-    }
-}
-
-/// Fails if another process claimed our rank meanwhile (see [`claim_taken`]).
-fn own_claimed(own: &Mapping, cfg: &ShmConfig) -> FabricResult<()> {
-    // SAFETY: our own inbox, initialised by `Control::init`, mapped while `own` lives.
-    let pid = unsafe { Control::at(own.as_ptr()) }.claimed().load(Ordering::Acquire);
-    if pid == 0 {
-        return Ok(());
-    }
-    Err(FabricError::Mismatch {
-        what: format!(
-            "process {pid} started as rank {} of job {} too: two processes started with the same WEFT_RANK?",
-            cfg.rank, cfg.job
-        ),
-    })
 }
 
 impl ShmFabric {
@@ -193,21 +171,19 @@ impl ShmFabric {
                 what: format!("rank {} of a job of {}", cfg.rank, cfg.size),
             });
         }
+        // First of all: a second process started as this rank fails here, and tells us.
+        let claim = Claim::take(&cfg.job, cfg.rank)?;
         let slots = ring_slots(cfg.ring_bytes);
         let max_medium = max_medium_for(slots);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
-        os::private_dir(&job_dir(&cfg.job))?;
-        // Declared before the inbox's guard, so dropped after it: the directory is empty then.
-        let mut dir_guard = RemoveDirOnError { dir: job_dir(&cfg.job), armed: true };
+        let _leave = LeaveJobDir(&cfg.job);
         let name = inbox_name(&cfg.job, cfg.rank);
-        let own = match os::create_shared(&name, inbox_bytes, |p| {
+        // Taken though our claim was free: a file left by a process of this job id that died,
+        // or planted; never replaced.
+        let own = create_in_job(&cfg.job, &name, inbox_bytes, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
             unsafe { Control::init(p, cfg.rank, cfg.size, slots as u32, os::pid()) }
-        }) {
-            Ok(m) => m,
-            Err(FabricError::Exists { path }) => return Err(claim_taken(&name, &path, &cfg)),
-            Err(e) => return Err(e),
-        };
+        })?;
         // From here on an error leaves nothing behind: the inbox is unlinked on every way out
         // (it is unlinked on success too, once every rank has mapped it).
         let _unlink = Unlink(name);
@@ -224,7 +200,7 @@ impl ShmFabric {
                 if let Some(m) = os::open_shared(&name)? {
                     break m;
                 }
-                own_claimed(&own, &cfg)?;
+                claim.check()?;
                 if Instant::now() > deadline {
                     return Err(FabricError::Timeout {
                         what: format!(
@@ -276,6 +252,7 @@ impl ShmFabric {
             next_region: AtomicU32::new(0),
             slot_rx: slots::SlotInboxes::new(),
             bias: Bias::new(),
+            claim,
         };
         // Start-up barrier: count ourselves in rank 0's control block once every inbox is mapped.
         fab.control(0).attached().fetch_add(1, Ordering::AcqRel);
@@ -289,7 +266,7 @@ impl ShmFabric {
             }) {
                 return Err(FabricError::Peer { rank: r, reason: format!("died during start-up ({why})") });
             }
-            own_claimed(&own, &cfg)?;
+            fab.claim.check()?;
             if Instant::now() > deadline {
                 return Err(FabricError::Timeout {
                     what: "waiting for every rank to map the others' inboxes".into(),
@@ -298,8 +275,6 @@ impl ShmFabric {
             std::thread::sleep(Duration::from_micros(200));
         }
         fab.control(cfg.rank).state.store(State::Running as u32, Ordering::Release);
-        // The directory stays for the job's later files; the last rank out removes it.
-        dir_guard.armed = false;
         Ok(fab)
     }
 
@@ -556,7 +531,7 @@ impl Fabric for ShmFabric {
 
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {
         let id = self.next_region.fetch_add(1, Ordering::Relaxed);
-        let map = Arc::new(os::create_shared(&region_name(&self.job, self.rank, id), len, |_| {})?);
+        let map = Arc::new(create_in_job(&self.job, &region_name(&self.job, self.rank, id), len, |_| {})?);
         let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
         if regions.len() <= id as usize {
             regions.resize(id as usize + 1, None);
@@ -578,6 +553,7 @@ impl Fabric for ShmFabric {
 
     fn seal(&self, region: &LocalRegion) -> FabricResult<()> {
         os::unlink(&region_name(&self.job, self.rank, region.id));
+        leave_job_dir(&self.job);
         Ok(())
     }
 
@@ -764,6 +740,10 @@ impl Fabric for ShmFabric {
         self.has_incoming()
     }
 
+    fn check_claim(&self) -> FabricResult<()> {
+        self.claim.check()
+    }
+
     fn peer_state(&self, rank: Rank) -> PeerState {
         let c = self.control(rank);
         match c.state.load(Ordering::Acquire) {
@@ -862,7 +842,6 @@ impl Drop for ShmFabric {
         for id in 0..n {
             os::unlink(&region_name(&self.job, self.rank, id));
         }
-        // Empty once every rank has left: the last one removes it.
-        os::remove_dir(&job_dir(&self.job));
+        leave_job_dir(&self.job);
     }
 }
