@@ -16,10 +16,10 @@ fn main() -> weft::Result<()> {
             let seg = &seg;
             s.spawn(move || -> weft::Result<()> {
                 for i in 0..1000 {
-                    ep.put(seg.at(next, ep.index() * 16 + i % 16), &[i as u64])?;
+                    ep.put_nbi(seg.at(next, ep.index() * 16 + i % 16), &[i as u64])?;
                     // queued, 32 per publish
                 }
-                ep.flush() // everything visible at `next`
+                ep.sync_nbi() // everything visible at `next`
             });
         }
     });

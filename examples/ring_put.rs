@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 fn main() -> Result<(), weft::Error> {
-    let world = weft::init()?;
+    let world = weft::World::init()?;
     let (me, n) = (world.rank(), world.size());
     // [0] = token, [1] = flag (lap number), on every rank.
     let seg = world.alloc_segment::<u64>(2)?;

@@ -14,7 +14,7 @@ remote! {
 }
 
 fn main() -> Result<(), weft::Error> {
-    let world = weft::init()?;
+    let world = weft::World::init()?;
     let next = (world.rank() + 1) % world.size();
     let v = RmaVec::from_slice(&world, &vec![1.0; 1 << 20])?; // 8 MiB in the pool
     let back = weft::block_on(world.call(next, scale, (v, 2.0)))?;

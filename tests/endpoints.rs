@@ -80,10 +80,10 @@ fn categories() -> Res {
                             if k == ROUNDS - 1 {
                                 // Posted puts are unordered until a flush: this one must land
                                 // last (the AM path over libfabric once let round 197 win).
-                                ep.flush()?;
+                                ep.sync_nbi()?;
                             }
                             for d in 0..n {
-                                ep.put(seg.at(d, line * 8), &[value(me, i, k)])?;
+                                ep.put_nbi(seg.at(d, line * 8), &[value(me, i, k)])?;
                                 ep.am_request_short(d, count, &[1])?;
                                 ops += 2;
                             }
@@ -92,16 +92,16 @@ fn categories() -> Res {
                         }
                         // Above the inline threshold: written before the call returns.
                         let bytes: Vec<u8> = (0..100).map(|j| (line + j) as u8).collect();
-                        ep.put(big.at(me, line * 128), &bytes)?;
-                        ep.flush()?; // the source of the put_from below must be complete
+                        ep.put_nbi(big.at(me, line * 128), &bytes)?;
+                        ep.sync_nbi()?; // the source of the put_from below must be complete
                         for d in 0..n {
-                            ep.put(big.at(d, line * 128), &bytes)?;
+                            ep.put_nbi(big.at(d, line * 128), &bytes)?;
                             // From registered memory (referenced, read at publish).
-                            ep.put_from(big.at(d, line * 128 + 100), big.at(me, line * 128), 20)?;
+                            ep.put_from_nbi(big.at(d, line * 128 + 100), big.at(me, line * 128), 20)?;
                             ep.am_request_medium(d, count, &[0], &[9; 16])?; // inline
                             ep.am_request_medium(d, count, &[0], &[9; 300])?; // from the caller
                             if long_ams {
-                                ep.am_request_long(count, &[0], &[5; 8], landing.at(d, line * 8))?;
+                                ep.am_request_long(landing.at(d, line * 8), count, &[0], &[5; 8])?;
                             } else {
                                 ep.am_request_medium(d, count, &[0], &[5; 8])?;
                             }
@@ -109,7 +109,7 @@ fn categories() -> Res {
                         }
                         let before = ep.atomic(counter, AtomicOp::Load)?;
                         ops += 1;
-                        ep.flush()?;
+                        ep.sync_nbi()?;
                         Ok((i, ops, before))
                     })
                 })
@@ -166,7 +166,7 @@ fn completions() -> Res {
         let ops = [23u64, 41];
         for (ep, &k) in eps.iter_mut().zip(&ops) {
             for j in 0..k {
-                ep.put(seg.at(0, j as usize % 64), &[j]).map_err(e2s)?;
+                ep.put_nbi(seg.at(0, j as usize % 64), &[j]).map_err(e2s)?;
             }
         }
         // Unflushed, a counter lags by less than one signal interval (plus what is queued).
@@ -175,7 +175,7 @@ fn completions() -> Res {
             ck(shared || (c <= k && k - c < 10 + 4), || format!("{policy:?}: {c} of {k} before flush"))?;
         }
         for ep in eps.iter_mut() {
-            ep.flush().map_err(e2s)?;
+            ep.sync_nbi().map_err(e2s)?;
         }
         for (ep, &k) in eps.iter().zip(&ops) {
             let want = if shared { ops.iter().sum() } else { k };
@@ -193,9 +193,9 @@ fn completions() -> Res {
     let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 1).postlist(8)).map_err(e2s)?;
     let mut eps = set.endpoints();
     for k in 0..3u64 {
-        eps[0].put(seg.at((me + 1) % n, 60), &[1000 * k + me as u64]).map_err(e2s)?;
+        eps[0].put_nbi(seg.at((me + 1) % n, 60), &[1000 * k + me as u64]).map_err(e2s)?;
         eps[0].atomic_nbi(seg.at((me + 1) % n, 61), AtomicOp::FetchAdd(1)).map_err(e2s)?;
-        eps[0].flush().map_err(e2s)?;
+        eps[0].sync_nbi().map_err(e2s)?;
         w.barrier().map_err(e2s)?;
         let (got, want) = (seg.local().read(60), 1000 * k + ((me + n - 1) % n) as u64);
         ck(got == want, || format!("round {k}: a put before an atomic holds {got}, expected {want}"))?;
@@ -217,7 +217,7 @@ fn repeated_sets() -> Res {
         let mut set =
             w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 2).ring_kib(4)).map_err(e2s)?;
         for mut ep in set.endpoints() {
-            ep.put(seg.at((w.rank() + 1) % w.size(), ep.index()), &[k]).map_err(e2s)?;
+            ep.put_nbi(seg.at((w.rank() + 1) % w.size(), ep.index()), &[k]).map_err(e2s)?;
         }
         set.close().map_err(e2s)?;
     }
@@ -252,10 +252,10 @@ fn limits_and_bad_input() -> Res {
     let mut eps = set.endpoints();
     let ep = &mut eps[0];
     let peer = (w.rank() + 1) % w.size();
-    ck(matches!(ep.put(seg.at(peer, 8), &[1u64]), Err(Error::OutOfBounds { .. })), || {
+    ck(matches!(ep.put_nbi(seg.at(peer, 8), &[1u64]), Err(Error::OutOfBounds { .. })), || {
         "put past the end".into()
     })?;
-    ck(matches!(ep.put_from(seg.at(peer, 0), seg.at(peer, 1), 1), Err(Error::Misuse(_))), || {
+    ck(matches!(ep.put_from_nbi(seg.at(peer, 0), seg.at(peer, 1), 1), Err(Error::Misuse(_))), || {
         "put_from a peer".into()
     })?;
     ck(matches!(ep.am_request_short(w.size(), h, &[]), Err(Error::NoSuchRank { .. })), || {
@@ -264,7 +264,7 @@ fn limits_and_bad_input() -> Res {
     ck(matches!(ep.am_request_short(peer, h, &[0; 17]), Err(Error::TooLarge { .. })), || {
         "17 AM args".into()
     })?;
-    ep.put(seg.at(peer, 0), &[7u64]).map_err(e2s)?;
+    ep.put_nbi(seg.at(peer, 0), &[7u64]).map_err(e2s)?;
     drop(eps);
     set.close().map_err(e2s)?;
     ck(seg.local().read(0) == 7, || "the world stopped working".into())
@@ -286,7 +286,7 @@ weft::remote! {
 /// (rendezvous, pulled from the caller's memory) from every thread, in every category.
 fn rpc_on_endpoints() -> Res {
     use weft::EndpointRpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let peer = (w.rank() + 1) % w.size();
     for policy in EndpointPolicy::CATEGORIES {
         let mut set = w.endpoints(&EndpointConfig::new(policy, THREADS)).map_err(e2s)?;

@@ -126,7 +126,7 @@ weft::remote! {
 /// call (4 ranks, 7 of 56 runs).
 fn nested_async_calls() -> Res {
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let w = NESTED_WORLD.get_or_init(|| w);
     let (me, n) = (w.rank(), w.size());
     for round in 0..20u64 {
@@ -184,7 +184,7 @@ fn forged_rpc_flood() -> Res {
     use weft::rpc::proto::{Header, CALL, POST, RENDEZVOUS, RESULT_OK};
     use weft::rpc::RemoteFn;
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
     let peer = (me + 1) % n;
     let h = w.handler_named("weft.rpc.msg").ok_or("no RPC message handler")?;
@@ -231,7 +231,7 @@ fn forged_completions() -> Res {
     use std::future::Future;
     use weft::rpc::proto::{Header, EAGER, RESULT_OK};
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let me = w.rank();
     let seg = w.alloc_segment::<u64>(1).map_err(e2s)?;
     let flag = w.alloc_segment::<u64>(1).map_err(e2s)?;

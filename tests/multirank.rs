@@ -215,7 +215,7 @@ fn am_world(b: &mut weft::Builder) -> AmProbe {
     let medium = b
         .handler("test.medium", move |m| m.reply_medium(reply, m.args(), m.payload()).expect("medium reply"));
     let long = b.handler("test.long", move |m| {
-        m.reply_long(reply, m.args(), m.payload(), long_reply_target(m.src())).expect("long reply")
+        m.reply_long(long_reply_target(m.src()), reply, m.args(), m.payload()).expect("long reply")
     });
     AmProbe { short, medium, long, replies, checksum }
 }
@@ -256,7 +256,7 @@ fn am_kinds() -> Res {
         expect += args.iter().sum::<u64>();
         w.am_request_medium(to, p.medium, &args, &payload).map_err(e2s)?;
         expect += s;
-        w.am_request_long(p.long, &args, &payload, seg.at(to, 1 << 16).cast()).map_err(e2s)?;
+        w.am_request_long(seg.at(to, 1 << 16).cast(), p.long, &args, &payload).map_err(e2s)?;
         expect += s;
         sent += 3;
         // Long replies land at offset 0 of our segment; wait for each round so they do not overlap.
@@ -371,7 +371,7 @@ fn cpu_time() -> Result<Duration, String> {
 /// sleep, not hold a core (a spinning waiter would take the core its peers need, the lesson of
 /// runtimes whose idle ranks busy-poll).
 fn idle_waits_sleep() -> Res {
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     w.barrier().map_err(e2s)?;
     if w.rank() == 0 {
         std::thread::sleep(Duration::from_secs(2));
@@ -534,7 +534,7 @@ static POSTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 
 fn rpc_calls() -> Res {
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
     let peer = (me + 1) % n;
     // Eager: small arguments and results, to a peer and to self.
@@ -606,7 +606,7 @@ weft::remote! {
 /// (no pool yet to stage it into), the caller could not read it and dropped the result.
 fn rpc_plain_vecs() -> Res {
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
     for dst in [(me + 1) % n, me] {
         for len in [0usize, 1, 511, 512, 1024, 4096, 100_000, 1 << 20] {
@@ -639,7 +639,7 @@ weft::remote! {
 /// caller waiting for ever). The target keeps serving.
 fn rpc_small_pool() -> Res {
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let peer = (w.rank() + 1) % w.size();
     let big: Vec<f64> = (0..1 << 18).map(|i| i as f64).collect();
     let ints: Vec<i32> = vec![1, 2, 3];
@@ -669,7 +669,7 @@ fn rpc_small_pool() -> Res {
 fn rpc_bad_input() -> Res {
     use weft::rpc::{archive, proto, RemoteFn, Rpc};
     use weft::RpcExt;
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let (me, n) = (w.rank(), w.size());
     let peer = (me + 1) % n;
     let rpc = Rpc::of(&w).map_err(e2s)?;
@@ -852,6 +852,20 @@ fn check_nonblocking(team: &weft::Team, data: &[Vec<u64>], sum: &[u64], cat: &[u
         team.alltoall_nb(mine[..block * n].to_vec()).map_err(e2s)?.wait().map_err(e2s)?
     };
     ck(a2a_mixed == want, || who("alltoall, blocking on rank 0 only"))?;
+    // The forms with equal counts and user combinations, in flight together.
+    let g = team.gather_nb(root, mine.clone()).map_err(e2s)?;
+    let ag = team.allgather_nb(mine.clone()).map_err(e2s)?;
+    let r =
+        team.reduce_with_nb(0, mine.clone(), |a: &mut u64, b: &u64| *a = a.wrapping_add(*b)).map_err(e2s)?;
+    let ex =
+        team.exscan_with_nb(mine.clone(), |a: &mut u64, b: &u64| *a = a.wrapping_add(*b)).map_err(e2s)?;
+    let ex_want = (me > 0).then(|| {
+        (0..len).map(|i| (0..me).fold(0u64, |acc, r| acc.wrapping_add(data[r][i]))).collect::<Vec<u64>>()
+    });
+    ck(ex.wait().map_err(e2s)? == ex_want, || who("exscan_with"))?;
+    ck(r.wait().map_err(e2s)? == (me == 0).then(|| sum.to_vec()), || who("reduce_with"))?;
+    ck(ag.wait().map_err(e2s)? == cat, || who("allgather (equal counts)"))?;
+    ck(g.wait().map_err(e2s)? == (me == n - 1).then(|| cat.to_vec()), || who("gather"))?;
     // A blocking collective after non-blocking ones runs after them, on every member.
     let g = team.gather(0, &mine).map_err(e2s)?;
     ck(g == (me == 0).then(|| cat.to_vec()), || who("gather after non-blocking ones"))
@@ -930,7 +944,7 @@ fn small_broadcasts_back_to_back() -> Res {
 /// Also a root buffer in a segment that only some receivers hold: those get the data
 /// another way. Every result against the reference.
 fn collectives_on_segments() -> Res {
-    let w = weft::init().map_err(e2s)?;
+    let w = World::init().map_err(e2s)?;
     let team = w.world_team().map_err(e2s)?;
     let (me, n) = (team.rank() as usize, team.size() as usize);
     for block in [5_000usize, 70_000] {

@@ -12,7 +12,7 @@
 //!     /// Sums a vector that arrives in the target's registered pool.
 //!     pub fn sum(v: RmaVec<f64>) -> f64 { v.iter().sum() }
 //! }
-//! let world = weft_rpc::builder().init()?;
+//! let world = weft_runtime::World::init()?;
 //! let v = RmaVec::from_slice(&world, &vec![1.0; 1 << 20])?;
 //! let total = world.call(1 % world.size(), sum, (v,)).wait()?;
 //! assert_eq!(total, (1 << 20) as f64);
@@ -38,17 +38,16 @@ pub use registry::{fn_id, BoxFuture, Registration, RemoteFn, REMOTE_FNS};
 pub use linkme as __linkme;
 
 use std::sync::{Arc, OnceLock};
+use weft_runtime::layer::{Layer, LayerBuilder};
 use weft_runtime::{Builder, Comm, Error, Result};
 
-/// A world builder with the RPC layer installed (what `weft::init` uses).
-pub fn builder() -> Builder {
-    let mut b = weft_runtime::World::builder();
-    install(&mut b);
-    b
-}
+/// Every world of a program that links this crate has the RPC layer: it is one of the runtime's
+/// [`weft_runtime::LAYERS`], so `World::init` and `World::builder` install it.
+#[linkme::distributed_slice(weft_runtime::LAYERS)]
+static RPC_LAYER: fn(&mut Builder) = install;
 
 /// Installs the RPC layer into `b`: its AM handlers, progress hook and start-up steps.
-pub fn install(b: &mut Builder) {
+fn install(b: &mut Builder) {
     // The handlers reach the RPC state directly (it is made after them: it needs their ids).
     let slot: Arc<OnceLock<Arc<Rpc>>> = Arc::default();
     let s = slot.clone();
@@ -84,8 +83,7 @@ pub fn world_rank() -> u32 {
     WORLD_RANK.load(std::sync::atomic::Ordering::Relaxed)
 }
 
-const NO_RPC: Error =
-    Error::Misuse("this world has no RPC layer: build it with weft::builder() or weft_rpc::install");
+const NO_RPC: Error = Error::Misuse("this world has no RPC layer (the program does not link weft-rpc)");
 
 impl Rpc {
     /// The RPC layer of `comm`, or an error if the world was built without it.

@@ -104,7 +104,7 @@ impl<'a> AmMsg<'a> {
     }
     /// Replies with a payload written to `dst` (in the requester's segment) before the reply
     /// handler runs.
-    pub fn reply_long(&self, h: AmHandler, args: &[u64], payload: &[u8], dst: GlobalPtr<u8>) -> Result<()> {
+    pub fn reply_long(&self, dst: GlobalPtr<u8>, h: AmHandler, args: &[u64], payload: &[u8]) -> Result<()> {
         self.check_reply()?;
         if dst.rank() != self.src {
             return Err(Error::Misuse("a long reply must target the requester's memory"));
@@ -143,10 +143,10 @@ impl Comm {
     /// segment, bounds-checked); the handler runs on `dst.rank()` once the bytes are in place.
     pub fn am_request_long(
         &self,
+        dst: GlobalPtr<u8>,
         h: AmHandler,
         args: &[u64],
         payload: &[u8],
-        dst: GlobalPtr<u8>,
     ) -> Result<()> {
         self.check_request(h)?;
         self.send_long(h.0, AmClass::Request, args, payload, dst)

@@ -135,7 +135,7 @@ impl Comm {
         let bytes = bytes_of(src);
         let (seg, off) = self.resolve(dst, bytes.len())?;
         // The flag usually lies in the data's segment (often in its cache line): one lookup.
-        let (sig_seg, sig_off) = if signal.segment() == dst.segment() {
+        let (sig_seg, sig_off) = if signal.segment_id() == dst.segment_id() {
             (seg, Self::checked_offset(seg, signal, 8)?)
         } else {
             self.resolve(signal, 8)?

@@ -163,10 +163,6 @@ impl<T> GlobalPtr<T> {
     pub fn rank(&self) -> u32 {
         self.rank
     }
-    /// Segment id.
-    pub fn segment(&self) -> u32 {
-        self.seg
-    }
     /// Id of the segment it points into.
     pub fn segment_id(&self) -> u32 {
         self.seg

@@ -25,11 +25,31 @@ static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
 /// world.barrier()?;
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```
-#[derive(Default)]
 pub struct Builder {
     handlers: Vec<HandlerEntry>,
     overrides: Overrides,
-    pub(crate) ext: crate::ext::Extensions,
+    pub(crate) ext: crate::layer::Extensions,
+}
+
+/// The layers above the runtime that every world includes. Each entry adds its AM handlers,
+/// progress hook and start-up steps to every [`Builder`] as it is made, so one
+/// [`World::init`] gives every feature of the layers a program links (the RPC layer,
+/// `weft-rpc`, is one). Entries run in link order, the same on every rank of one program.
+#[linkme::distributed_slice]
+pub static LAYERS: [fn(&mut Builder)];
+
+impl Default for Builder {
+    fn default() -> Self {
+        let mut b = Builder {
+            handlers: Vec::new(),
+            overrides: Overrides::default(),
+            ext: crate::layer::Extensions::default(),
+        };
+        for layer in LAYERS {
+            layer(&mut b);
+        }
+        b
+    }
 }
 
 impl Builder {
@@ -115,7 +135,7 @@ pub struct Comm {
     /// Application threads inside a wait that delivers everything (the progress thread
     /// stands aside while there is one).
     pub(crate) waiting: std::sync::atomic::AtomicUsize,
-    pub(crate) ext: crate::ext::Extensions,
+    pub(crate) ext: crate::layer::Extensions,
 }
 
 /// This rank's membership of the job. Dereferences to [`Comm`], where the operations are.
@@ -141,7 +161,7 @@ impl World {
         fabric: Box<dyn Fabric>,
         mut cfg: Config,
         user: Vec<HandlerEntry>,
-        mut ext: crate::ext::Extensions,
+        mut ext: crate::layer::Extensions,
     ) -> Result<World> {
         let caps = fabric.caps();
         if !cfg.progress_thread_chosen && caps.target_progress {

@@ -10,7 +10,7 @@
 //! [`fabric`]. Start ranks with `weft run -n 4 -- ./my-program`.
 //!
 //! ```no_run
-//! let world = weft::init()?;
+//! let world = weft::World::init()?;
 //! let seg = world.alloc_segment::<u64>(1)?;
 //! let next = (world.rank() + 1) % world.size();
 //! world.put(seg.at(next, 0), &[world.rank() as u64])?;
@@ -22,14 +22,3 @@ pub use weft_fabric as fabric;
 pub use weft_rpc as rpc;
 pub use weft_rpc::{remote, EndpointRpcExt, RmaVec, RpcExt, SerializeBuffer};
 pub use weft_runtime::*;
-
-/// Joins the job with default settings and the RPC layer (see [`builder`] to register AM
-/// handlers too).
-pub fn init() -> Result<World> {
-    builder().init()
-}
-
-/// A world builder with the RPC layer installed.
-pub fn builder() -> Builder {
-    weft_rpc::builder()
-}

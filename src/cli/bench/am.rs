@@ -88,7 +88,7 @@ pub fn run(ctx: &Ctx, lim: &Limits) -> Result<Vec<Row>, weft::Error> {
             if b <= max_medium {
                 rate_rows("medium", &|| w.am_request_medium(1, h.sink, &[], p))?;
             }
-            rate_rows("long", &|| w.am_request_long(h.sink, &[], p, data.at(1, 0)))?;
+            rate_rows("long", &|| w.am_request_long(data.at(1, 0), h.sink, &[], p))?;
         }
         w.barrier()?;
     }

@@ -64,7 +64,7 @@ pub fn worker(out: &Path) -> Result<(), String> {
     let rank = world.rank();
     let mut b = MpiColl { world, out_f: vec![], out_b: vec![] };
     // weft beside it (declared after `universe`, so finalized before MPI is).
-    let weft_world = weft::init();
+    let weft_world = weft::World::init();
     let (samples, weft) = match &weft_world {
         Ok(w) => {
             let mut ours = WeftColl::new(w).map_err(|e| e.to_string())?;

@@ -84,7 +84,7 @@ fn tile_job(
         ep.get(mats.1.at(1, tile_at(n, tk, tj)), tb)?;
         multiply(acc, ta, tb);
     }
-    ep.put(mats.2.at(1, tile_at(n, ti, tj)), acc)
+    ep.put_nbi(mats.2.at(1, tile_at(n, ti, tj)), acc)
 }
 
 /// Runs of the whole multiplication per second on local tiles, `threads` threads sharing the
@@ -171,7 +171,7 @@ pub fn run(ctx: &Ctx, counts: &[usize]) -> Result<Vec<Row>, weft::Error> {
                     loop {
                         let t = ep.atomic(counter, AtomicOp::FetchAdd(1))? as usize;
                         if t >= tiles {
-                            return ep.flush();
+                            return ep.sync_nbi();
                         }
                         tile_job(&mut ep, (&a, &b, &c), n, t, &mut bufs)?;
                     }

@@ -176,7 +176,7 @@ fn counter(b: &mut weft::Builder, name: &str) -> (AmHandler, Arc<AtomicU64>) {
 pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
     // Every format and path is timed on reused memory, not on page faults (~3 µs a page here).
     let heap_kept = weft::fabric::os::keep_freed_memory();
-    let mut b = weft::builder();
+    let mut b = weft::World::builder();
     let (pong, pongs) = counter(&mut b, "bench.pong");
     let (fin_ack, fin_acks) = counter(&mut b, "bench.fin_ack");
     let ping = b.handler("bench.ping", move |m| m.reply_short(pong, &[]).expect("reply"));

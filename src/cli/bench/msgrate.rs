@@ -275,13 +275,13 @@ fn point(
                     Op::Put(b) if p.without == Without::Inline => {
                         let src = source.at(0, i * p.stride);
                         for _ in 0..ops {
-                            ep.put_from(dst, src, b)?;
+                            ep.put_from_nbi(dst, src, b)?;
                         }
                     }
                     Op::Put(b) => {
                         let data = [7u8; 8];
                         for _ in 0..ops {
-                            ep.put(dst, &data[..b])?;
+                            ep.put_nbi(dst, &data[..b])?;
                         }
                     }
                     Op::ShortAm => {
@@ -290,7 +290,7 @@ fn point(
                         }
                     }
                 }
-                ep.flush()?;
+                ep.sync_nbi()?;
                 Ok(ep)
             })?;
             if p.op == Op::ShortAm {

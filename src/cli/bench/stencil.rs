@@ -191,13 +191,13 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                         // last row the lower neighbour's top halo.
                         if g > 0 {
                             let (r, u) = owner(g - 1);
-                            ep.put(halos.at(r, slot(n, u, next, true)), &a[n..2 * n])?;
+                            ep.put_nbi(halos.at(r, slot(n, u, next, true)), &a[n..2 * n])?;
                         }
                         if g + 1 < p {
                             let (r, d) = owner(g + 1);
-                            ep.put(halos.at(r, slot(n, d, next, false)), &a[rows * n..(rows + 1) * n])?;
+                            ep.put_nbi(halos.at(r, slot(n, d, next, false)), &a[rows * n..(rows + 1) * n])?;
                         }
-                        ep.flush()?;
+                        ep.sync_nbi()?;
                         // One arrival counter per side: a neighbour may be an iteration
                         // ahead, so a shared count could hide the other's missing halo.
                         if g > 0 {
@@ -208,7 +208,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                             let (r, d) = owner(g + 1);
                             ep.atomic_nbi(arrivals.at(r, counter(d, 0)), AtomicOp::FetchAdd(1))?;
                         }
-                        ep.flush()?;
+                        ep.sync_nbi()?;
                         // Neighbours asleep in their wait learn of the flags now.
                         for nb in [g.wrapping_sub(1), g + 1].into_iter().filter(|&x| x < p) {
                             ep.comm().notify(owner(nb).0)?;

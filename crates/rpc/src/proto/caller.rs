@@ -231,9 +231,7 @@ fn start_post<'c, F: RemoteFn>(
 /// # use weft_rpc::{remote, EndpointRpcExt};
 /// # use weft_runtime::{block_on, EndpointConfig, EndpointPolicy};
 /// remote! { fn add(a: u64, b: u64) -> u64 { a + b } }
-/// # let mut b = weft_runtime::World::builder();
-/// # weft_rpc::install(&mut b);
-/// # let world = b.init()?;
+/// # let world = weft_runtime::World::init()?;
 /// let mut set = world.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 1))?;
 /// let mut ep = set.endpoints().remove(0);
 /// assert_eq!(block_on(ep.call(1, add, (2, 3)))?, 5);
@@ -253,7 +251,7 @@ impl<'c> EndpointRpcExt<'c> for Endpoint<'c> {
             let mut medium = |d, h, a: &[u64], p: &[u8]| self.am_request_medium(d, h, a, p);
             start_call::<F>(comm, &mut medium, rank, args, None)
         };
-        match self.flush() {
+        match self.sync_nbi() {
             Ok(()) => future,
             Err(e) => CallFuture { comm, rpc: None, id: 0, early: Some(e), _r: PhantomData },
         }
@@ -265,7 +263,7 @@ impl<'c> EndpointRpcExt<'c> for Endpoint<'c> {
             let mut medium = |d, h, a: &[u64], p: &[u8]| self.am_request_medium(d, h, a, p);
             start_post::<F>(comm, &mut medium, rank, args)?
         };
-        self.flush()?;
+        self.sync_nbi()?;
         Ok(sent)
     }
 }

@@ -31,7 +31,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use weft_fabric::pod::AlignedBuf;
 use weft_fabric::pool::BlockPool;
-use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Result, RmaPool};
+use weft_runtime::layer::{Layer, RmaPool};
+use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Result};
 
 /// A call's outcome as delivered: success, the result's index, its pulled chunks.
 type Outcome = (bool, Vec<u8>, Vec<Option<Received>>);

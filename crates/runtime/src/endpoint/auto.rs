@@ -274,7 +274,7 @@ fn trial(
                             n += 1;
                         }
                     }
-                    ep.flush()?;
+                    ep.sync_nbi()?;
                     Ok(n)
                 })
             })

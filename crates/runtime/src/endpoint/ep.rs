@@ -32,7 +32,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Operations are *posted*: they are published (executed on shared memory, handed to the
 /// NIC on a network) when [`crate::EndpointConfig::postlist`] of them are queued, and are
-/// all complete when [`Endpoint::flush`] returns. Operations posted between two flushes are
+/// all complete when [`Endpoint::sync_nbi`] returns. Operations posted between two flushes are
 /// unordered, as GASNet's implicit-handle puts are: two puts to the same address may land in
 /// either order (on a network, or where AMs carry the puts and several threads of the target
 /// run handlers), so flush between them when the last must win. An endpoint moves between
@@ -46,9 +46,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// let mut set = world.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 1))?;
 /// let mut ep = set.endpoints().remove(0);
 /// for i in 0..1000 {
-///     ep.put(seg.at(1, i), &[i as u64])?; // queued, published 32 at a time
+///     ep.put_nbi(seg.at(1, i), &[i as u64])?; // queued, published 32 at a time
 /// }
-/// ep.flush()?; // all 1000 visible at rank 1
+/// ep.sync_nbi()?; // all 1000 visible at rank 1
 /// drop(ep);
 /// set.close()?;
 /// # Ok::<(), weft_runtime::Error>(())
@@ -181,14 +181,14 @@ impl<'c> Endpoint<'c> {
 
     /// Posts a put of `src` to `dst`. Payloads up to the inline threshold are copied into
     /// the posting list; larger ones are written before this returns. Either way `src` may
-    /// be reused at once; the data is visible at the target after [`Endpoint::flush`].
-    pub fn put<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
+    /// be reused at once; the data is visible at the target after [`Endpoint::sync_nbi`].
+    pub fn put_nbi<T: Pod>(&mut self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
         let bytes = bytes_of(src);
         let to = self.target(dst, bytes.len())?;
         self.post_put_bytes(to, bytes)
     }
 
-    /// [`Endpoint::put`] to a resolved target.
+    /// [`Endpoint::put_nbi`] to a resolved target.
     pub(super) fn post_put_bytes(&mut self, to: Target, bytes: &[u8]) -> Result<()> {
         if bytes.len() <= self.knobs.inline_max {
             return self.post(|q| {
@@ -205,8 +205,8 @@ impl<'c> Endpoint<'c> {
 
     /// Posts a put of `len` elements of this rank's registered memory at `src` to `dst`: the
     /// payload is referenced, not copied, and read when the operation is published, so
-    /// `src` must not change until [`Endpoint::flush`] (as with RDMA from registered memory).
-    pub fn put_from<T: Pod>(&mut self, dst: GlobalPtr<T>, src: GlobalPtr<T>, len: usize) -> Result<()> {
+    /// `src` must not change until [`Endpoint::sync_nbi`] (as with RDMA from registered memory).
+    pub fn put_from_nbi<T: Pod>(&mut self, dst: GlobalPtr<T>, src: GlobalPtr<T>, len: usize) -> Result<()> {
         let bytes = len.checked_mul(std::mem::size_of::<T>()).ok_or(Error::Misuse("put length overflows"))?;
         if src.rank() != self.comm.rank() {
             return Err(Error::Misuse("put_from reads this rank's own memory; use get for a peer's"));
@@ -279,10 +279,10 @@ impl<'c> Endpoint<'c> {
     /// the handler runs on `at.rank()` once the bytes are there.
     pub fn am_request_long(
         &mut self,
+        at: GlobalPtr<u8>,
         h: AmHandler,
         args: &[u64],
         payload: &[u8],
-        at: GlobalPtr<u8>,
     ) -> Result<()> {
         self.check_am(at.rank(), h, args)?;
         if !self.comm.native_rma {
@@ -318,16 +318,16 @@ impl<'c> Endpoint<'c> {
 
     /// Publishes everything queued and completes it: puts and atomics are visible at their
     /// targets and AMs are in their targets' queues when this returns.
-    pub fn flush(&mut self) -> Result<()> {
+    pub fn sync_nbi(&mut self) -> Result<()> {
         let (comm, k) = (self.comm, self.knobs);
         self.with_path(|q, slot, cq| q.flush(comm, slot, cq, k))
     }
 }
 
 impl Drop for Endpoint<'_> {
-    /// Flushes; an error here is recorded on the world (call [`Endpoint::flush`] to see it).
+    /// Flushes; an error here is recorded on the world (call [`Endpoint::sync_nbi`] to see it).
     fn drop(&mut self) {
-        if let Err(e) = self.flush() {
+        if let Err(e) = self.sync_nbi() {
             self.comm.record_error(e);
         }
     }

@@ -21,8 +21,8 @@
 //!         let seg = &seg;
 //!         s.spawn(move || -> weft_runtime::Result<()> {
 //!             let i = ep.index();
-//!             ep.put(seg.at(0, i * 8), &[i as u64])?;
-//!             ep.flush()
+//!             ep.put_nbi(seg.at(0, i * 8), &[i as u64])?;
+//!             ep.sync_nbi()
 //!         });
 //!     }
 //! });

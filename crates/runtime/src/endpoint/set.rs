@@ -116,7 +116,7 @@ impl<'c> EndpointSet<'c> {
         }
         let mut first_err = None;
         for mut ep in self.endpoints.drain(..) {
-            if let Err(e) = ep.flush() {
+            if let Err(e) = ep.sync_nbi() {
                 first_err.get_or_insert(e);
             }
         }

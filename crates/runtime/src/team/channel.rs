@@ -52,6 +52,7 @@
 use super::call::describe_tag;
 use super::tune::DIRECT_MIN;
 use super::Core;
+use crate::layer::Layer;
 use crate::{Error, GlobalPtr, Result, Segment};
 use std::future::Future;
 use std::pin::Pin;

@@ -158,9 +158,19 @@ impl<'c> Team<'c> {
         data: Vec<T>,
         op: ReduceOp,
     ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        self.reduce_with_nb(root, data, builtin::<T>(op))
+    }
+
+    /// Non-blocking [`Team::reduce_with`].
+    pub fn reduce_with_nb<T: Pod>(
+        &self,
+        root: u32,
+        data: Vec<T>,
+        f: impl Fn(&mut T, &T) + Send + Sync + 'c,
+    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
         self.core.check_root(root)?;
         let call = Call::new(tag::REDUCE, Some(root), size_of_val(&data[..]));
-        self.start(call, |c| async move { c.reduce(root, &data, &builtin::<T>(op)).await })
+        self.start(call, |c| async move { c.reduce(root, &data, &f).await })
     }
 
     /// Non-blocking [`Team::allreduce`].
@@ -178,7 +188,13 @@ impl<'c> Team<'c> {
         self.start(call, |c| async move { c.allreduce(&data, &f).await })
     }
 
-    /// Non-blocking [`Team::gatherv`] (and gather, with equal counts).
+    /// Non-blocking [`Team::gather`].
+    pub fn gather_nb<T: Pod>(&self, root: u32, data: Vec<T>) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        let counts = vec![data.len(); self.core.size()];
+        self.gatherv_nb(root, data, counts)
+    }
+
+    /// Non-blocking [`Team::gatherv`].
     pub fn gatherv_nb<T: Pod>(
         &self,
         root: u32,
@@ -190,7 +206,13 @@ impl<'c> Team<'c> {
         self.start(call, |c| async move { c.gatherv(root, &data, &counts).await })
     }
 
-    /// Non-blocking [`Team::allgatherv`] (and allgather, with equal counts).
+    /// Non-blocking [`Team::allgather`].
+    pub fn allgather_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
+        let counts = vec![data.len(); self.core.size()];
+        self.allgatherv_nb(data, counts)
+    }
+
+    /// Non-blocking [`Team::allgatherv`].
     pub fn allgatherv_nb<T: Pod>(&self, data: Vec<T>, counts: Vec<usize>) -> Result<CollHandle<'c, Vec<T>>> {
         let call = Call::new(tag::ALLGATHER, None, total_bytes::<T>(&counts));
         self.start(call, |c| async move { c.allgatherv(&data, &counts).await })
@@ -232,7 +254,16 @@ impl<'c> Team<'c> {
 
     /// Non-blocking [`Team::exscan`].
     pub fn exscan_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        self.exscan_with_nb(data, builtin::<T>(op))
+    }
+
+    /// Non-blocking [`Team::exscan_with`].
+    pub fn exscan_with_nb<T: Pod>(
+        &self,
+        data: Vec<T>,
+        f: impl Fn(&mut T, &T) + Send + Sync + 'c,
+    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
         let call = Call::new(tag::SCAN, None, size_of_val(&data[..]));
-        self.start(call, |c| async move { c.exscan(&data, &builtin::<T>(op)).await })
+        self.start(call, |c| async move { c.exscan(&data, &f).await })
     }
 }

@@ -1,0 +1,170 @@
+//! For the layers built on the runtime (the RPC layer), not for programs: what a layer plugs
+//! into every world ([`crate::LAYERS`]; [`LayerBuilder`]: per-world state of any type,
+//! start-up steps, progress hooks that run in every wait, [`Comm::poll`] and the progress
+//! thread, outside AM handlers, so a hook may send requests, block and run user code), and
+//! what it reaches through a world ([`Layer`]: that state, registered-memory pools, reads of a
+//! peer's unregistered memory). Both are traits so that they stay out of the world's own API.
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use weft_runtime::layer::{Layer, LayerBuilder};
+//! struct Counter(std::sync::atomic::AtomicU64);
+//! let mut b = weft_runtime::World::builder();
+//! b.extension(Arc::new(Counter(0.into())));
+//! let world = b.init()?;
+//! assert!(world.extension_ref::<Counter>().is_some());
+//! # Ok::<(), weft_runtime::Error>(())
+//! ```
+
+use crate::{Builder, Comm, Error, Result, Segment};
+use std::any::Any;
+use std::sync::Arc;
+use weft_fabric::pool::{Block, BlockPool};
+
+/// A progress hook: does some work, returns how many events it handled.
+pub type ProgressHook = Arc<dyn Fn(&Comm) -> Result<usize> + Send + Sync>;
+
+/// A collective step run at the end of start-up, on every rank in the same order.
+pub type StartHook = Box<dyn FnOnce(&Comm) -> Result<()> + Send + Sync>;
+
+#[derive(Default)]
+pub(crate) struct Extensions {
+    pub values: Vec<Arc<dyn Any + Send + Sync>>,
+    pub hooks: Vec<ProgressHook>,
+    pub on_start: Vec<StartHook>,
+}
+
+/// What a layer adds to a world as it is built.
+pub trait LayerBuilder {
+    /// Attaches a per-world value of type `T` that [`Layer::extension`] returns (one per type).
+    fn extension<T: Any + Send + Sync>(&mut self, value: Arc<T>) -> &mut Self;
+    /// Adds a collective step to the end of start-up (allocating pools, checking tables).
+    fn on_start(&mut self, step: StartHook) -> &mut Self;
+    /// Adds a hook that runs during progress outside AM handlers (see the module docs).
+    fn progress_hook(&mut self, hook: ProgressHook) -> &mut Self;
+}
+
+impl LayerBuilder for Builder {
+    fn extension<T: Any + Send + Sync>(&mut self, value: Arc<T>) -> &mut Self {
+        self.ext.values.retain(|v| !v.is::<T>());
+        self.ext.values.push(value);
+        self
+    }
+    fn on_start(&mut self, step: StartHook) -> &mut Self {
+        self.ext.on_start.push(step);
+        self
+    }
+    fn progress_hook(&mut self, hook: ProgressHook) -> &mut Self {
+        self.ext.hooks.push(hook);
+        self
+    }
+}
+
+/// What a layer reaches through a world.
+pub trait Layer {
+    /// The value of type `T` attached with [`LayerBuilder::extension`].
+    fn extension<T: Any + Send + Sync>(&self) -> Option<Arc<T>>;
+    /// A reference to the value of type `T` attached with [`LayerBuilder::extension`], for
+    /// the world's lifetime: no reference count is touched (a layer looks its state up on
+    /// every call).
+    fn extension_ref<T: Any + Send + Sync>(&self) -> Option<&T>;
+    /// Collective: a pool of `bytes` registered bytes on every rank (a segment; memory is
+    /// only committed where blocks are written).
+    fn alloc_pool(&self, bytes: usize) -> Result<RmaPool>;
+    /// Copies `dst.len()` bytes at address `addr` of rank `rank`'s process (memory it never
+    /// registered). Fails with [`Error::Fabric`] where the fabric cannot (see
+    /// [`crate::Caps::peer_read`]).
+    fn read_peer(&self, rank: u32, addr: u64, dst: &mut [u8]) -> Result<()>;
+}
+
+impl Layer for Comm {
+    #[inline]
+    fn extension<T: Any + Send + Sync>(&self) -> Option<Arc<T>> {
+        // Type check first, then one clone: cloning every candidate to try a downcast would
+        // cost an atomic increment and decrement per extension on every call.
+        let v = self.ext.values.iter().find(|v| (***v).is::<T>())?;
+        v.clone().downcast::<T>().ok()
+    }
+
+    #[inline]
+    fn extension_ref<T: Any + Send + Sync>(&self) -> Option<&T> {
+        self.ext.values.iter().find_map(|v| (**v).downcast_ref::<T>())
+    }
+
+    fn alloc_pool(&self, bytes: usize) -> Result<RmaPool> {
+        let seg = self.alloc_segment::<u8>(bytes)?;
+        let info = self.segments.get(seg.id()).ok_or(Error::NoSuchSegment(seg.id()))?;
+        let blocks = BlockPool::new(info.local.clone());
+        Ok(RmaPool { seg, blocks })
+    }
+
+    fn read_peer(&self, rank: u32, addr: u64, dst: &mut [u8]) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::NoSuchRank { rank, size: self.size() });
+        }
+        Ok(self.fabric.read_peer(rank, addr, dst)?)
+    }
+}
+
+/// A registered-memory pool: one segment, allocated collectively, handed out in blocks that
+/// peers can read with RMA (see [`weft_fabric::pool`]).
+pub struct RmaPool {
+    seg: Segment<u8>,
+    blocks: Arc<BlockPool>,
+}
+
+impl std::fmt::Debug for RmaPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RmaPool {{ segment: {}, {:?} }}", self.seg.id(), self.blocks)
+    }
+}
+
+impl RmaPool {
+    /// The segment the pool lives in (peers address blocks as this segment + block offset).
+    pub fn segment(&self) -> u32 {
+        self.seg.id()
+    }
+    /// A block of at least `bytes` bytes, or an error naming the pool's size when it is full.
+    pub fn alloc(&self, bytes: usize) -> Result<Block> {
+        self.blocks.alloc(bytes).ok_or(Error::TooLarge {
+            what: "registered-memory pool allocation (bytes; pool in use / size in the pool's Debug)",
+            len: bytes,
+            max: self.blocks.capacity() - self.blocks.in_use(),
+        })
+    }
+    /// Bytes in all, and bytes handed out now.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.blocks.capacity(), self.blocks.in_use())
+    }
+    /// The block allocator (blocks free themselves into it when dropped).
+    pub fn blocks(&self) -> &Arc<BlockPool> {
+        &self.blocks
+    }
+    /// Byte offset in the pool of `[addr, addr+len)` if it lies inside this rank's pool.
+    pub fn locate(&self, addr: u64, len: u64) -> Option<usize> {
+        let base = self.blocks.region().as_ptr() as u64;
+        let end = addr.checked_add(len)?;
+        (addr >= base && end <= base + self.blocks.capacity() as u64).then(|| (addr - base) as usize)
+    }
+}
+
+impl Comm {
+    /// Runs the progress hooks (never inside an AM handler). Returns the events they handled.
+    /// Inline for its first test: it runs on every poll of every wait, and waits are generic
+    /// (compiled in the caller's crate, where a plain function would be a call).
+    #[inline]
+    pub(crate) fn run_hooks(&self) -> Result<usize> {
+        if self.ext.hooks.is_empty() || crate::am::in_handler().is_some() {
+            return Ok(0);
+        }
+        self.run_each_hook()
+    }
+
+    fn run_each_hook(&self) -> Result<usize> {
+        let mut n = 0;
+        for h in &self.ext.hooks {
+            n += h(self)?;
+        }
+        Ok(n)
+    }
+}
