@@ -561,6 +561,68 @@ fn claim_strangers() -> Trial {
     Ok(())
 }
 
+/// A rank killed with SIGKILL while its segment's file waits for the peers (a job started
+/// without `weft run`, as under mpirun or srun, where no launcher of ours cleans up): the
+/// survivor unlinks what the dead rank left, and nothing stays in /dev/shm.
+fn dead_peer_files_removed() -> Trial {
+    let job = hand_job();
+    let env = [("WEFT_HARDEN_CASE", "alloc_late")];
+    let r0 = by_hand(&job, 0, 2, &env).spawn()?;
+    let mut r1 = by_hand(&job, 1, 2, &env).spawn()?;
+    let t = Instant::now();
+    let published = || shm_files(&format!("weft-{job}/")).is_empty() && dir_has(&job, "1-r");
+    while !published() && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    r1.kill()?;
+    r1.wait()?;
+    let out = r0.wait_with_output()?;
+    if out.status.success() || !both(&out).contains("rank 1") {
+        return Err(fail("rank 0, whose peer was killed", &out));
+    }
+    let left = shm_files(&format!("weft-{job}"));
+    if !left.is_empty() {
+        return Err(format!("left in /dev/shm after rank 1 was killed: {left:?}").into());
+    }
+    Ok(())
+}
+
+/// Whether job `job`'s directory holds a file whose name starts with `prefix`.
+fn dir_has(job: &str, prefix: &str) -> bool {
+    std::fs::read_dir(format!("/dev/shm/weft-{job}"))
+        .is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(prefix)))
+}
+
+/// A `/dev/shm` too full for what the job needs (another user can fill it): an error naming
+/// it, never a SIGBUS, for the ranks' inboxes and for the (sparse) RPC pool. Each job runs in
+/// a private mount namespace with a small tmpfs on /dev/shm.
+fn full_shm_is_an_error() -> Trial {
+    let in_small_shm =
+        |mib: u32, fill_kib: u32, case: &str, env: &[(&str, &str)]| -> std::io::Result<Output> {
+            let script = format!(
+            "mount -t tmpfs -o size={mib}m tmpfs /dev/shm && \
+             {{ head -c {fill_kib}k /dev/zero > /dev/shm/filler || true; }} && exec \"$0\" run -n 2 -- \"$1\""
+        );
+            Command::new("unshare")
+                .args(["-m", "sh", "-c", &script])
+                .arg(env!("CARGO_BIN_EXE_weft"))
+                .arg(me())
+                .env("WEFT_HARDEN_CASE", case)
+                .envs(env.iter().copied())
+                .output()
+        };
+    let out = in_small_shm(4, 4096, "init_only", &[])?;
+    let text = both(&out);
+    if out.status.success() || !text.contains("/dev/shm full?") || text.contains("SIGBUS") {
+        return Err(fail("a job on a full /dev/shm", &out));
+    }
+    let out = in_small_shm(16, 0, "pool_beyond_shm", &[("WEFT_RPC_POOL_MIB", "64")])?;
+    if !out.status.success() || both(&out).contains("SIGBUS") {
+        return Err(fail("a 64 MiB pool on a 16 MiB /dev/shm", &out));
+    }
+    Ok(())
+}
+
 /// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
 fn startup_mismatch_cleans_up() -> Trial {
     let job = hand_job();
@@ -793,15 +855,14 @@ fn rank_pids(pid: u32) -> Vec<u32> {
 }
 
 /// Rank 1 publishes late: rank 0 waits in start-up with its inbox published.
-/// Barriers for `WEFT_LOOP_MS` (default 20 s), rank 0 a little late to each (the others wait, checking peers).
+/// Barriers for `WEFT_LOOP_MS` (default 20 s), 20 ms apart.
 fn barrier_loop() -> Res {
     let w = World::init().map_err(e2s)?;
     let t = Instant::now();
     let ms = std::env::var("WEFT_LOOP_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     while t.elapsed() < Duration::from_millis(ms) {
-        if w.rank() == 0 {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        // Every rank: the barrier's waits stay short (below a peer-check period).
+        std::thread::sleep(Duration::from_millis(20));
         w.barrier().map_err(e2s)?;
     }
     Ok(())
@@ -825,6 +886,29 @@ fn stranger() -> Res {
         }
     }
     Ok(())
+}
+
+/// Rank 0 allocates a segment 2 s after rank 1, which publishes its part and waits.
+fn alloc_late() -> Res {
+    let w = World::init().map_err(e2s)?;
+    if w.rank() == 0 {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    w.alloc_segment::<u64>(1 << 20).map_err(e2s)?;
+    w.barrier().map_err(e2s)
+}
+
+/// Asks the RPC pool for more than the (small) `/dev/shm` holds: an error, not a SIGBUS.
+fn pool_beyond_shm() -> Res {
+    let w = World::init().map_err(e2s)?;
+    match weft::RmaVec::<u8>::with_capacity(&w, 48 << 20) {
+        Err(e) if e.to_string().contains("full") => {}
+        r => return Err(format!("48 MiB of the pool on a 16 MiB /dev/shm: {:?}", r.map(|v| v.capacity()))),
+    }
+    // Smaller blocks still work.
+    let v = weft::RmaVec::<u8>::from_slice(&w, &[7u8; 4096]).map_err(e2s)?;
+    ck(v.iter().all(|&b| b == 7), || "a 4 KiB block after the refusal".into())?;
+    w.barrier().map_err(e2s)
 }
 
 fn late_rank() -> Res {
@@ -894,7 +978,9 @@ fn output_all_forwarded() -> Trial {
 }
 
 fn main() {
-    let programs: [common::Program; 6] = [
+    let programs: [common::Program; 8] = [
+        ("pool_beyond_shm", pool_beyond_shm),
+        ("alloc_late", alloc_late),
         ("stranger", stranger),
         ("init_only", init_only),
         ("barrier_loop", barrier_loop),
@@ -905,12 +991,14 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 13] = [
+    let checks: [Check; 15] = [
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
         ("same_rank_late", same_rank_late),
         ("claim_strangers", claim_strangers),
+        ("dead_peer_files_removed", dead_peer_files_removed),
+        ("full_shm_is_an_error", full_shm_is_an_error),
         ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
         ("squatted_names", squatted_names),
         ("job_ids_unguessable", job_ids_unguessable),

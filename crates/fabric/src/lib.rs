@@ -39,6 +39,9 @@ pub use error::{FabricError, FabricResult};
 pub use open::{open, FabricChoice, OpenConfig};
 pub use types::*;
 
+/// What a fabric calls when this rank can no longer go on (see [`Fabric::set_alarm`]).
+pub type Alarm = Box<dyn Fn(FabricError) + Send + Sync>;
+
 /// The interface every fabric implements. The runtime layer is written against this trait only.
 ///
 /// Operations on remote memory name a [`RemoteRegion`] (obtained from [`Fabric::attach`] with a
@@ -62,6 +65,11 @@ pub trait Fabric: Send + Sync + 'static {
     /// Allocates `len` bytes of registered memory that peers can reach once they attach it.
     /// The memory is zero-filled and page-aligned.
     fn register(&self, len: usize) -> FabricResult<LocalRegion>;
+    /// As [`Fabric::register`], for a pool whose memory is committed only where it is
+    /// written: a fabric that can need not back it up front.
+    fn register_sparse(&self, len: usize) -> FabricResult<LocalRegion> {
+        self.register(len)
+    }
     /// Releases a region this rank registered: the fabric forgets it (its memory goes when
     /// the last `LocalRegion` clone does). Peers must no longer use it.
     fn deregister(&self, region: &LocalRegion);
@@ -203,9 +211,16 @@ pub trait Fabric: Send + Sync + 'static {
     fn peer_state(&self, rank: Rank) -> PeerState;
 
     /// Fails once another process has started as this rank of the job (by hand, with the same
-    /// rank number): checked with the peers in every wait, so that both processes fail.
+    /// rank number), so that both processes fail.
     fn check_claim(&self) -> FabricResult<()> {
         Ok(())
+    }
+
+    /// Sets what the fabric calls, from a thread of its own, when this rank can no longer go
+    /// on for a reason outside any call (another process claimed its rank): the runtime
+    /// records the error for the rank's next wait and wakes it.
+    fn set_alarm(&self, alarm: Alarm) {
+        let _ = alarm;
     }
 
     /// True when everything `rank` sent to this rank has been delivered: nothing waits in its

@@ -37,6 +37,39 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Backs bytes `[offset, offset + len)` (widened to whole pages) with memory now
+    /// (`MADV_POPULATE_WRITE`): where the system has none left (a full `/dev/shm`) this is an
+    /// error instead of a SIGBUS at the first write. A kernel without it (before 5.14) backs
+    /// pages at first write, as before.
+    pub fn back(&self, offset: usize, len: usize) -> FabricResult<()> {
+        const PAGE: usize = 4096;
+        let end = offset.checked_add(len).filter(|&e| e <= self.len).ok_or(FabricError::OutOfBounds {
+            offset,
+            len,
+            region_len: self.len,
+        })?;
+        let start = offset / PAGE * PAGE;
+        let end = end.div_ceil(PAGE).saturating_mul(PAGE).min(self.len);
+        if end <= start {
+            return Ok(());
+        }
+        // SAFETY: [start, end) lies inside this mapping (checked above; ptr is page-aligned,
+        // as mmap returns it); populating changes no byte of it.
+        let rc = unsafe { libc::madvise(self.ptr.add(start).cast(), end - start, libc::MADV_POPULATE_WRITE) };
+        if rc == 0 {
+            return Ok(());
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINVAL) => Ok(()),
+            errno => Err(FabricError::Os {
+                what: format!("backing {} bytes of shared memory (is {SHM_DIR} full?)", end - start),
+                errno: errno.unwrap_or(0),
+            }),
+        }
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         if self.len > 0 {
@@ -53,8 +86,14 @@ fn path_of(name: &str) -> FabricResult<CString> {
         .map_err(|_| FabricError::Malformed { what: format!("shared-memory name {name:?}") })
 }
 
-fn map_fd(fd: libc::c_int, len: usize, what: &str) -> FabricResult<Mapping> {
-    map_raw(fd, len, libc::MAP_SHARED | libc::MAP_POPULATE, what)
+/// How much of a new shared file is backed by memory up front.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// All of it, reserved before use (`posix_fallocate`: a full `/dev/shm` is an error here,
+    /// not a SIGBUS at the first write) and mapped in.
+    Reserved,
+    /// Only what is written (a pool): nothing is reserved or mapped in up front.
+    Sparse,
 }
 
 /// `mmap` of `len` read-write bytes anywhere in the address space; `fd` is -1 for anonymous
@@ -87,7 +126,12 @@ impl Drop for Fd {
 /// followed or replaced: the file is made under a temporary name with `O_EXCL | O_NOFOLLOW`
 /// and published with `link`, which fails where `name` exists. An existing `name` is
 /// [`FabricError::Exists`].
-pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> FabricResult<Mapping> {
+pub fn create_shared(
+    name: &str,
+    len: usize,
+    fill: Fill,
+    init: impl FnOnce(*mut u8),
+) -> FabricResult<Mapping> {
     let tmp = format!("{name}.tmp");
     let cpath = path_of(&tmp)?;
     let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -111,7 +155,19 @@ pub fn create_shared(name: &str, len: usize, init: impl FnOnce(*mut u8)) -> Fabr
             "sizing {SHM_DIR}/{tmp} to {len} bytes (is /dev/shm full?)"
         ))));
     }
-    let map = map_fd(fd.0, len, &tmp).map_err(cleanup)?;
+    let mut flags = libc::MAP_SHARED;
+    if fill == Fill::Reserved && len > 0 {
+        // SAFETY: fd is open for writing; posix_fallocate touches no memory of ours.
+        let rc = unsafe { libc::posix_fallocate(fd.0, 0, len as libc::off_t) };
+        if rc != 0 {
+            return Err(cleanup(FabricError::Os {
+                what: format!("reserving {len} bytes of {SHM_DIR} for {tmp} (is {SHM_DIR} full?)"),
+                errno: rc,
+            }));
+        }
+        flags |= libc::MAP_POPULATE;
+    }
+    let map = map_raw(fd.0, len, flags, &tmp).map_err(cleanup)?;
     init(map.as_ptr());
     let final_path = path_of(name)?;
     // SAFETY: both paths are valid C strings; link creates a second name and never replaces.
@@ -160,7 +216,9 @@ pub fn open_shared(name: &str) -> FabricResult<Option<Mapping>> {
     owned_private(&st, libc::S_IFREG, name, "maps only regular files of its own user with mode 600")?;
     let len = usize::try_from(st.st_size)
         .map_err(|_| FabricError::Malformed { what: format!("size of {SHM_DIR}/{name}") })?;
-    map_fd(fd.0, len, name).map(Some)
+    // Not mapped in up front: a peer's pages are faulted in where this process touches them
+    // (its owner reserved them, or made them sparse).
+    map_raw(fd.0, len, libc::MAP_SHARED, name).map(Some)
 }
 
 /// 64 bits from the kernel's random number generator (`getrandom`), for names and keys
@@ -292,15 +350,17 @@ pub fn unlink_prefix(prefix: &str) -> usize {
 /// Removes the files in [`SHM_DIR`] whose names start with any of `prefixes` (one scan of the
 /// directory); returns how many were removed.
 pub fn unlink_prefixes(prefixes: &[&str]) -> usize {
-    let Ok(rd) = std::fs::read_dir(SHM_DIR) else {
+    unlink_matching("", |name| prefixes.iter().any(|p| name.starts_with(p)))
+}
+
+/// Removes the files of directory `dir` of [`SHM_DIR`] (`""`: itself) whose names `pick`
+/// chooses (one scan); returns how many were removed.
+pub fn unlink_matching(dir: &str, pick: impl Fn(&str) -> bool) -> usize {
+    let Ok(rd) = std::fs::read_dir(std::path::Path::new(SHM_DIR).join(dir)) else {
         return 0;
     };
     rd.flatten()
-        .filter(|e| {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            prefixes.iter().any(|p| name.starts_with(p))
-        })
+        .filter(|e| pick(&e.file_name().to_string_lossy()))
         .filter(|e| std::fs::remove_file(e.path()).is_ok())
         .count()
 }
@@ -694,6 +754,13 @@ pub fn peer_credentials(s: &std::os::unix::net::UnixStream) -> FabricResult<(u32
         return Err(FabricError::last_os("SO_PEERCRED"));
     }
     Ok((cred.pid as u32, cred.uid))
+}
+
+/// Shuts socket `s` down both ways: a thread blocked in `accept` on it wakes with an error.
+pub fn shutdown_socket(s: &impl std::os::fd::AsRawFd) {
+    // SAFETY: shutdown takes a descriptor number and touches no memory; the descriptor stays
+    // open (owned by `s`), so no other file can be affected.
+    unsafe { libc::shutdown(s.as_raw_fd(), libc::SHUT_RDWR) };
 }
 
 /// This process's effective user id.

@@ -27,7 +27,12 @@ pub struct BlockPool {
     region: LocalRegion,
     free: Mutex<FreeList>,
     in_use: AtomicUsize,
+    /// Bytes from the start known to be backed by memory (see [`BlockPool::alloc`]).
+    backed: AtomicUsize,
 }
+
+/// A sparse pool's memory is backed this much at a time, ahead of the blocks handed out.
+const BACK_STEP: usize = 2 << 20;
 
 impl std::fmt::Debug for BlockPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -49,7 +54,12 @@ impl BlockPool {
         if len > 0 {
             ranges.insert(0, len);
         }
-        Arc::new(BlockPool { region, free: Mutex::new(FreeList { ranges }), in_use: AtomicUsize::new(0) })
+        Arc::new(BlockPool {
+            region,
+            free: Mutex::new(FreeList { ranges }),
+            in_use: AtomicUsize::new(0),
+            backed: AtomicUsize::new(0),
+        })
     }
 
     /// The region the blocks live in.
@@ -65,20 +75,34 @@ impl BlockPool {
         self.in_use.load(Ordering::Relaxed)
     }
 
-    /// A block of at least `bytes` bytes, or `None` if no free range is large enough.
-    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Option<Block> {
+    /// A block of at least `bytes` bytes; `Ok(None)` if no free range is large enough. The
+    /// pool's memory is backed as blocks reach into it (a sparse region commits nothing up
+    /// front), so a system out of shared memory is an error here, never a SIGBUS later.
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> crate::FabricResult<Option<Block>> {
         if bytes == 0 {
-            return Some(Block { pool: self.clone(), offset: 0, len: 0, rounded: 0 });
+            return Ok(Some(Block { pool: self.clone(), offset: 0, len: 0, rounded: 0 }));
         }
-        let rounded = bytes.checked_add(BLOCK_ALIGN - 1)? / BLOCK_ALIGN * BLOCK_ALIGN;
+        let Some(rounded) = bytes.checked_add(BLOCK_ALIGN - 1).map(|b| b / BLOCK_ALIGN * BLOCK_ALIGN) else {
+            return Ok(None);
+        };
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        let (&off, &len) = free.ranges.iter().find(|(_, &len)| len >= rounded)?;
+        let Some((&off, &len)) = free.ranges.iter().find(|(_, &len)| len >= rounded) else {
+            return Ok(None);
+        };
+        let end = off + rounded;
+        let backed = self.backed.load(Ordering::Relaxed);
+        if end > backed {
+            // Under the lock: one thread backs a range at a time.
+            let to = end.saturating_add(BACK_STEP).min(self.capacity());
+            self.region.mapping().back(backed, to - backed)?;
+            self.backed.store(to, Ordering::Relaxed);
+        }
         free.ranges.remove(&off);
         if len > rounded {
-            free.ranges.insert(off + rounded, len - rounded);
+            free.ranges.insert(end, len - rounded);
         }
         self.in_use.fetch_add(rounded, Ordering::Relaxed);
-        Some(Block { pool: self.clone(), offset: off, len: bytes, rounded })
+        Ok(Some(Block { pool: self.clone(), offset: off, len: bytes, rounded }))
     }
 
     fn release(&self, offset: usize, rounded: usize) {
@@ -185,9 +209,13 @@ mod tests {
     use std::sync::Arc;
 
     fn pool(bytes: usize) -> Arc<BlockPool> {
-        let map =
-            crate::os::create_shared(&format!("weft-pooltest-{}-{bytes}", crate::os::pid()), bytes, |_| {})
-                .expect("map");
+        let map = crate::os::create_shared(
+            &format!("weft-pooltest-{}-{bytes}", crate::os::pid()),
+            bytes,
+            crate::os::Fill::Sparse,
+            |_| {},
+        )
+        .expect("map");
         crate::os::unlink(&format!("weft-pooltest-{}-{bytes}", crate::os::pid()));
         BlockPool::new(LocalRegion::new(0, Arc::new(map), vec![]))
     }
@@ -195,16 +223,16 @@ mod tests {
     #[test]
     fn alloc_free_merge() {
         let p = pool(4096);
-        let a = p.alloc(100).unwrap();
-        let mut b = p.alloc(1000).unwrap();
+        let a = p.alloc(100).unwrap().unwrap();
+        let mut b = p.alloc(1000).unwrap().unwrap();
         assert_eq!((a.offset(), a.capacity(), b.offset()), (0, 128, 128));
         b.as_mut_slice::<u64>(125).fill(7);
         assert_eq!(b.as_slice::<u64>(125)[124], 7);
-        assert!(p.alloc(4096).is_none());
+        assert!(p.alloc(4096).unwrap().is_none());
         drop(a);
         drop(b);
         assert_eq!(p.in_use(), 0);
-        let all = p.alloc(4096).expect("free ranges merged back into one");
+        let all = p.alloc(4096).unwrap().expect("free ranges merged back into one");
         assert_eq!(all.offset(), 0);
     }
 }

@@ -56,7 +56,6 @@ impl LocalRegion {
         LocalRegion { id, addr: mapping.as_ptr() as usize, len: mapping.len(), desc, _keep: mapping }
     }
     /// The memory behind the region.
-    #[cfg(feature = "ofi")]
     pub(crate) fn mapping(&self) -> &std::sync::Arc<crate::os::Mapping> {
         &self._keep
     }

@@ -357,7 +357,8 @@ impl<T: Pod> RmaVec<T> {
 
     fn alloc_in(pool: &Arc<BlockPool>, cap: usize) -> weft_runtime::Result<Self> {
         let bytes = cap.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| pool_full(usize::MAX, pool))?;
-        let block = pool.alloc(bytes).ok_or_else(|| pool_full(bytes, pool))?;
+        let block =
+            pool.alloc(bytes).map_err(weft_runtime::Error::Fabric)?.ok_or_else(|| pool_full(bytes, pool))?;
         Ok(RmaVec { block, len: 0, _t: PhantomData })
     }
 

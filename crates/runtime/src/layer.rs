@@ -92,7 +92,9 @@ impl Layer for Comm {
     }
 
     fn alloc_pool(&self, bytes: usize) -> Result<RmaPool> {
-        let seg = self.alloc_segment::<u8>(bytes)?;
+        let members: Vec<u32> = (0..self.size()).collect();
+        let seg =
+            self.alloc_segment_among::<u8>(bytes, &members, &|m| self.exchange(m), &|| self.barrier(), true)?;
         let info = self.segments.get(seg.id()).ok_or(Error::NoSuchSegment(seg.id()))?;
         let blocks = BlockPool::new(info.local.clone());
         Ok(RmaPool { seg, blocks })
@@ -126,7 +128,7 @@ impl RmaPool {
     }
     /// A block of at least `bytes` bytes, or an error naming the pool's size when it is full.
     pub fn alloc(&self, bytes: usize) -> Result<Block> {
-        self.blocks.alloc(bytes).ok_or(Error::TooLarge {
+        self.blocks.alloc(bytes)?.ok_or(Error::TooLarge {
             what: "registered-memory pool allocation (bytes; pool in use / size in the pool's Debug)",
             len: bytes,
             max: self.blocks.capacity() - self.blocks.in_use(),

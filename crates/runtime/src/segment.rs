@@ -192,17 +192,19 @@ impl Comm {
     /// mismatch is an error on every rank).
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let members: Vec<u32> = (0..self.size()).collect();
-        self.alloc_segment_among(len, &members, &|mine| self.exchange(mine), &|| self.barrier())
+        self.alloc_segment_among(len, &members, &|mine| self.exchange(mine), &|| self.barrier(), false)
     }
 
     /// Allocates a segment held by `members` only (world ranks; `exchange` and `barrier` run
-    /// among them, descriptors in member order). Collective over the members.
+    /// among them, descriptors in member order), `sparse` for a pool (see
+    /// [`weft_fabric::Fabric::register_sparse`]). Collective over the members.
     pub(crate) fn alloc_segment_among<T: Pod>(
         &self,
         len: usize,
         members: &[u32],
         exchange: &ExchangeFn<'_>,
         barrier: &dyn Fn() -> Result<()>,
+        sparse: bool,
     ) -> Result<Segment<T>> {
         let elem = std::mem::size_of::<T>();
         let bytes = len.checked_mul(elem).filter(|&b| b <= isize::MAX as usize).ok_or(Error::TooLarge {
@@ -212,7 +214,8 @@ impl Comm {
         })?;
         let proposed = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
         // Registration may fail on one rank only (memory): everyone learns it in the exchange.
-        let registered = self.fabric.register(bytes);
+        let registered =
+            if sparse { self.fabric.register_sparse(bytes) } else { self.fabric.register(bytes) };
         let mut mine = Vec::with_capacity(40);
         mine.extend_from_slice(&(proposed as u64).to_le_bytes());
         mine.extend_from_slice(&(bytes as u64).to_le_bytes());

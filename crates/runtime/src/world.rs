@@ -195,6 +195,15 @@ impl World {
             ext,
             cfg,
         });
+        // Another process claiming this rank is heard on a fabric thread: the rank's next
+        // wait fails (woken if asleep). A weak handle: the fabric is the world's.
+        let weak = Arc::downgrade(&comm);
+        comm.fabric.set_alarm(Box::new(move |e| {
+            if let Some(c) = weak.upgrade() {
+                c.record_error(e.into());
+                c.fabric.notify(c.rank());
+            }
+        }));
         comm.check_handler_tables()?;
         for step in steps {
             step(&comm)?;

@@ -108,10 +108,17 @@ impl SharedLine {
         let name = format!("{}bench-line", weft_fabric::shm::file_prefix(&w.config().job));
         let shared = weft::Error::Fabric;
         let map = if w.rank() == 0 && w.size() > 1 {
+            // The job's directory is made here over libfabric alone (`weft run` removes it).
             let job = &w.config().job;
             Some(
-                weft_fabric::shm::create_in_job(job, &name, 4096 + 2 * 64 * FRESH_LINES, |_| {})
-                    .map_err(shared)?,
+                weft_fabric::shm::create_in_job(
+                    job,
+                    &name,
+                    4096 + 2 * 64 * FRESH_LINES,
+                    os::Fill::Reserved,
+                    |_| {},
+                )
+                .map_err(shared)?,
             )
         } else {
             None
@@ -125,7 +132,6 @@ impl SharedLine {
         w.barrier()?;
         if w.rank() == 0 {
             os::unlink(&name);
-            weft_fabric::shm::leave_job_dir(&w.config().job);
         }
         Ok(SharedLine { map, next: std::cell::Cell::new(0) })
     }

@@ -140,6 +140,19 @@ impl EventSink for ToGlobal<'_> {
 }
 
 impl HybridFabric {
+    /// Registers shared-memory region `s` of `len` bytes with libfabric too.
+    fn also_ofi(&self, s: LocalRegion, len: usize) -> FabricResult<LocalRegion> {
+        let p = &self.parts;
+        let o = match p.ofi.register_mapping(s.id, s.mapping().clone(), len) {
+            Ok(o) => o,
+            Err(e) => {
+                p.shm.deregister(&s);
+                return Err(e);
+            }
+        };
+        Ok(LocalRegion::new(s.id, s.mapping().clone(), join_desc(&s.desc, &o.desc)))
+    }
+
     /// Builds the hybrid over an opened libfabric fabric: meets this host's ranks in shared
     /// memory. Every rank of the job calls it (each host's ranks form one shared-memory group).
     pub fn init(mut ofi: OfiFabric, cfg: HybridConfig) -> FabricResult<Self> {
@@ -277,16 +290,13 @@ impl Fabric for HybridFabric {
     }
 
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {
-        let p = &self.parts;
-        let s = p.shm.register(len)?;
-        let o = match p.ofi.register_mapping(s.id, s.mapping().clone(), len) {
-            Ok(o) => o,
-            Err(e) => {
-                p.shm.deregister(&s);
-                return Err(e);
-            }
-        };
-        Ok(LocalRegion::new(s.id, s.mapping().clone(), join_desc(&s.desc, &o.desc)))
+        let s = self.parts.shm.register(len)?;
+        self.also_ofi(s, len)
+    }
+
+    fn register_sparse(&self, len: usize) -> FabricResult<LocalRegion> {
+        let s = self.parts.shm.register_sparse(len)?;
+        self.also_ofi(s, len)
     }
 
     fn deregister(&self, region: &LocalRegion) {
@@ -424,6 +434,10 @@ impl Fabric for HybridFabric {
 
     fn check_claim(&self) -> FabricResult<()> {
         self.parts.shm.check_claim()
+    }
+
+    fn set_alarm(&self, alarm: crate::Alarm) {
+        self.parts.shm.set_alarm(alarm);
     }
 
     fn peer_state(&self, rank: Rank) -> PeerState {

@@ -3,27 +3,45 @@
 //! process ends, however it ends, so a claim never outlives its holder and leaves no file.
 //!
 //! A second process started as the same rank finds the name bound: it connects, which tells
-//! the holder, and fails at once; the holder fails at its next check ([`Claim::check`], made
-//! with the peer checks of every wait). The kernel records who connected (`SO_PEERCRED`), so
-//! a process of another user can neither pose as a duplicate nor hold the name unnoticed.
+//! the holder, and fails at once. The holder's watcher thread, blocked in `accept`, hears it
+//! at once: it marks the claim lost ([`Claim::check`] fails from then on) and sounds the
+//! alarm the runtime set ([`crate::Fabric::set_alarm`]), so the holder fails at its next
+//! wait, however short. The kernel records who connected (`SO_PEERCRED`), so a process of
+//! another user can neither pose as a duplicate nor hold the name unnoticed.
 
 use crate::os;
-use crate::{FabricError, FabricResult};
+use crate::{Alarm, FabricError, FabricResult};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
 
-/// Connections from other users taken off the queue per check, at most.
-const STRANGERS_PER_CHECK: usize = 16;
-
-pub struct Claim {
-    /// `None` where this system has no abstract sockets: duplicates are then found only
-    /// during start-up (by the inbox, created exclusively).
-    listener: Option<UnixListener>,
+/// What the holder and its watcher thread share.
+struct Shared {
     /// Pid of a process of ours that claimed the same rank (0: none yet).
     by: AtomicU32,
+    /// Set when the claim is dropped: the watcher ends.
+    closing: AtomicBool,
+    alarm: Mutex<Option<Alarm>>,
     rank: u32,
     job: String,
+}
+
+impl Shared {
+    fn lost(&self) -> Option<FabricError> {
+        let by = self.by.load(Ordering::Acquire);
+        (by != 0).then(|| duplicate(by, self.rank, &self.job))
+    }
+}
+
+pub struct Claim {
+    shared: Arc<Shared>,
+    /// `None` where this system has no abstract sockets: duplicates are then found only
+    /// during start-up (by the inbox, created exclusively).
+    listener: Option<Arc<UnixListener>>,
+    watcher: Option<JoinHandle<()>>,
 }
 
 fn address(job: &str, rank: u32) -> std::io::Result<SocketAddr> {
@@ -38,76 +56,122 @@ fn duplicate(pid: u32, rank: u32, job: &str) -> FabricError {
     }
 }
 
-impl Claim {
-    /// Claims rank `rank` of job `job`, or fails if a live process holds it.
-    pub fn take(job: &str, rank: u32) -> FabricResult<Claim> {
-        let unclaimed = Claim { listener: None, by: AtomicU32::new(0), rank, job: job.to_string() };
-        let Ok(addr) = address(job, rank) else {
-            return Ok(unclaimed);
-        };
-        let err = match UnixListener::bind_addr(&addr) {
-            Ok(l) => {
-                l.set_nonblocking(true).map_err(|e| os_error("claim socket", e))?;
-                return Ok(Claim { listener: Some(l), ..unclaimed });
-            }
-            Err(e) => e,
-        };
-        if err.kind() != std::io::ErrorKind::AddrInUse {
-            return Ok(unclaimed);
-        }
-        // Held: say so to the holder (connecting is the message) and fail.
-        let holder = UnixStream::connect_addr(&addr).map(|s| os::peer_credentials(&s));
-        match holder {
-            Ok(Ok((pid, uid))) if uid == os::euid() => Err(FabricError::Mismatch {
-                what: format!(
-                    "rank {rank} of job {job} is taken by process {pid}: two processes started with the same WEFT_RANK?"
-                ),
-            }),
-            Ok(Ok((pid, uid))) => Err(FabricError::Untrusted {
-                what: format!(
-                    "rank {rank} of job {job}: its claim (abstract socket @weft-{job}-{rank}) is held by \
-                     process {pid} of user {uid}, not ours"
-                ),
-            }),
-            Ok(Err(e)) => Err(e),
-            // The holder ended between our bind and connect: its name is free now.
-            Err(_) => Claim::take_once_more(job, rank, &addr),
-        }
-    }
+fn os_error(what: &str, e: std::io::Error) -> FabricError {
+    FabricError::Os { what: what.into(), errno: e.raw_os_error().unwrap_or(0) }
+}
 
-    fn take_once_more(job: &str, rank: u32, addr: &SocketAddr) -> FabricResult<Claim> {
-        let l = UnixListener::bind_addr(addr).map_err(|e| os_error("claim socket", e))?;
-        l.set_nonblocking(true).map_err(|e| os_error("claim socket", e))?;
-        Ok(Claim { listener: Some(l), by: AtomicU32::new(0), rank, job: job.to_string() })
-    }
-
-    /// Fails once a process of ours has started as this rank too. Connections from other
-    /// users are dropped unheeded.
-    pub fn check(&self) -> FabricResult<()> {
-        let by = self.by.load(Ordering::Relaxed);
-        if by != 0 {
-            return Err(duplicate(by, self.rank, &self.job));
+/// The watcher: waits for connections until the claim closes; the first from a process of
+/// this user marks the claim lost and sounds the alarm. Connections from other users are
+/// dropped unheeded.
+fn watch(listener: Arc<UnixListener>, shared: Arc<Shared>) {
+    let me = os::euid();
+    loop {
+        let conn = listener.accept();
+        if shared.closing.load(Ordering::Acquire) {
+            return;
         }
-        let Some(l) = &self.listener else {
-            return Ok(());
+        let Ok((s, _)) = conn else {
+            // Out of descriptors or memory, say: try again shortly.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
         };
-        for _ in 0..STRANGERS_PER_CHECK {
-            let Ok((s, _)) = l.accept() else {
-                return Ok(());
-            };
-            if let Ok((pid, uid)) = os::peer_credentials(&s) {
-                if uid == os::euid() && pid != 0 {
-                    self.by.store(pid, Ordering::Relaxed);
-                    return Err(duplicate(pid, self.rank, &self.job));
+        match os::peer_credentials(&s) {
+            Ok((pid, uid)) if uid == me && pid != 0 => {
+                shared.by.store(pid, Ordering::Release);
+                let alarm = shared.alarm.lock().unwrap_or_else(|e| e.into_inner());
+                if let (Some(alarm), Some(e)) = (alarm.as_ref(), shared.lost()) {
+                    alarm(e);
                 }
+                return;
             }
+            _ => {}
         }
-        Ok(())
     }
 }
 
-fn os_error(what: &str, e: std::io::Error) -> FabricError {
-    FabricError::Os { what: what.into(), errno: e.raw_os_error().unwrap_or(0) }
+impl Claim {
+    /// Claims rank `rank` of job `job`, or fails if a live process holds it.
+    pub fn take(job: &str, rank: u32) -> FabricResult<Claim> {
+        let shared = Arc::new(Shared {
+            by: AtomicU32::new(0),
+            closing: AtomicBool::new(false),
+            alarm: Mutex::new(None),
+            rank,
+            job: job.to_string(),
+        });
+        let Ok(addr) = address(job, rank) else {
+            return Ok(Claim { shared, listener: None, watcher: None });
+        };
+        let listener = match UnixListener::bind_addr(&addr) {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => match held(job, rank, &addr) {
+                // The holder ended between our bind and connect: its name is free now.
+                Ok(()) => UnixListener::bind_addr(&addr).map_err(|e| os_error("claim socket", e))?,
+                Err(e) => return Err(e),
+            },
+            Err(_) => return Ok(Claim { shared, listener: None, watcher: None }),
+        };
+        let listener = Arc::new(listener);
+        let (l, s) = (listener.clone(), shared.clone());
+        let watcher = std::thread::Builder::new()
+            .name(format!("weft-claim-{rank}"))
+            .stack_size(64 << 10)
+            .spawn(move || watch(l, s))
+            .map_err(|e| os_error("starting the claim's watcher thread", e))?;
+        Ok(Claim { shared, listener: Some(listener), watcher: Some(watcher) })
+    }
+
+    /// Fails once a process of ours has started as this rank too.
+    pub fn check(&self) -> FabricResult<()> {
+        self.shared.lost().map_or(Ok(()), Err)
+    }
+
+    /// Sets what the watcher calls when the claim is lost (at once if it is lost already).
+    pub fn set_alarm(&self, alarm: Alarm) {
+        let mut slot = self.shared.alarm.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = self.shared.lost() {
+            alarm(e);
+        }
+        *slot = Some(alarm);
+    }
+}
+
+/// Rank `rank` of job `job` is held: say so to the holder (connecting is the message) and
+/// fail; `Ok` if nobody answers (the holder has just ended).
+fn held(job: &str, rank: u32, addr: &SocketAddr) -> FabricResult<()> {
+    let Ok(s) = UnixStream::connect_addr(addr) else {
+        return Ok(());
+    };
+    let (pid, uid) = os::peer_credentials(&s)?;
+    if uid == os::euid() {
+        return Err(FabricError::Mismatch {
+            what: format!(
+                "rank {rank} of job {job} is taken by process {pid}: two processes started with the same WEFT_RANK?"
+            ),
+        });
+    }
+    Err(FabricError::Untrusted {
+        what: format!(
+            "rank {rank} of job {job}: its claim (abstract socket @weft-{job}-{rank}) is held by \
+             process {pid} of user {uid}, not ours"
+        ),
+    })
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        self.shared.closing.store(true, Ordering::Release);
+        if let Some(l) = &self.listener {
+            // Wakes the watcher from `accept` (which then fails).
+            os::shutdown_socket(l);
+        }
+        if let Some(w) = self.watcher.take() {
+            // Not from the watcher itself (an alarm that let go of the last handle to a world).
+            if w.thread().id() != std::thread::current().id() {
+                let _ = w.join();
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -122,6 +186,10 @@ mod tests {
         // The same process stands in for a second one: the kernel reports our own pid.
         let second = Claim::take(&job, 3).err().expect("a second claim of rank 3 must fail");
         assert!(second.to_string().contains("same WEFT_RANK"), "{second}");
+        let t = std::time::Instant::now();
+        while first.check().is_ok() && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         let heard = first.check().expect_err("the holder must hear of the second claim");
         assert!(heard.to_string().contains(&std::process::id().to_string()), "{heard}");
         // Sticky: every later check fails too.

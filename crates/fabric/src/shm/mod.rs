@@ -3,10 +3,10 @@
 //! target's CPU (the design of GASNet-EX's PSHM). Active messages travel through one
 //! single-producer ring per (sender, receiver, request/reply) in the receiver's inbox file.
 //!
-//! Files live in the job's directory `/dev/shm/weft-JOB/` (mode 700) and are unlinked as soon
-//! as every rank has mapped them, the directory too once empty, so nothing is left behind even
-//! after `kill -9`. (The launcher also removes anything of its job that a rank killed during
-//! start-up left.)
+//! Files live in the job's directory `/dev/shm/weft-JOB/` (mode 700, for the job's whole life)
+//! and are unlinked as soon as every rank has mapped them, so nothing but the directory is left
+//! behind even after `kill -9`; the files of a peer found dead are unlinked by the survivors.
+//! (The launcher also removes anything of its job that a rank killed during start-up left.)
 
 mod bias;
 mod claim;
@@ -27,7 +27,7 @@ use claim::Claim;
 use control::{Control, State};
 use ring::{Body, Receiver, RingPtr, Sender};
 use spin::SpinLock;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -61,26 +61,18 @@ pub fn file_prefix(job: &str) -> String {
 }
 
 /// Creates shared file `name` (under [`file_prefix`]) of job `job` with [`os::create_shared`],
-/// making the job's directory first. Ranks remove the directory whenever it empties (see
-/// [`leave_job_dir`]), so it is made again if a peer removed it meanwhile.
-pub fn create_in_job(job: &str, name: &str, len: usize, init: impl Fn(*mut u8)) -> FabricResult<Mapping> {
-    let mut tries = 0;
-    loop {
-        os::private_dir(&job_dir(job))?;
-        match os::create_shared(name, len, &init) {
-            // Removed by a peer between the two calls: it was empty, make it again.
-            Err(FabricError::Os { errno, .. }) if errno == libc::ENOENT && tries < 8 => tries += 1,
-            r => return r,
-        }
-    }
-}
-
-/// Removes job `job`'s directory if it is empty. Every file in it is unlinked once its peers
-/// have mapped it, and each rank calls this then: the directory exists only while a file is
-/// being published, so a job whose ranks are all killed (`kill -9`, which no launcher can
-/// clean up after under mpirun or srun) leaves nothing behind but in that window.
-pub fn leave_job_dir(job: &str) {
-    os::remove_dir(&job_dir(job));
+/// making (or checking) the job's directory first. The directory stays while any rank of the
+/// job runs: were it removed when empty, another user who saw its name could make one of
+/// their own under it, and the job's next file would fail.
+pub fn create_in_job(
+    job: &str,
+    name: &str,
+    len: usize,
+    fill: os::Fill,
+    init: impl FnOnce(*mut u8),
+) -> FabricResult<Mapping> {
+    os::private_dir(&job_dir(job))?;
+    os::create_shared(name, len, fill, init)
 }
 
 /// The shared-memory fabric (see the module documentation).
@@ -107,6 +99,8 @@ pub struct ShmFabric {
     bias: Bias,
     /// This rank's claim on its place in the job, held while the fabric lives.
     claim: Claim,
+    /// Per peer: found dead, and its files unlinked.
+    buried: Vec<AtomicBool>,
 }
 
 /// One ring of our inbox: the consumer under a lock, plus what a poller needs to peek at it
@@ -153,13 +147,17 @@ impl Drop for Unlink {
     }
 }
 
-/// Removes the job's directory, if empty, when start-up ends (either way): declared before
-/// the inbox's guard, it runs after it.
-struct LeaveJobDir<'a>(&'a str);
+/// Removes the job's directory, if empty, when start-up fails (the last rank out does).
+struct RemoveDirOnError<'a> {
+    job: &'a str,
+    armed: bool,
+}
 
-impl Drop for LeaveJobDir<'_> {
+impl Drop for RemoveDirOnError<'_> {
     fn drop(&mut self) {
-        leave_job_dir(self.0);
+        if self.armed {
+            os::remove_dir(&job_dir(self.job));
+        }
     }
 }
 
@@ -176,11 +174,12 @@ impl ShmFabric {
         let slots = ring_slots(cfg.ring_bytes);
         let max_medium = max_medium_for(slots);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
-        let _leave = LeaveJobDir(&cfg.job);
+        // Declared before the inbox's guard, so dropped after it: the directory is empty then.
+        let mut dir_guard = RemoveDirOnError { job: &cfg.job, armed: true };
         let name = inbox_name(&cfg.job, cfg.rank);
         // Taken though our claim was free: a file left by a process of this job id that died,
         // or planted; never replaced.
-        let own = create_in_job(&cfg.job, &name, inbox_bytes, |p| {
+        let own = create_in_job(&cfg.job, &name, inbox_bytes, os::Fill::Reserved, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
             unsafe { Control::init(p, cfg.rank, cfg.size, slots as u32, os::pid()) }
         })?;
@@ -253,6 +252,7 @@ impl ShmFabric {
             slot_rx: slots::SlotInboxes::new(),
             bias: Bias::new(),
             claim,
+            buried: (0..cfg.size).map(|_| AtomicBool::new(false)).collect(),
         };
         // Start-up barrier: count ourselves in rank 0's control block once every inbox is mapped.
         fab.control(0).attached().fetch_add(1, Ordering::AcqRel);
@@ -275,7 +275,34 @@ impl ShmFabric {
             std::thread::sleep(Duration::from_micros(200));
         }
         fab.control(cfg.rank).state.store(State::Running as u32, Ordering::Release);
+        // The directory stays for the job's later files; the last rank out removes it.
+        dir_guard.armed = false;
         Ok(fab)
+    }
+
+    /// Registers a region of `len` bytes backed as `fill` says.
+    fn register_with(&self, len: usize, fill: os::Fill) -> FabricResult<LocalRegion> {
+        let id = self.next_region.fetch_add(1, Ordering::Relaxed);
+        let name = region_name(&self.job, self.rank, id);
+        let map = Arc::new(create_in_job(&self.job, &name, len, fill, |_| {})?);
+        let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
+        if regions.len() <= id as usize {
+            regions.resize(id as usize + 1, None);
+        }
+        regions[id as usize] = Some(map.clone());
+        let mut desc = id.to_le_bytes().to_vec();
+        desc.extend_from_slice(&(len as u64).to_le_bytes());
+        Ok(LocalRegion::new(id, map, desc))
+    }
+
+    /// Unlinks what dead peer `rank` left in the job's directory (its inbox if start-up had not
+    /// ended, a region it was publishing): it cannot, and under mpirun or srun nobody else would.
+    fn bury(&self, rank: Rank) {
+        let (inbox, region) = (rank.to_string(), format!("{rank}-r"));
+        os::unlink_matching(&job_dir(&self.job), |name| {
+            let base = name.strip_suffix(".tmp").unwrap_or(name);
+            base == inbox || base.starts_with(&region)
+        });
     }
 
     fn control(&self, r: Rank) -> &Control {
@@ -530,16 +557,11 @@ impl Fabric for ShmFabric {
     }
 
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {
-        let id = self.next_region.fetch_add(1, Ordering::Relaxed);
-        let map = Arc::new(create_in_job(&self.job, &region_name(&self.job, self.rank, id), len, |_| {})?);
-        let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
-        if regions.len() <= id as usize {
-            regions.resize(id as usize + 1, None);
-        }
-        regions[id as usize] = Some(map.clone());
-        let mut desc = id.to_le_bytes().to_vec();
-        desc.extend_from_slice(&(len as u64).to_le_bytes());
-        Ok(LocalRegion::new(id, map, desc))
+        self.register_with(len, os::Fill::Reserved)
+    }
+
+    fn register_sparse(&self, len: usize) -> FabricResult<LocalRegion> {
+        self.register_with(len, os::Fill::Sparse)
     }
 
     fn attach(&self, rank: Rank, desc: &[u8]) -> FabricResult<RemoteRegion> {
@@ -553,7 +575,6 @@ impl Fabric for ShmFabric {
 
     fn seal(&self, region: &LocalRegion) -> FabricResult<()> {
         os::unlink(&region_name(&self.job, self.rank, region.id));
-        leave_job_dir(&self.job);
         Ok(())
     }
 
@@ -744,6 +765,10 @@ impl Fabric for ShmFabric {
         self.claim.check()
     }
 
+    fn set_alarm(&self, alarm: crate::Alarm) {
+        self.claim.set_alarm(alarm);
+    }
+
     fn peer_state(&self, rank: Rank) -> PeerState {
         let c = self.control(rank);
         match c.state.load(Ordering::Acquire) {
@@ -751,10 +776,12 @@ impl Fabric for ShmFabric {
             _ => {
                 let pid = c.pid();
                 if os::process_alive(pid) {
-                    PeerState::Running
-                } else {
-                    PeerState::Dead(format!("process {pid} is gone"))
+                    return PeerState::Running;
                 }
+                if !self.buried[rank as usize].swap(true, Ordering::AcqRel) {
+                    self.bury(rank);
+                }
+                PeerState::Dead(format!("process {pid} is gone"))
             }
         }
     }
@@ -842,6 +869,7 @@ impl Drop for ShmFabric {
         for id in 0..n {
             os::unlink(&region_name(&self.job, self.rank, id));
         }
-        leave_job_dir(&self.job);
+        // Empty once every rank has left: the last one removes it.
+        os::remove_dir(&job_dir(&self.job));
     }
 }

@@ -140,7 +140,7 @@ fn next(seq: &Mutex<Seq>, counter: fn(&mut Seq) -> &mut u64) -> u64 {
 fn alloc_among<T: Pod>(comm: &Comm, g: &Group<'_>, seq: &Mutex<Seq>, len: usize) -> Result<Segment<T>> {
     let exchange = |mine: &[u8]| comm.group_exchange(g, next(seq, |s| &mut s.exchanges), mine);
     let barrier = || comm.group_barrier(g, next(seq, |s| &mut s.barriers));
-    comm.alloc_segment_among(len, g.members, &exchange, &barrier)
+    comm.alloc_segment_among(len, g.members, &exchange, &barrier, false)
 }
 
 thread_local! {
