@@ -623,6 +623,47 @@ fn full_shm_is_an_error() -> Trial {
     Ok(())
 }
 
+/// `weft run` removes only the files of jobs whose launcher it can see is gone: neither a job
+/// started by hand under a name that looks like one of its own, nor a job of another pid
+/// namespace sharing /dev/shm (a container with the host's IPC), whose launcher's pid means
+/// nothing here.
+fn other_jobs_left_alone() -> Trial {
+    let before = shm_files("weft-");
+    // A job in a pid namespace of its own; rank 1 starts 30 s late, so rank 0's inbox waits.
+    let mut other = Command::new("unshare")
+        .args(["-p", "-f", "--kill-child", "--mount-proc"])
+        .arg(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "-n", "2", "--"])
+        .arg(me())
+        .env("WEFT_HARDEN_CASE", "late_rank")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    // A job by hand whose name has the old form of a launcher's (pid ffffff, gone).
+    let hand = "ffffffx1";
+    let mut by_hand_job = by_hand(hand, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "30")]).spawn()?;
+    let t = Instant::now();
+    let mine = |f: &String| !before.contains(f);
+    let theirs = || shm_files("weft-").into_iter().filter(mine).collect::<Vec<_>>();
+    while theirs().len() < 2 && t.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = theirs();
+    let out = weft().args(["run", "-n", "1", "--", "true"]).output()?;
+    let after = theirs();
+    let _ = other.kill();
+    let _ = other.wait();
+    let _ = by_hand_job.kill();
+    let _ = by_hand_job.wait();
+    for d in &started {
+        let _ = std::fs::remove_dir_all(format!("/dev/shm/{d}"));
+    }
+    if started.len() < 2 || after != started || !out.status.success() {
+        return Err(fail(&format!("jobs {started:?} before another weft run, {after:?} after"), &out));
+    }
+    Ok(())
+}
+
 /// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
 fn startup_mismatch_cleans_up() -> Trial {
     let job = hand_job();
@@ -723,7 +764,7 @@ fn squatted_names() -> Trial {
 }
 
 /// `weft run` job ids carry 64 random bits: two jobs of one launcher pid differ, and the id
-/// is the launcher's pid, `x`, 16 hex digits.
+/// is the launcher's pid, `n`, its pid namespace, `x`, 16 hex digits.
 fn job_ids_unguessable() -> Trial {
     let id = || -> std::io::Result<String> {
         let o = weft().args(["run", "-n", "1", "--raw", "--", "sh", "-c", "echo $WEFT_JOB"]).output()?;
@@ -731,11 +772,14 @@ fn job_ids_unguessable() -> Trial {
     };
     let (a, b) = (id()?, id()?);
     for j in [&a, &b] {
-        let ok = j.split_once('x').is_some_and(|(pid, r)| {
-            u32::from_str_radix(pid, 16).is_ok() && r.len() == 16 && r.chars().all(|c| c.is_ascii_hexdigit())
+        let ok = j.split_once('x').is_some_and(|(head, r)| {
+            head.split_once('n').is_some_and(|(pid, ns)| {
+                u32::from_str_radix(pid, 16).is_ok() && u64::from_str_radix(ns, 16).is_ok()
+            }) && r.len() == 16
+                && r.chars().all(|c| c.is_ascii_hexdigit())
         });
         if !ok {
-            return Err(format!("job id {j:?} is not PIDx + 16 hex digits").into());
+            return Err(format!("job id {j:?} is not PIDnNSx + 16 hex digits").into());
         }
     }
     if a.split_once('x').map(|p| p.1) == b.split_once('x').map(|p| p.1) {
@@ -819,7 +863,7 @@ fn launcher_killed() -> Trial {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()?;
-    let prefix = format!("weft-{:x}x", child.id());
+    let prefix = format!("weft-{:x}n", child.id());
     let t = Instant::now();
     while shm_files(&prefix).is_empty() && t.elapsed() < Duration::from_secs(20) {
         std::thread::sleep(Duration::from_millis(5));
@@ -991,7 +1035,7 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 15] = [
+    let checks: [Check; 16] = [
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
@@ -999,6 +1043,7 @@ fn main() {
         ("claim_strangers", claim_strangers),
         ("dead_peer_files_removed", dead_peer_files_removed),
         ("full_shm_is_an_error", full_shm_is_an_error),
+        ("other_jobs_left_alone", other_jobs_left_alone),
         ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
         ("squatted_names", squatted_names),
         ("job_ids_unguessable", job_ids_unguessable),

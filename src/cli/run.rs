@@ -99,11 +99,10 @@ impl Forwarder {
     }
 }
 
-/// A job id unique on this node and unguessable: the launcher's pid in hex (so that a later
-/// `weft run` can tell whether the job's launcher is gone), `x`, 64 random bits.
+/// A job id unique on this node and unguessable, from which a later `weft run` can tell
+/// whether the job's launcher is gone (see [`os::new_job_id`]).
 pub fn new_job_id() -> Result<String, String> {
-    let r = os::random_u64().map_err(|e| format!("cannot make a job id: {e}"))?;
-    Ok(format!("{:x}x{r:016x}", std::process::id()))
+    os::new_job_id("").map_err(|e| format!("cannot make a job id: {e}"))
 }
 
 /// How long output forwarding may go on after the last rank was reaped (a process a rank

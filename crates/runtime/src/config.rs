@@ -178,10 +178,7 @@ impl Config {
                 let l = launched.expect("checked");
                 (l.rank, l.size, l.job.clone())
             }
-            (None, None, None) => {
-                let r = weft_fabric::os::random_u64()?;
-                (0, 1, format!("solo{}x{r:016x}", std::process::id()))
-            }
+            (None, None, None) => (0, 1, weft_fabric::os::new_job_id("solo")?),
             (Some(r), Some(s), Some(j)) => {
                 if s == 0 || r >= s {
                     return Err(Error::Config(format!("WEFT_RANK={r} is not below WEFT_SIZE={s}")));
