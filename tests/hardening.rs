@@ -788,6 +788,29 @@ fn job_ids_unguessable() -> Trial {
     Ok(())
 }
 
+/// A job that reaches `--timeout` ends with status 124 (as timeout(1)), not with the status its
+/// ranks got from being stopped; and what a rank left running goes with the job, also when
+/// every rank succeeded.
+fn timeout_status_and_leftovers() -> Trial {
+    let out = weft().args(["run", "-n", "2", "--timeout", "0.5", "--", "sleep", "30"]).output()?;
+    if out.status.code() != Some(124) || !both(&out).contains("time limit") {
+        return Err(fail("a job past its time limit", &out));
+    }
+    let marker = format!("weftleftover{}", std::process::id());
+    let script = format!("(exec -a {marker} sleep 30) > /dev/null 2>&1 & exit 0");
+    let out = weft().args(["run", "-n", "2", "--", "bash", "-c", &script]).output()?;
+    std::thread::sleep(Duration::from_millis(100));
+    let left = Command::new("pgrep").args(["-f", &marker]).output()?;
+    let _ = Command::new("pkill").args(["-f", &marker]).output();
+    if !out.status.success() || left.status.success() {
+        return Err(fail(
+            &format!("background children left running: {}", String::from_utf8_lossy(&left.stdout)),
+            &out,
+        ));
+    }
+    Ok(())
+}
+
 /// A stopped rank is named by the rank that waits for it.
 fn stopped_rank_named() -> Trial {
     let out = weft()
@@ -840,7 +863,7 @@ fn interrupt_stops_everything() -> Trial {
         }
         let out = child.wait_with_output()?;
         let took = t.elapsed();
-        if out.status.success()
+        if out.status.code() != Some(130)
             || !both(&out).contains("interrupted by SIGINT")
             || both(&out).contains("never")
         {
@@ -1035,7 +1058,7 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 16] = [
+    let checks: [Check; 17] = [
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
@@ -1044,6 +1067,7 @@ fn main() {
         ("dead_peer_files_removed", dead_peer_files_removed),
         ("full_shm_is_an_error", full_shm_is_an_error),
         ("other_jobs_left_alone", other_jobs_left_alone),
+        ("timeout_status_and_leftovers", timeout_status_and_leftovers),
         ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
         ("squatted_names", squatted_names),
         ("job_ids_unguessable", job_ids_unguessable),

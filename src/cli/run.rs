@@ -105,6 +105,9 @@ pub fn new_job_id() -> Result<String, String> {
     os::new_job_id("").map_err(|e| format!("cannot make a job id: {e}"))
 }
 
+/// The exit status of a job that reached its time limit (as timeout(1)).
+const TIMED_OUT: i32 = 124;
+
 /// How long output forwarding may go on after the last rank was reaped (a process a rank
 /// started may still hold its output pipe).
 const FORWARD_GRACE: Duration = Duration::from_millis(500);
@@ -207,6 +210,8 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; spec.ranks as usize];
     let mut stopping: Option<Instant> = None;
     let mut first_failure: Option<i32> = None;
+    // The exit status of a job the launcher stopped (interrupt, time limit).
+    let mut forced: Option<i32> = None;
     let (mut terminated, mut killed) = (false, false);
     // Every rank leads a process group; signalling the groups reaches what the ranks started
     // too (a group lives on while any of its processes does, after its rank was reaped).
@@ -248,6 +253,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         match stopping {
             None => {
                 if let Some(sig) = os::interrupted() {
+                    forced = Some(128 + sig);
                     eprintln!(
                         "weft run: interrupted by {}; stopping {} rank(s) (again to kill them at once)",
                         os::signal_name(sig),
@@ -261,6 +267,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                         .filter(|(r, _)| statuses[*r as usize].is_none())
                         .map(|(r, c)| format!("{r} (pid {})", c.id()))
                         .collect();
+                    forced = Some(TIMED_OUT);
                     eprintln!(
                         "weft run: time limit of {t:?} reached; stopping {} rank(s): {}",
                         running.len(),
@@ -282,10 +289,8 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         }
         os::wait_for_exit(&running, Duration::from_millis(2));
     }
-    if stopping.is_some() {
-        // What the ranks started and left behind goes with the job.
-        signal_all(&children, os::SIGKILL);
-    }
+    // What the ranks started and left behind goes with the job, however it ended.
+    signal_all(&children, os::SIGKILL);
     // Output still held open by a process a rank started ends the forwarding after a grace
     // period (the job is over when its ranks are); output already read is written out.
     let reaped = Instant::now();
@@ -306,9 +311,12 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     }
     // The rank that failed first is the cause: the others' statuses are the launcher's doing.
     let worst = statuses.iter().flatten().map(|s| exit_code(*s)).max().unwrap_or(0);
-    Ok(match (first_failure, stopping) {
-        (Some(code), _) => code,
-        (None, Some(_)) => worst.max(1),
-        (None, None) => worst,
+    // A job stopped by an interrupt or the time limit says so (128 + the signal; 124, as
+    // timeout(1) does), not with the status its ranks got from being stopped.
+    Ok(match (first_failure, forced, stopping) {
+        (Some(code), _, _) => code,
+        (None, Some(code), _) => code,
+        (None, None, Some(_)) => worst.max(1),
+        (None, None, None) => worst,
     })
 }

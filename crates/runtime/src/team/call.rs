@@ -132,12 +132,15 @@ pub(crate) fn describe(desc: u64) -> String {
         r => format!(" with root {}", r - 1),
     };
     let b = desc & 0xffff;
+    let k = (desc >> 28) & 0xf;
+    // Gathers are described by what every member agrees on: the bytes of all members.
+    let per = if k == tag::GATHER & 0xf || k == tag::ALLGATHER & 0xf { "in all" } else { "per member" };
     let bytes = match b {
         UNKNOWN_BYTES | 0 => String::new(),
         // A subset's code is a digest of its range, not a size.
-        b if (desc >> 28) & 0xf == tag::SUBSET & 0xf => format!(" (range digest {b:#x})"),
-        b if b & 0x8000 == 0 => format!(" of {b} bytes per member"),
-        b => format!(" of about {} bytes per member", ((b & 0xff) | 0x100) << (((b >> 8) & 0x7f) - 9)),
+        b if k == tag::SUBSET & 0xf => format!(" (range digest {b:#x})"),
+        b if b & 0x8000 == 0 => format!(" of {b} bytes {per}"),
+        b => format!(" of about {} bytes {per}", ((b & 0xff) | 0x100) << (((b >> 8) & 0x7f) - 9)),
     };
     match number(desc) {
         0 => format!("{kind}{root}{bytes}"),
@@ -430,6 +433,9 @@ mod tests {
         assert_ne!(a, descriptor(8, &Call::new(tag::ALLREDUCE, None, 8)));
         assert_ne!(a, descriptor(7, &Call::new(tag::ALLREDUCE, None, 16)));
         assert_eq!(describe(descriptor(1, &Call::new(tag::SPLIT, None, 0))), "call #1: split");
+        // Gathers carry the bytes of all members (counts may differ between members).
+        let g = descriptor(2, &Call::new(tag::GATHER, Some(0), 8));
+        assert_eq!(describe(g), "call #2: gather with root 0 of 8 bytes in all");
     }
 
     #[test]
