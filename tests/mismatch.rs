@@ -251,7 +251,40 @@ fn bad_arguments() -> Res {
     w.barrier().map_err(e2s)
 }
 
+/// The world's own collectives (barrier, and the exchanges behind `alloc_segment` and
+/// `world_team`) against one another: every rank gets `Err(Mismatch)` naming both, where
+/// they used to wait for ever (or until a peer left). Rank 0 calls one, the others the other.
+fn world_calls() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let first = w.rank() == 0;
+    let m = expect_mismatch("barrier against alloc_segment", false, || {
+        if first {
+            w.barrier()
+        } else {
+            w.alloc_segment::<u64>(4).map(drop)
+        }
+    })?;
+    names(&m, &["world collective call", "barrier", "exchange"], "barrier against alloc_segment")?;
+    Ok(())
+}
+
+/// As [`world_calls`], `world_team` against a barrier (each run is a fresh job: the world's
+/// collectives are out of step after a mismatch).
+fn world_team_vs_barrier() -> Res {
+    let w = World::init().map_err(e2s)?;
+    let m = expect_mismatch("world_team against barrier", false, || {
+        if w.rank() == 0 {
+            w.world_team().map(drop)
+        } else {
+            w.barrier()
+        }
+    })?;
+    names(&m, &["world collective call", "barrier", "exchange"], "world_team against barrier")
+}
+
 const CASES: &[Case] = &[
+    Case { name: "world_calls", run: world_calls, ranks: &[2, 4], env: &[] },
+    Case { name: "world_team_vs_barrier", run: world_team_vs_barrier, ranks: &[2, 3], env: &[] },
     Case { name: "barrier_vs_allreduce", run: barrier_vs_allreduce, ranks: &[2, 4], env: &[] },
     Case { name: "different_roots", run: different_roots, ranks: &[2, 4], env: &[] },
     Case {

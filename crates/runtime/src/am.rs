@@ -276,7 +276,8 @@ pub(crate) mod internal {
     pub const RMA_DONE: u16 = 5;
     pub const VIS_PUT: u16 = 6;
     pub const VIS_GET: u16 = 7;
-    pub const COUNT: u16 = 8;
+    pub const WORLD_MISMATCH: u16 = 8;
+    pub const COUNT: u16 = 9;
 
     pub fn handlers() -> Vec<HandlerEntry> {
         let list: [(&str, HandlerFn); COUNT as usize] = [
@@ -288,6 +289,7 @@ pub(crate) mod internal {
             ("weft.rma.done", Arc::new(|m| m.comm().on_am_done(m))),
             ("weft.vis.put", Arc::new(|m| m.comm().on_vis_put(m))),
             ("weft.vis.get", Arc::new(|m| m.comm().on_vis_get(m))),
+            ("weft.world.mismatch", Arc::new(|m| m.comm().on_world_mismatch(m))),
         ];
         list.into_iter().map(|(n, f)| HandlerEntry { name: n.to_string(), f }).collect()
     }

@@ -13,6 +13,38 @@ use weft_fabric::{AmClass, AmPayload};
 
 const MAX_ROUNDS: usize = 32;
 
+/// World collective calls, numbered in one sequence per rank, of these kinds: a message of
+/// call #c of one kind meeting call #c of the other is a mismatch (see [`WorldCalls`]).
+const BARRIER_CALL: u64 = 1;
+const EXCHANGE_CALL: u64 = 2;
+
+/// Calls ahead of this rank's whose kind is remembered: a rank can be at most one world
+/// call ahead of another (finishing one needs everyone's messages).
+const EARLY_SLOTS: usize = 8;
+
+fn call_kind(kind: u64) -> &'static str {
+    match kind {
+        BARRIER_CALL => "a barrier",
+        _ => "an exchange (alloc_segment, world_team, endpoints, ...)",
+    }
+}
+
+/// Which world collective each rank is in: this rank's current call (`number << 2 | kind`),
+/// and the kinds of calls ahead of it that peers' messages announced. Lock-free: a handler
+/// stores an early kind then rereads `now`; a call stores `now` then reads the early kind
+/// (both `SeqCst`), so one of the two sees the other.
+struct WorldCalls {
+    now: AtomicU64,
+    early: [AtomicU64; EARLY_SLOTS],
+    /// A mismatch found here and not yet reported to the others: `call << 4 | mine << 2 |
+    /// theirs` (0: none).
+    found: AtomicU64,
+    /// A mismatch another rank reported for a call this rank has not entered yet: `call << 4
+    /// | kinds`, with the reporter in bits 32.. of `told_by`.
+    told: AtomicU64,
+    told_by: AtomicU64,
+}
+
 /// Group barrier counters one source may have made here (one per group it shares with this
 /// rank), and exchange contributions of one source held here unconsumed: bounds on what
 /// another rank's messages can make this one keep (a forged flood is refused and reported).
@@ -28,6 +60,13 @@ type Rounds = Arc<[AtomicU64; MAX_ROUNDS]>;
 enum Arrivals<'a> {
     World(&'a [AtomicU64; MAX_ROUNDS]),
     Group(&'a dyn Fn(u32) -> Option<Rounds>),
+}
+
+/// What a barrier's messages say they belong to: the world's call number, or a group.
+#[derive(Clone, Copy)]
+enum Tag {
+    World(u64),
+    Group(u64),
 }
 
 /// Byte strings received for one exchange, by sending world rank.
@@ -47,13 +86,15 @@ pub(crate) struct CollectiveState {
     group_arrived: Mutex<HashMap<(u64, u32), Rounds>>,
     /// All-gather contributions received, by (group id, sequence number), by world rank.
     gathered: Mutex<HashMap<(u64, u64), Contributions>>,
+    calls: WorldCalls,
 }
 
 #[derive(Default)]
 struct Counters {
     barriers: u64,
-    exchanges: u64,
     teams: u64,
+    /// World barriers and exchanges, in one sequence.
+    calls: u64,
 }
 
 impl CollectiveState {
@@ -64,7 +105,67 @@ impl CollectiveState {
             entered: AtomicU64::new(0),
             group_arrived: Mutex::new(HashMap::new()),
             gathered: Mutex::new(HashMap::new()),
+            calls: WorldCalls {
+                now: AtomicU64::new(0),
+                early: std::array::from_fn(|_| AtomicU64::new(0)),
+                found: AtomicU64::new(0),
+                told: AtomicU64::new(0),
+                told_by: AtomicU64::new(0),
+            },
         }
+    }
+
+    /// This rank enters world call `call` of `kind`: fails if a peer's message already said
+    /// that it is in another kind of call under that number.
+    fn enter(&self, call: u64, kind: u64) -> Result<()> {
+        self.calls.now.store(call << 2 | kind, Ordering::SeqCst);
+        let seen = self.calls.early[call as usize % EARLY_SLOTS].load(Ordering::SeqCst);
+        if seen >> 2 == call && seen & 3 != kind {
+            return Err(self.found(call, kind, seen & 3, None));
+        }
+        let told = self.calls.told.load(Ordering::SeqCst);
+        if told >> 4 == call {
+            return Err(reported(
+                call,
+                (told >> 2) & 3,
+                told & 3,
+                self.calls.told_by.load(Ordering::Acquire) as u32,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Notes a mismatch of world call `call` (to be reported to every rank) and says it.
+    fn found(&self, call: u64, mine: u64, theirs: u64, src: Option<u32>) -> Error {
+        let _ = self.calls.found.compare_exchange(
+            0,
+            call << 4 | mine << 2 | theirs,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        world_mismatch(call, mine, theirs, src)
+    }
+
+    /// A message of world call `call` of `kind` came from `src`: the error if this rank is in
+    /// another kind of call under that number, or if the number is further ahead than any
+    /// live rank can be (a forged message).
+    fn heard(&self, call: u64, kind: u64, src: u32) -> Option<Error> {
+        let now = self.calls.now.load(Ordering::SeqCst);
+        let mine = now >> 2;
+        if call == mine {
+            return (now & 3 != kind).then(|| self.found(call, now & 3, kind, Some(src)));
+        }
+        if call < mine {
+            return None;
+        }
+        if call > mine + 2 {
+            return Some(Error::Remote(format!(
+                "a message of world collective call #{call} from rank {src}, while this rank is at #{mine}"
+            )));
+        }
+        self.calls.early[call as usize % EARLY_SLOTS].store(call << 2 | kind, Ordering::SeqCst);
+        let now = self.calls.now.load(Ordering::SeqCst);
+        (now >> 2 == call && now & 3 != kind).then(|| self.found(call, now & 3, kind, Some(src)))
     }
 
     /// The barrier counters of `group` for messages from world rank `src`; `None` if `src`
@@ -94,6 +195,26 @@ pub(crate) struct Group<'a> {
     pub check: Option<&'a dyn Fn() -> Option<Error>>,
 }
 
+/// The error of world call `call`, which is `mine` here and `theirs` on rank `src` (a rank
+/// whose message said so, if known).
+fn world_mismatch(call: u64, mine: u64, theirs: u64, src: Option<u32>) -> Error {
+    let who = src.map_or("another rank".to_string(), |r| format!("rank {r}"));
+    Error::Mismatch(format!(
+        "world collective call #{call}: this rank called {}, {who} called {}",
+        call_kind(mine),
+        call_kind(theirs)
+    ))
+}
+
+/// The error of world call `call` as rank `by` reported it: `a` there, `b` on another rank.
+fn reported(call: u64, a: u64, b: u64, by: u32) -> Error {
+    Error::Mismatch(format!(
+        "world collective call #{call}: rank {by} called {}, another rank {}",
+        call_kind(a),
+        call_kind(b)
+    ))
+}
+
 impl Comm {
     /// Numbers the world's team creations (collective, so the same on every rank).
     pub(crate) fn next_world_team(&self) -> u64 {
@@ -114,10 +235,16 @@ impl Comm {
         // Held for the whole barrier: one rank's collectives run one at a time, in order.
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         order.barriers += 1;
-        let epoch = order.barriers;
+        order.calls += 1;
+        let (epoch, call) = (order.barriers, order.calls);
         self.coll.entered.store(epoch, Ordering::Release);
         let (me, n) = (self.rank() as usize, self.size() as usize);
-        self.disseminate(n, me, &|i| i as u32, None, (Arrivals::World(&self.coll.arrived), epoch), None)
+        let counters = (Arrivals::World(&self.coll.arrived), epoch);
+        let r = self
+            .coll
+            .enter(call, BARRIER_CALL)
+            .and_then(|()| self.disseminate(n, me, &|i| i as u32, Tag::World(call), counters, None));
+        self.world_call_ends(r)
     }
 
     /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
@@ -125,26 +252,29 @@ impl Comm {
     pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
         let counters = |from: u32| self.coll.group_counters(g.id, from);
         let counters = (Arrivals::Group(&counters), epoch);
-        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Some(g.id), counters, g.check)
+        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Tag::Group(g.id), counters, g.check)
     }
 
     /// The rounds of a dissemination barrier among `n` members (`member(i)`: world rank of
     /// member `i`): round `r` sends to the member 2^r ahead and waits for the one 2^r behind.
-    /// Messages carry `[round]` for the world, `[round, group]` for other groups.
+    /// Messages carry `[round, 0, call]` for the world, `[round, group]` for other groups.
     fn disseminate(
         &self,
         n: usize,
         me: usize,
         member: &dyn Fn(usize) -> u32,
-        group: Option<u64>,
+        tag: Tag,
         (counters, epoch): (Arrivals<'_>, u64),
         check: Option<&dyn Fn() -> Option<Error>>,
     ) -> Result<()> {
         let (mut dist, mut round) = (1usize, 0usize);
         while dist < n {
             let (to, from) = (member((me + dist) % n), member((me + n - dist) % n));
-            let args = [round as u64, group.unwrap_or(0)];
-            let args = if group.is_some() { &args[..] } else { &args[..1] };
+            let args = match tag {
+                Tag::World(call) => [round as u64, 0, call],
+                Tag::Group(g) => [round as u64, g, 0],
+            };
+            let args = if let Tag::World(_) = tag { &args[..] } else { &args[..2] };
             self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
             let rounds;
             let arrived = match counters {
@@ -171,9 +301,15 @@ impl Comm {
 
     pub(crate) fn on_barrier(&self, m: &AmMsg<'_>) {
         let (src, n, me) = (m.src() as usize, self.size() as usize, self.rank() as usize);
-        let refused = match (m.args().first().map(|&r| r as usize), m.args().get(1)) {
+        let (round, group) = (m.args().first().map(|&r| r as usize), m.args().get(1));
+        let refused = match (round, group, m.args().get(2)) {
             // Round r of the world's barrier comes from the rank 2^r behind, and only from it.
-            (Some(r), None) if r < MAX_ROUNDS && (1usize << r) < n && (src + (1 << r)) % n == me => {
+            (Some(r), Some(0), Some(&call))
+                if r < MAX_ROUNDS && (1usize << r) < n && (src + (1 << r)) % n == me =>
+            {
+                if let Some(e) = self.coll.heard(call, BARRIER_CALL, m.src()) {
+                    return self.record_error(e);
+                }
                 // A partner is at most one barrier ahead of this rank (it cannot finish one
                 // without this rank's messages): more is a forged arrival, refused.
                 let ahead = self.coll.entered.load(Ordering::Acquire) + 1;
@@ -184,13 +320,15 @@ impl Comm {
                 }
                 "a barrier message for a barrier two ahead of this rank's"
             }
-            (Some(r), Some(&group)) if r < MAX_ROUNDS => match self.coll.group_counters(group, m.src()) {
-                Some(c) => {
-                    c[r].fetch_add(1, Ordering::AcqRel);
-                    return;
+            (Some(r), Some(&group), None) if r < MAX_ROUNDS && group != 0 => {
+                match self.coll.group_counters(group, m.src()) {
+                    Some(c) => {
+                        c[r].fetch_add(1, Ordering::AcqRel);
+                        return;
+                    }
+                    None => "a barrier message for one group too many",
                 }
-                None => "a barrier message for one group too many",
-            },
+            }
             _ => "a malformed barrier message, or one not from this round's partner",
         };
         self.record_error(Error::Remote(format!("{refused} from rank {}", m.src())));
@@ -200,14 +338,14 @@ impl Comm {
     /// payload): entry `r` of the result is rank `r`'s string.
     pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
-        order.exchanges += 1;
-        let seq = order.exchanges;
+        // The world's exchanges are numbered with its barriers, so that one meeting the other
+        // is seen (its messages carry the call number as their sequence number).
+        order.calls += 1;
+        let seq = order.calls;
         let members: Vec<u32> = (0..self.size()).collect();
-        self.group_exchange(
-            &Group { id: 0, members: &members, me: self.rank() as usize, check: None },
-            seq,
-            mine,
-        )
+        let g = Group { id: 0, members: &members, me: self.rank() as usize, check: None };
+        let r = self.coll.enter(seq, EXCHANGE_CALL).and_then(|()| self.group_exchange(&g, seq, mine));
+        self.world_call_ends(r)
     }
 
     /// All-gather of one small byte string per member of `g` (entry `i`: member `i`'s);
@@ -241,12 +379,60 @@ impl Comm {
             .collect())
     }
 
+    /// Ends world call `r`: a mismatch found here (in the call, or by a handler) is reported
+    /// to every other rank, once: a rank whose partners are all in its own kind of call would
+    /// otherwise wait for ever. (Handlers send no requests: the call reports it.)
+    fn world_call_ends<T>(&self, r: Result<T>) -> Result<T> {
+        if r.is_ok() {
+            return r;
+        }
+        let found = self.coll.calls.found.swap(0, Ordering::AcqRel);
+        if found != 0 {
+            let args = [found >> 4, (found >> 2) & 3, found & 3];
+            for to in (0..self.size()).filter(|&to| to != self.rank()) {
+                let _ = self.send_am(to, internal::WORLD_MISMATCH, AmClass::Request, &args, AmPayload::Short);
+            }
+        }
+        r
+    }
+
+    /// Another rank found a mismatch of world call `call`: this rank's wait in that call
+    /// fails, or its entry into it if it has not got there yet (an old call is over).
+    pub(crate) fn on_world_mismatch(&self, m: &AmMsg<'_>) {
+        let (call, a, b) = match m.args() {
+            &[call, a, b] if (1..=2).contains(&a) && (1..=2).contains(&b) => (call, a, b),
+            _ => {
+                return self
+                    .record_error(Error::Remote(format!("malformed mismatch report from rank {}", m.src())))
+            }
+        };
+        let calls = &self.coll.calls;
+        let mine = calls.now.load(Ordering::SeqCst) >> 2;
+        if call < mine || call > mine + 2 {
+            return;
+        }
+        if call > mine {
+            calls.told_by.store(u64::from(m.src()), Ordering::Release);
+            calls.told.store(call << 4 | a << 2 | b, Ordering::SeqCst);
+            if calls.now.load(Ordering::SeqCst) >> 2 != call {
+                return;
+            }
+        }
+        self.record_error(reported(call, a, b, m.src()));
+        self.fabric.notify(self.rank());
+    }
+
     pub(crate) fn on_exchange(&self, m: &AmMsg<'_>) {
         let Some(&seq) = m.args().first() else {
             return self
                 .record_error(Error::Remote(format!("malformed exchange message from rank {}", m.src())));
         };
         let group = m.args().get(1).copied().unwrap_or(0);
+        if group == 0 {
+            if let Some(e) = self.coll.heard(seq, EXCHANGE_CALL, m.src()) {
+                return self.record_error(e);
+            }
+        }
         let mut g = self.coll.gathered.lock().unwrap_or_else(|p| p.into_inner());
         if g.values().filter(|c| c.contains_key(&m.src())).count() >= MAX_HELD_PER_SOURCE {
             drop(g);

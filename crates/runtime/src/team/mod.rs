@@ -122,8 +122,16 @@ impl Comm {
     /// A team of every rank, in world order. Collective over the world.
     pub fn world_team(&self) -> Result<Team<'_>> {
         let members: Vec<u32> = (0..self.size()).collect();
-        let id = child_id(0, &[self.next_world_team()]);
-        Team::new(self, id, members, self.rank() as usize)
+        let k = self.next_world_team();
+        // A world collective like the others: a rank in another one (a barrier) hears of it
+        // instead of waiting; and every rank must be making the same team.
+        let mine = k.to_le_bytes();
+        if let Some(r) = self.exchange(&mine)?.iter().position(|d| d[..] != mine) {
+            return Err(Error::Mismatch(format!(
+                "world_team: this rank makes the world's team #{k}, rank {r} another one"
+            )));
+        }
+        Team::new(self, child_id(0, &[k]), members, self.rank() as usize)
     }
 }
 
