@@ -69,7 +69,7 @@ impl fmt::Display for FabricError {
             FabricError::Exists { path } => {
                 write!(f, "{path} exists already: another process holds this name")
             }
-            FabricError::Untrusted { what } => write!(f, "refusing to map {what}"),
+            FabricError::Untrusted { what } => write!(f, "refusing to use {what}"),
         }
     }
 }

@@ -90,6 +90,11 @@ impl fmt::Display for Error {
         match self {
             Error::Config(s) => write!(f, "configuration: {s}"),
             Error::Fabric(e) => write!(f, "fabric: {e}"),
+            // Offsets that overflowed saturate: say so rather than print 2^64 - 1.
+            Error::OutOfBounds { rank, segment, offset: usize::MAX, len, segment_len } => write!(
+                f,
+                "remote access of {len} bytes at an offset that overflowed, in segment {segment} on rank {rank}, is out of bounds (segment is {segment_len} bytes)"
+            ),
             Error::OutOfBounds { rank, segment, offset, len, segment_len } => write!(
                 f,
                 "remote access of {len} bytes at byte offset {offset} of segment {segment} on rank {rank} is out of bounds (segment is {segment_len} bytes)"
