@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ck, e2s, Case, Res};
+use common::{ck, Case, Failure, Res};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -36,12 +36,12 @@ fn categories() -> Res {
         t.sum.fetch_add(m.args().first().copied().unwrap_or(0), Ordering::AcqRel);
         t.bytes.fetch_add(m.payload().len() as u64, Ordering::AcqRel);
     });
-    let w = b.init().map_err(e2s)?;
+    let w = b.init()?;
     let (me, n) = (w.rank(), w.size());
     let slots = n as usize * THREADS; // one line per (source rank, thread)
-    let seg = w.alloc_segment::<u64>(slots * 8 + 8).map_err(e2s)?;
-    let big = w.alloc_segment::<u8>(slots * 128).map_err(e2s)?;
-    let landing = w.alloc_segment::<u8>(4096).map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(slots * 8 + 8)?;
+    let big = w.alloc_segment::<u8>(slots * 128)?;
+    let landing = w.alloc_segment::<u8>(4096)?;
     let counter = seg.at(0, slots * 8);
     let mut expected_ams = 0;
     let policies = EndpointPolicy::CATEGORIES.into_iter().chain([EndpointPolicy::Auto]);
@@ -49,7 +49,7 @@ fn categories() -> Res {
         let cq = if round % 2 == 0 { CqSharing::PerThread } else { CqSharing::PerPair };
         let cfg = EndpointConfig::new(policy, THREADS).postlist(5).signal_every(7).static_slots(2).cq(cq);
         let sums_before = tally.sum.load(Ordering::Acquire);
-        let mut set = w.endpoints(&cfg).map_err(e2s)?;
+        let mut set = w.endpoints(&cfg)?;
         let res = set.resources().clone();
         ck(res.layout.threads == THREADS && res.layout.queues >= 1, || format!("{policy:?}: {res}"))?;
         // Every fabric has transmit slots of its own: nothing may fall back to the default
@@ -116,8 +116,8 @@ fn categories() -> Res {
                 .collect();
             handles.into_iter().map(|h| h.join().expect("thread")).collect()
         });
-        let posted: Vec<(usize, u64, u64)> = posted.into_iter().collect::<Result<_, _>>().map_err(e2s)?;
-        set.close().map_err(e2s)?;
+        let posted: Vec<(usize, u64, u64)> = posted.into_iter().collect::<Result<_, _>>()?;
+        set.close()?;
         // Everything of every rank has landed and every AM to this rank has run.
         expected_ams += (n as u64) * THREADS as u64 * (ROUNDS + 3);
         let ams = tally.ams.load(Ordering::Acquire);
@@ -141,13 +141,13 @@ fn categories() -> Res {
         for (i, ops, _) in &posted {
             ck(*ops > 0, || format!("thread {i} posted nothing"))?;
         }
-        w.barrier().map_err(e2s)?;
+        w.barrier()?;
         if me == 0 {
             let total = seg.local().read(slots * 8);
             let want = (round as u64 + 1) * n as u64 * THREADS as u64 * ROUNDS;
             ck(total == want, || format!("{policy:?}: counter {total}, expected {want}"))?;
         }
-        w.barrier().map_err(e2s)?;
+        w.barrier()?;
     }
     let bytes = tally.bytes.load(Ordering::Acquire);
     let want = 7 * n as u64 * THREADS as u64 * (16 + 300 + 8);
@@ -157,16 +157,16 @@ fn categories() -> Res {
 /// Completion counting: a private counter sees exactly its own operations after flush; a
 /// shared one (the Shared category) sees every sharer's.
 fn completions() -> Res {
-    let w = World::init().map_err(e2s)?;
-    let seg = w.alloc_segment::<u64>(64).map_err(e2s)?;
+    let w = World::init()?;
+    let seg = w.alloc_segment::<u64>(64)?;
     for (policy, shared) in [(EndpointPolicy::Dynamic, false), (EndpointPolicy::Shared, true)] {
         let cfg = EndpointConfig::new(policy, 2).postlist(4).signal_every(10);
-        let mut set = w.endpoints(&cfg).map_err(e2s)?;
+        let mut set = w.endpoints(&cfg)?;
         let mut eps = set.endpoints();
         let ops = [23u64, 41];
         for (ep, &k) in eps.iter_mut().zip(&ops) {
             for j in 0..k {
-                ep.put_nbi(seg.at(0, j as usize % 64), &[j]).map_err(e2s)?;
+                ep.put_nbi(seg.at(0, j as usize % 64), &[j])?;
             }
         }
         // Unflushed, a counter lags by less than one signal interval (plus what is queued).
@@ -175,7 +175,7 @@ fn completions() -> Res {
             ck(shared || (c <= k && k - c < 10 + 4), || format!("{policy:?}: {c} of {k} before flush"))?;
         }
         for ep in eps.iter_mut() {
-            ep.sync_nbi().map_err(e2s)?;
+            ep.sync_nbi()?;
         }
         for (ep, &k) in eps.iter().zip(&ops) {
             let want = if shared { ops.iter().sum() } else { k };
@@ -184,48 +184,47 @@ fn completions() -> Res {
             })?;
         }
         drop(eps);
-        set.close().map_err(e2s)?;
+        set.close()?;
     }
     // A batch whose last operation leaves the slot (an atomic takes the world's path): the
     // flush must complete its puts, not the slot's next use (which never comes before the
     // check below: the set is still open).
     let (me, n) = (w.rank(), w.size());
-    let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 1).postlist(8)).map_err(e2s)?;
+    let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 1).postlist(8))?;
     let mut eps = set.endpoints();
     for k in 0..3u64 {
-        eps[0].put_nbi(seg.at((me + 1) % n, 60), &[1000 * k + me as u64]).map_err(e2s)?;
-        eps[0].atomic_nbi(seg.at((me + 1) % n, 61), AtomicOp::FetchAdd(1)).map_err(e2s)?;
-        eps[0].sync_nbi().map_err(e2s)?;
-        w.barrier().map_err(e2s)?;
+        eps[0].put_nbi(seg.at((me + 1) % n, 60), &[1000 * k + me as u64])?;
+        eps[0].atomic_nbi(seg.at((me + 1) % n, 61), AtomicOp::FetchAdd(1))?;
+        eps[0].sync_nbi()?;
+        w.barrier()?;
         let (got, want) = (seg.local().read(60), 1000 * k + ((me + n - 1) % n) as u64);
         ck(got == want, || format!("round {k}: a put before an atomic holds {got}, expected {want}"))?;
-        w.barrier().map_err(e2s)?;
+        w.barrier()?;
     }
     drop(eps);
-    set.close().map_err(e2s)
+    set.close().map_err(Failure::from)
 }
 
 /// Sets are released when closed: far more contexts over time than the fabric holds at once.
 fn repeated_sets() -> Res {
-    let w = World::init().map_err(e2s)?;
-    let seg = w.alloc_segment::<u64>(8).map_err(e2s)?;
+    let w = World::init()?;
+    let seg = w.alloc_segment::<u64>(8)?;
     let held = |what: &str| -> u64 {
         w.info().resources.iter().filter(|r| r.kind.starts_with(what)).map(|r| r.count).sum()
     };
     let (regions, mapped) = (held("registered regions"), held("peer regions"));
     for k in 0..150u64 {
-        let mut set =
-            w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 2).ring_kib(4)).map_err(e2s)?;
+        let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 2).ring_kib(4))?;
         for mut ep in set.endpoints() {
-            ep.put_nbi(seg.at((w.rank() + 1) % w.size(), ep.index()), &[k]).map_err(e2s)?;
+            ep.put_nbi(seg.at((w.rank() + 1) % w.size(), ep.index()), &[k])?;
         }
-        set.close().map_err(e2s)?;
+        set.close()?;
     }
     let rings = held("endpoint slot rings in");
     ck(rings == 0, || format!("{rings} endpoint rings still held after closing every set"))?;
-    let auto = w.endpoints(&EndpointConfig::new(EndpointPolicy::Auto, 2)).map_err(e2s)?;
+    let auto = w.endpoints(&EndpointConfig::new(EndpointPolicy::Auto, 2))?;
     ck(auto.resources().measured.len() == 6, || "auto measured no categories".into())?;
-    auto.close().map_err(e2s)?;
+    auto.close()?;
     let now = (held("registered regions"), held("peer regions"));
     ck(now == (regions, mapped), || format!("regions held went from {:?} to {now:?}", (regions, mapped)))?;
     ck(seg.local().read(0) == 149 && seg.local().read(1) == 149, || "last puts missing".into())
@@ -235,8 +234,8 @@ fn repeated_sets() -> Res {
 fn limits_and_bad_input() -> Res {
     let mut b = World::builder();
     let h = b.handler("ep.nothing", |_| {});
-    let w = b.init().map_err(e2s)?;
-    let seg = w.alloc_segment::<u64>(8).map_err(e2s)?;
+    let w = b.init()?;
+    let seg = w.alloc_segment::<u64>(8)?;
     let too_many = w.endpoints(&EndpointConfig::new(EndpointPolicy::Dedicated, 300).ring_kib(4));
     let msg = too_many.err().map(|e| e.to_string()).unwrap_or_default();
     ck(msg.contains("at most 256"), || format!("300 dedicated contexts: {msg:?}"))?;
@@ -248,7 +247,7 @@ fn limits_and_bad_input() -> Res {
     ] {
         ck(matches!(w.endpoints(&bad), Err(Error::Config(_))), || format!("accepted {bad:?}"))?;
     }
-    let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::SharedDynamic, 2)).map_err(e2s)?;
+    let mut set = w.endpoints(&EndpointConfig::new(EndpointPolicy::SharedDynamic, 2))?;
     let mut eps = set.endpoints();
     let ep = &mut eps[0];
     let peer = (w.rank() + 1) % w.size();
@@ -264,9 +263,9 @@ fn limits_and_bad_input() -> Res {
     ck(matches!(ep.am_request_short(peer, h, &[0; 17]), Err(Error::TooLarge { .. })), || {
         "17 AM args".into()
     })?;
-    ep.put_nbi(seg.at(peer, 0), &[7u64]).map_err(e2s)?;
+    ep.put_nbi(seg.at(peer, 0), &[7u64])?;
     drop(eps);
-    set.close().map_err(e2s)?;
+    set.close()?;
     ck(seg.local().read(0) == 7, || "the world stopped working".into())
 }
 
@@ -286,10 +285,10 @@ weft::remote! {
 /// (rendezvous, pulled from the caller's memory) from every thread, in every category.
 fn rpc_on_endpoints() -> Res {
     use weft::EndpointRpcExt;
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     let peer = (w.rank() + 1) % w.size();
     for policy in EndpointPolicy::CATEGORIES {
-        let mut set = w.endpoints(&EndpointConfig::new(policy, THREADS)).map_err(e2s)?;
+        let mut set = w.endpoints(&EndpointConfig::new(policy, THREADS))?;
         let eps = set.endpoints();
         let results: Vec<Res> = std::thread::scope(|s| {
             let handles: Vec<_> = eps
@@ -298,14 +297,14 @@ fn rpc_on_endpoints() -> Res {
                     s.spawn(move || -> Res {
                         let i = ep.index() as u64;
                         for k in 0..50u64 {
-                            let got = weft::block_on(ep.call(peer, add_on_endpoint, (i, k))).map_err(e2s)?;
+                            let got = weft::block_on(ep.call(peer, add_on_endpoint, (i, k)))?;
                             ck(got == i + k, || format!("{policy:?}: {i} + {k} = {got}"))?;
                         }
                         let big: Vec<u8> = (0..200_000u32).map(|x| (x % 251) as u8).collect();
                         let want: u64 = big.iter().map(|&x| x as u64).sum();
-                        let got = weft::block_on(ep.call(peer, checksum_on_endpoint, (big,))).map_err(e2s)?;
+                        let got = weft::block_on(ep.call(peer, checksum_on_endpoint, (big,)))?;
                         ck(got == want, || format!("{policy:?}: checksum {got}, expected {want}"))?;
-                        ep.post(peer, add_on_endpoint, (1, 2)).map_err(e2s)?.wait().map_err(e2s)?;
+                        ep.post(peer, add_on_endpoint, (1, 2))?.wait()?;
                         // Every call and the post went through this endpoint (its completion
                         // counter saw them), not the world's default path.
                         let done = ep.completed();
@@ -316,7 +315,7 @@ fn rpc_on_endpoints() -> Res {
             handles.into_iter().map(|h| h.join().expect("thread")).collect()
         });
         results.into_iter().collect::<Res>()?;
-        set.close().map_err(e2s)?;
+        set.close()?;
     }
     Ok(())
 }

@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{Failure, Res};
+
 use std::process::{Command, Output};
 use std::sync::Arc;
 use weft_ft::exchange::{Inbox, Mailbox, Pattern, Shape, Transport, TwoSided, POINT};
@@ -11,22 +13,24 @@ use weft_ft::{Class, Ft, Model, Options, Variant, Verification};
 
 /// One rank: run FT, check the checksums against NPB's and the message pattern against the
 /// variant's.
-fn rank(case: &str) -> Result<(), String> {
+fn rank(case: &str) -> Res {
     let words: Vec<&str> = case.split_whitespace().collect();
     let (class, variant, model, pad) = match words[..] {
         [c, v, m] => (c, v, m, "0"),
         [c, v, m, pad] => (c, v, m, pad),
-        _ => return Err(format!("bad case {case:?}")),
+        _ => return Err(format!("bad case {case:?}").into()),
     };
     let (class, variant, model): (Class, Variant, Model) = (class.parse()?, variant.parse()?, model.parse()?);
     let pad = pad.parse().map_err(|_| format!("bad padding {pad:?}"))?;
     let mut b = weft::World::builder();
     let ft = Ft::register(&mut b);
-    let world = b.init().map_err(|e| e.to_string())?;
+    let world = b.init().map_err(|e| Failure(e.to_string()))?;
     let opts = Options { pad, ..Options::new(class, variant, model) };
-    let report = ft.run(&world, &opts).map_err(|e| e.to_string())?;
+    let report = ft.run(&world, &opts).map_err(|e| Failure(e.to_string()))?;
     if report.verification != Verification::Successful {
-        return Err(format!("verification {:?}: checksums {:?}", report.verification, report.checksums));
+        return Err(
+            format!("verification {:?}: checksums {:?}", report.verification, report.checksums).into()
+        );
     }
     // Messages to other ranks per transform and rank: 1 (exchange), one per plane (slabs),
     // one per plane and column (pencils), to each of the P - 1 others.
@@ -40,43 +44,46 @@ fn rank(case: &str) -> Result<(), String> {
     let transforms = class.iterations();
     let want = ((per_peer(nx, nz) + transforms * per_peer(nz, ny)) * (p - 1)) as u64;
     if report.messages_per_rank != want {
-        return Err(format!("{} messages per rank, expected {want}", report.messages_per_rank));
+        return Err(format!("{} messages per rank, expected {want}", report.messages_per_rank).into());
     }
     let bytes = (class.points() / p / p * (p - 1) * POINT * (transforms + 1)) as u64;
     if report.bytes_per_rank != bytes {
-        return Err(format!("{} bytes per rank, expected {bytes}", report.bytes_per_rank));
+        return Err(format!("{} bytes per rank, expected {bytes}", report.bytes_per_rank).into());
     }
-    world.barrier().map_err(|e| e.to_string())
+    Ok(world.barrier()?)
 }
 
 /// Two ranks: rank 1 forges two-sided messages to rank 0 (an index past the posted ones, a
 /// duplicate, a wrong argument count); each must end rank 0's wait with a clear error and
 /// write nothing. Then a real message of three fragments must arrive intact.
-fn forged_messages() -> Result<(), String> {
-    let e2s = |e: weft::Error| e.to_string();
+fn forged_messages() -> Res {
     let mut b = weft::World::builder();
     let mailbox = Mailbox::register(&mut b);
-    let world = b.init().map_err(e2s)?;
+    let world = b.init()?;
     let me = world.rank() as usize;
     let shape = Shape { a: 128, b: 64, c: 4, ranks: 2, me };
     let points = shape.local_points();
-    let inbox = Arc::new(Inbox::new(world.alloc_segment::<u8>(Inbox::bytes(points)).map_err(e2s)?, points));
+    let inbox = Arc::new(Inbox::new(world.alloc_segment::<u8>(Inbox::bytes(points))?, points));
     let mut xport = TwoSided::new(world.comm(), mailbox.clone(), inbox.clone());
     let two = Pattern { count: 2, unit: points / 2 / 2 };
     let one = Pattern { count: 1, unit: points / 2 };
     let h = mailbox.handler();
-    let forge = |args: &[u64], len: usize| world.am_request_medium(0, h, args, &vec![7u8; len]).map_err(e2s);
-    let expect_error = |r: Result<(), weft_ft::Error>, what: &str| match r {
-        Err(e) if e.to_string().contains(what) => Ok(()),
-        other => Err(format!("expected an error saying {what:?}, got {other:?}")),
+    let forge = |args: &[u64], len: usize| {
+        world.am_request_medium(0, h, args, &vec![7u8; len]).map_err(Failure::from)
     };
-    let untouched = |epoch: u64| {
+    let expect_error = |r: Result<(), weft_ft::Error>, what: &str| -> Res {
+        match r {
+            Err(e) if e.to_string().contains(what) => Ok(()),
+            other => Err(format!("expected an error saying {what:?}, got {other:?}").into()),
+        }
+    };
+    let untouched = |epoch: u64| -> Res {
         let mut got = vec![1u8; points * POINT];
         inbox.view().copy_out(inbox.base(epoch), &mut got);
         if got.iter().all(|&b| b == 0) {
             Ok(())
         } else {
-            Err(format!("epoch {epoch}: bytes written"))
+            Err(format!("epoch {epoch}: bytes written").into())
         }
     };
     let unit = 1024;
@@ -84,7 +91,7 @@ fn forged_messages() -> Result<(), String> {
         [(1u64, vec![1u64, 5, 0], "malformed"), (2, vec![2, 0, 0], "twice"), (3, vec![3], "arguments")]
     {
         if me == 0 {
-            xport.begin(epoch, shape, two).map_err(|e| e.to_string())?;
+            xport.begin(epoch, shape, two).map_err(|e| Failure(e.to_string()))?;
             expect_error(xport.finish(), what)?;
             if epoch != 2 {
                 untouched(epoch)?;
@@ -95,15 +102,15 @@ fn forged_messages() -> Result<(), String> {
                 forge(&args, unit)?;
             }
         }
-        world.barrier().map_err(e2s)?;
+        world.barrier()?;
     }
     // A real message, larger than a medium AM.
     let data: Vec<C64> = (0..one.unit).map(|i| C64::new(i as f64, -(i as f64))).collect();
-    xport.begin(4, shape, one).map_err(|e| e.to_string())?;
+    xport.begin(4, shape, one).map_err(|e| Failure(e.to_string()))?;
     if me == 1 {
-        xport.send(0, 0, &data).map_err(|e| e.to_string())?;
+        xport.send(0, 0, &data).map_err(|e| Failure(e.to_string()))?;
     } else {
-        xport.finish().map_err(|e| e.to_string())?;
+        xport.finish().map_err(|e| Failure(e.to_string()))?;
         let mut got = vec![C64::default(); one.unit];
         let at = inbox.message_at(4, &shape, &one, 1, 0);
         inbox.view().copy_out(at, bytemuck::cast_slice_mut(&mut got));
@@ -111,7 +118,7 @@ fn forged_messages() -> Result<(), String> {
             return Err("a fragmented message arrived changed".into());
         }
     }
-    world.barrier().map_err(e2s)
+    world.barrier().map_err(Failure::from)
 }
 
 fn launch(case: &str, n: u32) -> Output {

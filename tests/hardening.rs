@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{ck, e2s, Case, Res};
+use common::{ck, Case, Failure, Res};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use weft::{Error, World};
@@ -21,13 +21,13 @@ type Check = (&'static str, fn() -> Trial);
 /// Addresses whose byte offset overflows are out of bounds: they never wrap round onto a
 /// valid element (`seg.at(r, 2^61 + j)` of a `u64` segment used to write element j).
 fn wrapping_indexes() -> Res {
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     let (me, n) = (w.rank(), w.size());
-    let seg = w.alloc_segment::<u64>(16).map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(16)?;
     for i in 0..16 {
         seg.local().write(i, 7);
     }
-    w.barrier().map_err(e2s)?;
+    w.barrier()?;
     let to = (me + 1) % n;
     let bad = [
         ("at(2^61 + 3)", seg.at(to, (1usize << 61) + 3)),
@@ -52,19 +52,19 @@ fn wrapping_indexes() -> Res {
             format!("put_signal, signal at {what}: {sig:?}")
         })?;
     }
-    w.sync_nbi().map_err(e2s)?;
-    w.barrier().map_err(e2s)?;
+    w.sync_nbi()?;
+    w.barrier()?;
     let local = seg.local();
     let changed: Vec<usize> = (0..16).filter(|&i| local.read(i) != 7).collect();
     ck(changed.is_empty(), || format!("elements {changed:?} were written by rejected operations"))?;
-    w.barrier().map_err(e2s)
+    w.barrier().map_err(Failure::from)
 }
 
 /// Rank 1 stops itself with SIGSTOP for 3 s (a shell it started sends SIGCONT); rank 0 waits
 /// for it in a barrier and must say so after `WEFT_HANG_WARN_S`, naming rank 1.
 fn stopped_rank() -> Res {
-    let w = World::init().map_err(e2s)?;
-    w.barrier().map_err(e2s)?;
+    let w = World::init()?;
+    w.barrier()?;
     if w.rank() == 1 {
         let pid = std::process::id();
         Command::new("sh")
@@ -73,20 +73,20 @@ fn stopped_rank() -> Res {
             .map_err(|e| format!("sh: {e}"))?;
         weft::fabric::os::kill(pid, 19); // SIGSTOP
     }
-    w.barrier().map_err(e2s)
+    w.barrier().map_err(Failure::from)
 }
 
 /// Joins the job and leaves (for the start-up checks).
 fn init_only() -> Res {
-    let w = World::init().map_err(e2s)?;
-    w.barrier().map_err(e2s)
+    let w = World::init()?;
+    w.barrier().map_err(Failure::from)
 }
 
 /// Rank 1 dies of SIGBUS while rank 0 waits for it (and then fails with an error of its
 /// own): the launcher must name rank 1's signal, not rank 0's exit status.
 fn sigbus_rank() -> Res {
-    let w = World::init().map_err(e2s)?;
-    w.barrier().map_err(e2s)?;
+    let w = World::init()?;
+    w.barrier()?;
     if w.rank() == 1 {
         if let Ok(go) = std::env::var("WEFT_GO_FILE") {
             std::fs::write(format!("{go}.ready"), b"").map_err(|e| format!("ready file: {e}"))?;
@@ -102,7 +102,7 @@ fn sigbus_rank() -> Res {
         }
         std::thread::sleep(Duration::from_secs(5));
     }
-    w.barrier().map_err(e2s)
+    w.barrier().map_err(Failure::from)
 }
 
 static NESTED_WORLD: std::sync::OnceLock<World> = std::sync::OnceLock::new();
@@ -126,7 +126,7 @@ weft::remote! {
 /// call (4 ranks, 7 of 56 runs).
 fn nested_async_calls() -> Res {
     use weft::RpcExt;
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     let w = NESTED_WORLD.get_or_init(|| w);
     let (me, n) = (w.rank(), w.size());
     for round in 0..20u64 {
@@ -138,7 +138,7 @@ fn nested_async_calls() -> Res {
                         let calls: Vec<_> =
                             (0..50u64).map(|i| (i, w.call(to, harden_nested, (round * 1000 + i,)))).collect();
                         for (i, c) in calls {
-                            let got = c.wait().map_err(e2s)?;
+                            let got = c.wait()?;
                             ck(got == round * 1000 + i + 1, || format!("nested call {i} gave {got}"))?;
                         }
                         Ok(())
@@ -147,7 +147,7 @@ fn nested_async_calls() -> Res {
                 .collect();
             workers.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
         })?;
-        w.barrier().map_err(e2s)?;
+        w.barrier()?;
     }
     Ok(())
 }
@@ -184,38 +184,38 @@ fn forged_rpc_flood() -> Res {
     use weft::rpc::proto::{Header, CALL, POST, RENDEZVOUS, RESULT_OK};
     use weft::rpc::RemoteFn;
     use weft::RpcExt;
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     let (me, n) = (w.rank(), w.size());
     let peer = (me + 1) % n;
     let h = w.handler_named("weft.rpc.msg").ok_or("no RPC message handler")?;
     let add = weft::rpc::fn_id(harden_add::NAME);
     let before = peak_rss();
-    w.barrier().map_err(e2s)?;
+    w.barrier()?;
     let head = |kind, fn_id, call_id, ack_id| {
         let (words, k) = Header { kind, mode: RENDEZVOUS, fn_id, call_id, ack_id }.encode();
         words[..k].to_vec()
     };
     let huge = descriptor(0x1000, 8 << 30);
-    w.am_request_medium(peer, h, &head(CALL, add, 77, 1), &huge).map_err(e2s)?;
+    w.am_request_medium(peer, h, &head(CALL, add, 77, 1), &huge)?;
     let big = descriptor(0x1000, 512 << 20);
     let t = Instant::now();
     for i in 0..2000u64 {
         let (kind, f) = [(CALL, add), (POST, add), (CALL, 0xdead), (RESULT_OK, 0)][i as usize % 4];
-        w.am_request_medium(peer, h, &head(kind, f, 1_000_000 + i, 2 + i), &big).map_err(e2s)?;
+        w.am_request_medium(peer, h, &head(kind, f, 1_000_000 + i, 2 + i), &big)?;
     }
     // Served after all of the above (messages from one rank arrive in order).
-    let r = w.call(peer, harden_add, (2, 3)).wait().map_err(e2s)?;
+    let r = w.call(peer, harden_add, (2, 3)).wait()?;
     let took = t.elapsed();
     ck(r == 5, || format!("a call after the forged ones gave {r}"))?;
     ck(took < Duration::from_secs(20), || format!("the target took {took:?} to serve 2001 messages"))?;
-    w.barrier().map_err(e2s)?;
+    w.barrier()?;
     let grew = peak_rss().saturating_sub(before);
     ck(grew < 256 << 20, || format!("peak memory grew by {} MiB under forged descriptors", grew >> 20))?;
-    let rpc = weft::rpc::Rpc::of(&w).map_err(e2s)?;
+    let rpc = weft::rpc::Rpc::of(&w)?;
     let bad = rpc.stats.malformed.load(std::sync::atomic::Ordering::SeqCst)
         + rpc.stats.unknown_function.load(std::sync::atomic::Ordering::SeqCst);
     ck(bad >= 2001, || format!("only {bad} forged messages counted"))?;
-    w.barrier().map_err(e2s)
+    w.barrier().map_err(Failure::from)
 }
 
 weft::remote! {
@@ -231,22 +231,24 @@ fn forged_completions() -> Res {
     use std::future::Future;
     use weft::rpc::proto::{Header, EAGER, RESULT_OK};
     use weft::RpcExt;
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     let me = w.rank();
-    let seg = w.alloc_segment::<u64>(1).map_err(e2s)?;
-    let flag = w.alloc_segment::<u64>(1).map_err(e2s)?;
+    let seg = w.alloc_segment::<u64>(1)?;
+    let flag = w.alloc_segment::<u64>(1)?;
     let local = flag.local();
-    let signal = |to: u32| w.atomic_store(flag.at(to, 0), 1).and_then(|()| w.notify(to)).map_err(e2s);
-    let signalled =
-        || w.wait_until(|| local.atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1).map_err(e2s);
-    w.barrier().map_err(e2s)?;
+    let signal =
+        |to: u32| w.atomic_store(flag.at(to, 0), 1).and_then(|()| w.notify(to)).map_err(Failure::from);
+    let signalled = || {
+        w.wait_until(|| local.atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1)
+            .map_err(Failure::from)
+    };
+    w.barrier()?;
     match me {
         0 => {
             let k = 100u64;
             let handles: Vec<_> = (0..k)
                 .map(|_| w.atomic_nb(seg.at(2, 0), weft::AtomicOp::FetchAdd(1)))
-                .collect::<weft::Result<_>>()
-                .map_err(e2s)?;
+                .collect::<weft::Result<_>>()?;
             let (sent, result) = w.call_with(2, harden_sum, (vec![1u64; 1 << 16],), None);
             signal(1)?;
             signalled()?;
@@ -273,22 +275,22 @@ fn forged_completions() -> Res {
             let ack = w.handler_named("weft.rpc.ack").ok_or("no weft.rpc.ack")?;
             let msg = w.handler_named("weft.rpc.msg").ok_or("no weft.rpc.msg")?;
             for tok in 1..=1000u64 {
-                w.am_request_short(0, done, &[tok, 0xdead_beef, 0, 0]).map_err(e2s)?;
+                w.am_request_short(0, done, &[tok, 0xdead_beef, 0, 0])?;
             }
             for id in 0..1000u64 {
-                w.am_request_short(0, ack, &[id]).map_err(e2s)?;
+                w.am_request_short(0, ack, &[id])?;
             }
             for call_id in (1..=4u64).flat_map(|g| (0..64u64).map(move |i| g << 32 | i)) {
                 let (words, n) =
                     Header { kind: RESULT_OK, mode: EAGER, fn_id: 0, call_id, ack_id: 0 }.encode();
-                w.am_request_medium(0, msg, &words[..n], &666u64.to_le_bytes()).map_err(e2s)?;
+                w.am_request_medium(0, msg, &words[..n], &666u64.to_le_bytes())?;
             }
             // Everything forged has been handled on rank 0 before it hears this (one ring).
             signal(0)?;
         }
         _ => std::thread::sleep(Duration::from_millis(1500)),
     }
-    w.barrier().map_err(e2s)
+    w.barrier().map_err(Failure::from)
 }
 
 /// A partner that sends world-barrier messages ahead of time (forged arrivals): a partner may
@@ -296,14 +298,14 @@ fn forged_completions() -> Res {
 /// refused and reported: within four barriers rank 0 waits for the real partner or hears of
 /// the forgery (it used to pass all four at once).
 fn forged_barrier() -> Res {
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     if w.rank() == 1 {
-        w.barrier().map_err(e2s)?;
+        w.barrier()?;
         let h = w.handler_named("weft.barrier").ok_or("no weft.barrier")?;
         // Round 0 of the world's barrier, for world calls 1 to 8: some before rank 0's,
         // some ahead of any live partner's.
         for call in 1..=8 {
-            w.am_request_short(0, h, &[0, 0, call]).map_err(e2s)?;
+            w.am_request_short(0, h, &[0, 0, call])?;
         }
         std::thread::sleep(Duration::from_millis(1000));
         // Rank 0 may have stopped at the forgery: its end is no error here.
@@ -317,7 +319,7 @@ fn forged_barrier() -> Res {
             Err(Error::Remote(m)) if m.contains("barrier") || m.contains("world collective") => return Ok(()),
             Ok(()) if t.elapsed() >= Duration::from_millis(500) => return Ok(()),
             Ok(()) => {}
-            Err(e) => return Err(format!("barrier {i} after forged arrivals: {e}")),
+            Err(e) => return Err(format!("barrier {i} after forged arrivals: {e}").into()),
         }
     }
     Err("the first and four more barriers passed at once on forged arrivals".into())
@@ -326,8 +328,8 @@ fn forged_barrier() -> Res {
 /// Exchange contributions of made-up exchanges, more than a member can have outstanding:
 /// refused and reported, not kept without bound.
 fn forged_exchange_flood() -> Res {
-    let w = World::init().map_err(e2s)?;
-    w.barrier().map_err(e2s)?;
+    let w = World::init()?;
+    w.barrier()?;
     if w.rank() == 1 {
         let h = w.handler_named("weft.exchange").ok_or("no weft.exchange")?;
         for seq in 0..200u64 {
@@ -343,7 +345,7 @@ fn forged_exchange_flood() -> Res {
     // Rank 1's barrier message comes after its flood: this barrier ends once all is here.
     match w.barrier() {
         Err(Error::Remote(m)) if m.contains("exchange") => Ok(()),
-        r => Err(format!("after a flood of forged exchange contributions: {r:?}")),
+        r => Err(format!("after a flood of forged exchange contributions: {r:?}").into()),
     }
 }
 
@@ -926,13 +928,13 @@ fn rank_pids(pid: u32) -> Vec<u32> {
 /// Rank 1 publishes late: rank 0 waits in start-up with its inbox published.
 /// Barriers for `WEFT_LOOP_MS` (default 20 s), 20 ms apart.
 fn barrier_loop() -> Res {
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     let t = Instant::now();
     let ms = std::env::var("WEFT_LOOP_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
     while t.elapsed() < Duration::from_millis(ms) {
         // Every rank: the barrier's waits stay short (below a peer-check period).
         std::thread::sleep(Duration::from_millis(20));
-        w.barrier().map_err(e2s)?;
+        w.barrier()?;
     }
     Ok(())
 }
@@ -959,25 +961,29 @@ fn stranger() -> Res {
 
 /// Rank 0 allocates a segment 2 s after rank 1, which publishes its part and waits.
 fn alloc_late() -> Res {
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     if w.rank() == 0 {
         std::thread::sleep(Duration::from_secs(2));
     }
-    w.alloc_segment::<u64>(1 << 20).map_err(e2s)?;
-    w.barrier().map_err(e2s)
+    w.alloc_segment::<u64>(1 << 20)?;
+    w.barrier().map_err(Failure::from)
 }
 
 /// Asks the RPC pool for more than the (small) `/dev/shm` holds: an error, not a SIGBUS.
 fn pool_beyond_shm() -> Res {
-    let w = World::init().map_err(e2s)?;
+    let w = World::init()?;
     match weft::RmaVec::<u8>::with_capacity(&w, 48 << 20) {
         Err(e) if e.to_string().contains("full") => {}
-        r => return Err(format!("48 MiB of the pool on a 16 MiB /dev/shm: {:?}", r.map(|v| v.capacity()))),
+        r => {
+            return Err(
+                format!("48 MiB of the pool on a 16 MiB /dev/shm: {:?}", r.map(|v| v.capacity())).into()
+            )
+        }
     }
     // Smaller blocks still work.
-    let v = weft::RmaVec::<u8>::from_slice(&w, &[7u8; 4096]).map_err(e2s)?;
+    let v = weft::RmaVec::<u8>::from_slice(&w, &[7u8; 4096])?;
     ck(v.iter().all(|&b| b == 7), || "a 4 KiB block after the refusal".into())?;
-    w.barrier().map_err(e2s)
+    w.barrier().map_err(Failure::from)
 }
 
 fn late_rank() -> Res {

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Ends a rank with the outcome of its case: status 0, or 1 after printing why.
-pub fn exit_with(outcome: Result<(), String>) -> ! {
+pub fn exit_with(outcome: Res) -> ! {
     match outcome {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -138,7 +138,7 @@ pub fn run_job(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> Result<()
 #[allow(dead_code)]
 pub struct Case {
     pub name: &'static str,
-    pub run: fn() -> Result<(), String>,
+    pub run: fn() -> Res,
     pub ranks: &'static [u32],
     pub env: &'static [(&'static str, &'static str)],
 }
@@ -158,9 +158,44 @@ pub fn trials(var: &'static str, cases: &'static [Case]) -> Vec<libtest_mimic::T
         .collect()
 }
 
+/// Why a rank program failed: its words. Made from a weft error or any text, so that `?`
+/// works on both in a rank program.
+#[derive(Debug)]
+pub struct Failure(pub String);
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<weft::Error> for Failure {
+    fn from(e: weft::Error) -> Self {
+        Failure(e.to_string())
+    }
+}
+
+impl From<String> for Failure {
+    fn from(s: String) -> Self {
+        Failure(s)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(s: &str) -> Self {
+        Failure(s.to_string())
+    }
+}
+
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure(e.to_string())
+    }
+}
+
 /// What a rank program returns: `Err` says why it failed.
 #[allow(dead_code)]
-pub type Res = Result<(), String>;
+pub type Res<T = ()> = Result<T, Failure>;
 
 /// `Ok` if `cond` holds, else the error `what` says.
 #[allow(dead_code)]
@@ -168,7 +203,7 @@ pub fn ck(cond: bool, what: impl FnOnce() -> String) -> Res {
     if cond {
         Ok(())
     } else {
-        Err(what())
+        Err(Failure(what()))
     }
 }
 

@@ -1,0 +1,149 @@
+//! A rank's life: idle waits, early exits, dead and vanished peers, threads and progress.
+
+use super::*;
+
+/// CPU time (user + system) this process has used so far, from `/proc/self/stat`.
+pub(crate) fn cpu_time() -> Result<Duration, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| e.to_string())?;
+    // Fields after the command name (which may hold spaces) end with ")"; utime and stime are
+    // the 14th and 15th fields, in clock ticks.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).ok_or("no ) in /proc/self/stat")?;
+    let f: Vec<u64> = rest.split_whitespace().skip(11).take(2).filter_map(|x| x.parse().ok()).collect();
+    // Linux reports these in USER_HZ, which is 100 on every architecture it runs on.
+    let ticks = f.iter().sum::<u64>();
+    Ok(Duration::from_millis(ticks * 10))
+}
+
+/// While rank 0 works for 2 s without communicating, the others wait in a barrier: they must
+/// sleep, not hold a core (a spinning waiter would take the core its peers need, the lesson of
+/// runtimes whose idle ranks busy-poll).
+pub(crate) fn idle_waits_sleep() -> Res {
+    let w = World::init()?;
+    w.barrier()?;
+    if w.rank() == 0 {
+        std::thread::sleep(Duration::from_secs(2));
+        return w.barrier().map_err(Failure::from);
+    }
+    let (t0, c0) = (Instant::now(), cpu_time()?);
+    w.barrier()?;
+    let (wall, cpu) = (t0.elapsed(), cpu_time()? - c0);
+    ck(wall >= Duration::from_millis(1500), || format!("the barrier ended after {wall:?}"))?;
+    ck(cpu < wall / 5, || format!("waiting {wall:?} in a barrier used {cpu:?} of CPU"))
+}
+
+/// Rank 1 leaves right after start-up; the others must fail their barrier, not hang.
+pub(crate) fn early_exit() -> Res {
+    let w = World::init()?;
+    if w.rank() == 1 {
+        return Ok(());
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    let t = Instant::now();
+    let r = w.barrier();
+    ck(matches!(&r, Err(Error::PeerFailed { .. })), || format!("barrier with a departed rank: {r:?}"))?;
+    ck(t.elapsed() < Duration::from_secs(3), || format!("detection took {:?}", t.elapsed()))
+}
+
+/// Rank 1 vanishes without finalizing (as with a lost node; its exit status 0 does not make the
+/// launcher stop the job): the others' barrier fails within a few seconds, on any host.
+pub(crate) fn vanished_rank() -> Res {
+    let w = World::init()?;
+    w.barrier()?;
+    if w.rank() == 1 {
+        // Ends the process without running destructors: the World is never finalized.
+        std::process::exit(0);
+    }
+    let t = Instant::now();
+    let r = w.barrier();
+    ck(matches!(&r, Err(Error::PeerFailed { .. })), || format!("barrier with a vanished rank: {r:?}"))?;
+    ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))
+}
+
+/// A wake-up (`notify`) sent to a rank that has already finalized and exited returns at once:
+/// the peer reads nothing more. Over libfabric it was retried until the operation timeout
+/// (60 s per peer), which is how a rank preempted between a collective's last put and its
+/// wake-up hung after the others had left.
+pub(crate) fn notify_after_the_peer_left() -> Res {
+    let w = World::init()?;
+    w.barrier()?;
+    if w.rank() == 0 {
+        return Ok(()); // finalizes and exits
+    }
+    // Time for rank 0 to finalize and exit (if it has not, the wake-ups below simply reach it).
+    std::thread::sleep(Duration::from_millis(1500));
+    let t = Instant::now();
+    for _ in 0..3 {
+        w.notify(0)?;
+    }
+    ck(t.elapsed() < Duration::from_secs(10), || {
+        format!("3 wake-ups to a rank that left took {:?}", t.elapsed())
+    })
+}
+
+/// Rank 1 is killed with SIGKILL while the others wait on it (checked by the driver).
+pub(crate) fn killed_rank() -> Res {
+    let w = World::init()?;
+    let _seg = w.alloc_segment::<u8>(1 << 20)?;
+    w.barrier()?;
+    if w.rank() == 1 {
+        // The kill's time on the host's monotonic clock, for the harness to measure from.
+        println!("KILLING-MYSELF at {}", weft::fabric::os::now_ns());
+        weft::fabric::os::kill(std::process::id(), 9);
+    }
+    let _ = w.barrier();
+    std::thread::sleep(Duration::from_secs(30));
+    Ok(())
+}
+
+/// A rank that computes without polling still serves AMs and RMA through its progress thread;
+/// several threads of each rank communicate at once.
+pub(crate) fn threads_and_progress() -> Res {
+    let mut b = World::builder();
+    let p = am_world(&mut b);
+    let w = b.progress_thread(true).init()?;
+    let seg = w.alloc_segment::<u64>(1024)?;
+    LONG_SEG.set(seg.at(0, 0)).ok();
+    let (me, n) = (w.rank(), w.size());
+    let counter = w.alloc_segment::<u64>(1)?;
+    let threads = 3u64;
+    std::thread::scope(|s| -> Res {
+        let mut hs = vec![];
+        for t in 0..threads {
+            let (w, seg, counter, p) = (&w, &seg, &counter, &p);
+            hs.push(s.spawn(move || -> Res {
+                for i in 0..2000u64 {
+                    let to = ((me as u64 + 1 + i) % n as u64) as u32;
+                    w.fetch_add(counter.at(0, 0), 1)?;
+                    w.put(seg.at(to, (me as usize * threads as usize + t as usize) % 1024), &[i])?;
+                    w.am_request_short(to, p.short, &[1])?;
+                }
+                Ok(())
+            }));
+        }
+        hs.into_iter().try_for_each(|h| h.join().map_err(|_| "thread panicked".to_string())?)
+    })?;
+    let want = threads * 2000;
+    w.wait_until(|| p.replies.load(Ordering::Acquire) == want)?;
+    w.barrier()?;
+    // Rank 0 now computes without any weft call; the others' requests are served by its
+    // progress thread.
+    if me == 0 {
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(500) {
+            std::hint::black_box(t.elapsed());
+        }
+    } else {
+        for _ in 0..500 {
+            let before = p.replies.load(Ordering::Acquire);
+            w.am_request_short(0, p.short, &[1])?;
+            w.wait_until(|| p.replies.load(Ordering::Acquire) > before)?;
+        }
+    }
+    w.barrier()?;
+    let total = w.atomic_load(counter.at(0, 0))?;
+    // Rank 0's memory must outlive the others' reads (it goes with rank 0 on a network).
+    w.barrier()?;
+    ck(total == threads * 2000 * n as u64, || format!("counter {total}"))
+}
+
+// ---------------------------------------------------------------- rpc
