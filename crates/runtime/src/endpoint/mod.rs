@@ -124,7 +124,7 @@ pub struct EndpointConfig {
     /// One signaled completion per this many operations (Unsignaled); 1 signals every one.
     pub signal_every: usize,
     /// Payloads up to this many bytes are copied into the posting list (Inline); larger ones
-    /// are sent from the caller's memory at once, and [`Endpoint::put_from`] always sends
+    /// are sent from the caller's memory at once, and [`Endpoint::put_from_nbi`] always sends
     /// from registered memory. At most [`INLINE_LIMIT`]; 0 turns Inline off.
     pub inline_max: usize,
     /// Slot pool of [`EndpointPolicy::Static`].

@@ -49,11 +49,14 @@
 //! `0..RECORDS` (packed message `p` uses record `(p - 1) % RECORDS`) — and data, one slot of
 //! [`SLOT`] bytes per source.
 
+mod lane;
+
 use super::call::describe_tag;
 use super::tune::DIRECT_MIN;
 use super::Core;
 use crate::layer::Layer;
 use crate::{Error, GlobalPtr, Result, Segment};
+use lane::Lane;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -515,120 +518,39 @@ impl Channels {
         (in_line, (head & SEQ_MASK == next & SEQ_MASK).then_some(head))
     }
 
-    /// Sends what it can of `o` (`done`: chunks sent so far, or the direct-read state); true
-    /// once the whole message is out (for a direct read: read).
+    /// Sends what it can of `o`; true once the whole message is out. It goes by one of three
+    /// lanes, chosen by its length (the receiver tells them apart by the header): a packed
+    /// record (<= 8 B), a direct read of the sender's buffer (long messages on peer-read
+    /// fabrics, or data in a segment both hold), or chunks through the flag line and the slot.
+    /// `done` is the lane's progress: see [`Lane::packed`], [`Lane::direct`], [`Lane::chunks`].
     fn send(&self, team: &Core<'_>, tag: u64, o: &Out<'_>, peer: &mut Peer, done: &mut u64) -> Result<bool> {
-        let (flags, comm) = (&self.flags, team.comm);
-        let (me, n) = (team.me, team.members.len());
-        let dst = team.members[o.to];
-        // True once the receiver drained `need` messages (the cached count first).
-        let drained_at_least = |peer: &mut Peer, need: u64| -> Result<bool> {
-            if peer.drained < need {
-                peer.drained = comm.atomic_load(flags.at(dst, drained_word(n, me)))?;
-            }
-            Ok(peer.drained >= need)
+        let lane = Lane {
+            ch: self,
+            comm: team.comm,
+            me: team.me,
+            n: team.members.len(),
+            dst: team.members[o.to],
+            tag,
+            o,
         };
-        // Message number m = sent + 1 goes into line (m - 1) % LINES, free once message
-        // m - LINES was drained.
-        let line = |sent: u64| line_word(me, sent);
-        let line_free = |sent: u64| (sent + 1).saturating_sub(LINES as u64);
-        // Its sub-slot (m - 1) % SUBS, free once message m - SUBS was drained.
-        let sub_free = |sent: u64| (sent + 1).saturating_sub(SUBS as u64);
-        // Writes the line's words after `filled` (header, and inline data) and then stores
-        // the message number into `filled`, in one put with signal.
-        let publish = |sent: u64, words: &[u64]| -> Result<()> {
-            comm.put_signal_within(flags, dst, line(sent) + 1, words, line(sent), sent + 1)?;
-            comm.fabric.notify(dst);
-            Ok(())
-        };
-        let header = |addr: u64| [o.data.len() as u64, tag, addr];
         if packed(o.data.len()) {
-            // One record of the packed ring: its data word, then its header (with the message
-            // number) as the signal. Free once the message `RECORDS` before this one was
-            // drained (the record's last user came no later).
-            if !drained_at_least(peer, (peer.sent + 1).saturating_sub(RECORDS as u64))? {
-                return Ok(false);
-            }
-            let mut word = [0u64; 1];
-            bytes_of_mut(&mut word)[..o.data.len()].copy_from_slice(o.data);
-            let rec = record_word(n, me, peer.packed_sent);
-            let head = record_header(peer.sent + 1, o.data.len(), tag);
-            comm.put_signal_within(flags, dst, rec + 1, &word[..o.data.len().div_ceil(8)], rec, head)?;
-            comm.fabric.notify(dst);
-            peer.sent += 1;
-            peer.packed_sent += 1;
-            *done = 1;
-            return Ok(true);
+            return lane.packed(peer, done);
         }
+        let comm = team.comm;
         let direct_min =
             if comm.caps().peer_read { self.direct_from.load(Ordering::Relaxed) } else { usize::MAX };
         // A long message in a segment the receiver holds too, on a fabric where a read of it
         // is a copy through the receiver's own mapping: always read there (one copy, and no
         // system call, unlike a read of the sender's private memory).
         let in_segment = if o.data.len() >= DIRECT_MIN && comm.caps().load_store {
-            comm.segment_holding(o.data, dst)
+            comm.segment_holding(o.data, lane.dst)
         } else {
             None
         };
         if o.data.len() >= direct_min || in_segment.is_some() {
-            // 0: not announced; 1: announced, the receiver is reading; 2: read.
-            if *done == 0 && drained_at_least(peer, line_free(peer.sent))? {
-                match in_segment {
-                    Some((seg, off)) => {
-                        let [len, tag, _] = header(0);
-                        publish(peer.sent, &[len, tag, IN_SEGMENT | seg as u64, off as u64])?;
-                    }
-                    None => publish(peer.sent, &header(o.data.as_ptr() as u64))?,
-                }
-                peer.sent += 1;
-                *done = 1;
-            }
-            // The buffer is free again once the receiver drained this very message.
-            if *done == 1 && drained_at_least(peer, peer.sent)? {
-                *done = 2;
-            }
-            return Ok(*done == 2);
+            return lane.direct(peer, done, in_segment);
         }
-        let pipelined = tag & PIPELINED != 0;
-        let total = chunks(o.data.len(), pipelined);
-        let kind = Kind::of(o.data.len());
-        while *done < total {
-            // A message needs its line; in a sub-slot also the end of the last whole-slot
-            // message; a whole-slot chunk needs everything sent before drained.
-            let need = match kind {
-                Kind::Inline => line_free(peer.sent),
-                Kind::Sub => line_free(peer.sent).max(sub_free(peer.sent)).max(peer.whole),
-                // The first chunk: everything before drained (sub-slots span both halves);
-                // chunk j > 0: chunk j - 2, in the same half, drained.
-                Kind::Whole if *done == 0 || !pipelined => peer.sent,
-                Kind::Whole => peer.sent - 1,
-            };
-            if !drained_at_least(peer, need)? {
-                break;
-            }
-            let chunk = &o.data[chunk_range(*done, o.data.len(), pipelined)];
-            match kind {
-                Kind::Inline => {
-                    // Header and data in the flag's line: one put with signal.
-                    let mut words = [0u64; LINE - 1];
-                    (words[0], words[1]) = (o.data.len() as u64, tag);
-                    bytes_of_mut(&mut words[3..])[..chunk.len()].copy_from_slice(chunk);
-                    publish(peer.sent, &words[..3 + chunk.len().div_ceil(8)])?;
-                }
-                Kind::Sub => {
-                    comm.put(self.slots.at(dst, me * SLOT + sub_slot(peer.sent)), chunk)?;
-                    publish(peer.sent, &header(0))?;
-                }
-                Kind::Whole => {
-                    comm.put(self.slots.at(dst, me * SLOT + chunk_at(*done, pipelined)), chunk)?;
-                    publish(peer.sent, &header(0))?;
-                    peer.whole = peer.sent + 1;
-                }
-            }
-            peer.sent += 1;
-            *done += 1;
-        }
-        Ok(*done == total)
+        lane.chunks(peer, done)
     }
 
     /// Takes what arrived of `i` (`done`: chunks taken so far); true once all of it is here.
