@@ -16,8 +16,8 @@
 //! [`open()`] opens the fabric a configuration names. Fabrics available:
 //! - [`shm::ShmFabric`]: processes of one node, through shared-memory files mapped by every
 //!   rank. RMA and atomics are direct loads and stores; AMs travel through lock-free rings.
-//! - [`ofi::OfiFabric`] (feature `ofi`): libfabric, for ranks on other hosts.
-//! - [`hybrid::HybridFabric`] (feature `ofi`): shared memory to the ranks of this host and
+//! - `ofi::OfiFabric` (feature `ofi`): libfabric, for ranks on other hosts.
+//! - `hybrid::HybridFabric` (feature `ofi`): shared memory to the ranks of this host and
 //!   libfabric to the others, chosen per peer.
 
 pub mod boot;

@@ -7,7 +7,7 @@
 //!   (`WEFT_BOOT_FD`) and answers all-gathers on the other ([`serve`]), as MPICH's Hydra does
 //!   with `PMI_FD`. It works through any exec wrapper that keeps descriptors open (such as
 //!   `ip netns exec`).
-//! - [`pmix::PmixBoot`] (`mpirun`, `srun --mpi=pmix`), with the `pmix` feature.
+//! - `pmix::PmixBoot` (`mpirun`, `srun --mpi=pmix`), with the `pmix` feature.
 //!
 //! Frames are little-endian: a contribution is `len: u32, bytes`; an answer is `n: u32`, then
 //! `n` contributions in rank order. Sizes are checked before anything is allocated.

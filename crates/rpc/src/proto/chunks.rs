@@ -128,7 +128,7 @@ pub fn rendezvous_message(a: &Archive, max_medium: usize) -> Vec<u8> {
     proto_desc(a, max_medium, &archive::NoPool)
 }
 
-/// The inverse of [`proto_desc`]; total (every count checked against the bytes present).
+/// The inverse of [`rendezvous_message`]; total (every count checked against the bytes present).
 pub fn parse_desc(d: &[u8]) -> std::result::Result<(Option<&[u8]>, Vec<ChunkRef>), ArchiveError> {
     let bad = |w: &str| ArchiveError(format!("rendezvous descriptor: {w}"));
     let word = |at: usize| -> std::result::Result<u64, ArchiveError> {
