@@ -265,7 +265,15 @@ fn world_calls() -> Res {
         }
     })?;
     names(&m, &["world collective call", "barrier", "exchange"], "barrier against alloc_segment")?;
-    Ok(())
+    // The world is then unusable, on every rank (its calls are out of step): no barrier may
+    // pass unmatched.
+    for _ in 0..2 {
+        let m = expect_mismatch("a barrier after the mismatch", false, || w.barrier())?;
+        names(&m, &["unusable"], "a barrier after the mismatch")?;
+    }
+    let m =
+        expect_mismatch("alloc_segment after the mismatch", false, || w.alloc_segment::<u8>(8).map(drop))?;
+    names(&m, &["unusable"], "alloc_segment after the mismatch")
 }
 
 /// As [`world_calls`], `world_team` against a barrier (each run is a fresh job: the world's

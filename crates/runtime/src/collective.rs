@@ -87,6 +87,8 @@ pub(crate) struct CollectiveState {
     /// All-gather contributions received, by (group id, sequence number), by world rank.
     gathered: Mutex<HashMap<(u64, u64), Contributions>>,
     calls: WorldCalls,
+    /// The mismatch that left the world's collectives out of step: every later one fails.
+    broken: std::sync::OnceLock<Error>,
 }
 
 #[derive(Default)]
@@ -112,6 +114,7 @@ impl CollectiveState {
                 told: AtomicU64::new(0),
                 told_by: AtomicU64::new(0),
             },
+            broken: std::sync::OnceLock::new(),
         }
     }
 
@@ -224,7 +227,25 @@ impl Comm {
     }
 
     /// Blocks until every rank has called `barrier` (dissemination algorithm: ⌈log2 N⌉ rounds
-    /// of one short AM each). Fails if a rank dies or leaves meanwhile.
+    /// of one short AM each). Fails if a rank dies or leaves meanwhile, and with
+    /// [`Error::Mismatch`] if another rank is in another world collective.
+    ///
+    /// A barrier orders only what is complete when each rank enters it: blocking operations,
+    /// and implicit ones after [`Comm::sync_nbi`]. It does not wait for this rank's implicit
+    /// operations, handles, or active messages still in flight: an AM sent before the barrier
+    /// may run at its target after the target has left it. Complete those first (`sync_nbi`,
+    /// handles' `wait`), and have AM handlers reply when the sender must know they ran.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let seg = world.alloc_segment::<u64>(1)?;
+    /// let next = (world.rank() + 1) % world.size();
+    /// world.put_nbi(seg.at(next, 0), &[7])?;
+    /// world.sync_nbi()?; // complete at the target...
+    /// world.barrier()?; // ...before anyone leaves the barrier
+    /// assert_eq!(seg.local().read(0), 7);
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
     pub fn barrier(&self) -> Result<()> {
         if crate::am::in_handler().is_some() {
             return Err(Error::Misuse("barrier inside an AM handler"));
@@ -232,6 +253,9 @@ impl Comm {
         // What went wrong since (a refused message) is heard here, even where the barrier's
         // messages are all in and it would not wait.
         self.take_error()?;
+        if let Some(e) = self.coll.broken.get() {
+            return Err(e.clone());
+        }
         // Held for the whole barrier: one rank's collectives run one at a time, in order.
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         order.barriers += 1;
@@ -337,6 +361,9 @@ impl Comm {
     /// Collective all-gather of one small byte string per rank (at most the largest medium AM
     /// payload): entry `r` of the result is rank `r`'s string.
     pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        if let Some(e) = self.coll.broken.get() {
+            return Err(e.clone());
+        }
         let mut order = self.coll.order.lock().unwrap_or_else(|p| p.into_inner());
         // The world's exchanges are numbered with its barriers, so that one meeting the other
         // is seen (its messages carry the call number as their sequence number).
@@ -383,8 +410,14 @@ impl Comm {
     /// to every other rank, once: a rank whose partners are all in its own kind of call would
     /// otherwise wait for ever. (Handlers send no requests: the call reports it.)
     fn world_call_ends<T>(&self, r: Result<T>) -> Result<T> {
-        if r.is_ok() {
+        let Err(e) = &r else {
             return r;
+        };
+        if let Error::Mismatch(m) = e {
+            // Ranks disagree on how many calls each kind has had: nothing later is in step.
+            let _ = self.coll.broken.set(Error::Mismatch(format!(
+                "the world's collectives are unusable after an earlier mismatch ({m})"
+            )));
         }
         let found = self.coll.calls.found.swap(0, Ordering::AcqRel);
         if found != 0 {

@@ -99,7 +99,9 @@ pub(crate) fn nbi_push(world: u64, op: Arc<OpState>) {
 impl Comm {
     /// Completes every implicit (NBI) operation this thread issued on this world: puts are
     /// visible at their targets and atomics applied when it returns. Other threads' implicit
-    /// operations are theirs to sync (as in GASNet-EX).
+    /// operations are theirs to sync (as in GASNet-EX), and an [`crate::Endpoint`]'s are
+    /// completed by its own `sync_nbi`. Active messages and handles are not covered: a handle
+    /// completes by its `wait`, an AM by the reply its handler sends.
     pub fn sync_nbi(&self) -> Result<()> {
         let mine: Vec<Arc<OpState>> = NBI.with(|l| {
             let mut l = l.borrow_mut();

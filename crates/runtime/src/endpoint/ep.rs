@@ -32,10 +32,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 ///
 /// Operations are *posted*: they are published (executed on shared memory, handed to the
 /// NIC on a network) when [`crate::EndpointConfig::postlist`] of them are queued, and are
-/// all complete when [`Endpoint::sync_nbi`] returns. Operations posted between two flushes are
+/// all complete when [`Endpoint::sync_nbi`] returns. Operations posted between two `sync_nbi` are
 /// unordered, as GASNet's implicit-handle puts are: two puts to the same address may land in
 /// either order (on a network, or where AMs carry the puts and several threads of the target
-/// run handlers), so flush between them when the last must win. An endpoint moves between
+/// run handlers), so call `sync_nbi` between them when the last must win. An endpoint moves between
 /// threads (`Send`) but is not `Sync`: one thread at a time uses it, so its private parts take
 /// no lock.
 ///
