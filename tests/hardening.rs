@@ -377,6 +377,11 @@ fn fail(what: &str, o: &Output) -> libtest_mimic::Failed {
     format!("{what} ({})\n{}", o.status, common::text(o)).into()
 }
 
+/// The directory, in /dev/shm, of job `job`'s files.
+fn dir_of(job: &str) -> String {
+    weft::fabric::names::job_dir(job)
+}
+
 /// A job id of our own for ranks started by hand (no launcher).
 fn hand_job() -> String {
     format!("hand{}x{:x}", std::process::id(), weft::fabric::os::now_ns())
@@ -455,7 +460,7 @@ fn same_rank_twice() -> Trial {
     let t = Instant::now();
     let first = by_hand(&job, 0, 2, &env).spawn()?;
     // The first has published its inbox when its file is there.
-    let published = std::path::PathBuf::from(format!("/dev/shm/weft-{job}/0"));
+    let published = std::path::PathBuf::from(format!("/dev/shm/{}/0", dir_of(&job)));
     while !published.exists() && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -470,7 +475,7 @@ fn same_rank_twice() -> Trial {
     if took > Duration::from_secs(10) {
         return Err(format!("the duplicate was noticed only after {took:?}").into());
     }
-    let left = shm_files(&format!("weft-{job}"));
+    let left = shm_files(&dir_of(&job));
     if !left.is_empty() {
         return Err(format!("files left in /dev/shm: {left:?}").into());
     }
@@ -485,7 +490,7 @@ fn same_rank_late() -> Trial {
     let env = [("WEFT_HARDEN_CASE", "barrier_loop")];
     let ranks = [by_hand(&job, 0, 2, &env).spawn()?, by_hand(&job, 1, 2, &env).spawn()?];
     // Started when the inboxes, unlinked after start-up, are gone (the directory with them).
-    let dir = std::path::PathBuf::from(format!("/dev/shm/weft-{job}"));
+    let dir = std::path::PathBuf::from(format!("/dev/shm/{}", dir_of(&job)));
     let t = Instant::now();
     let (mut seen, mut started) = (false, false);
     while !started && t.elapsed() < Duration::from_secs(10) {
@@ -512,7 +517,7 @@ fn same_rank_late() -> Trial {
     if late_took > Duration::from_secs(3) || took > Duration::from_secs(10) {
         return Err(format!("noticed after {late_took:?} (newcomer) and {took:?} (holder)").into());
     }
-    let left = shm_files(&format!("weft-{job}"));
+    let left = shm_files(&dir_of(&job));
     if !left.is_empty() {
         return Err(format!("files left in /dev/shm: {left:?}").into());
     }
@@ -540,7 +545,7 @@ fn claim_strangers() -> Trial {
     let env = [("WEFT_HARDEN_CASE", "barrier_loop"), ("WEFT_LOOP_MS", "1500")];
     let ranks = [by_hand(&job, 0, 2, &env).spawn()?, by_hand(&job, 1, 2, &env).spawn()?];
     std::thread::sleep(Duration::from_millis(500));
-    let knock = as_stranger("WEFT_CLAIM_KNOCK", &format!("weft-{job}-1")).output()?;
+    let knock = as_stranger("WEFT_CLAIM_KNOCK", &weft::fabric::names::claim_name(&job, 1)).output()?;
     if !knock.status.success() {
         return Err(fail("uid 65534 knocking on rank 1's claim", &knock));
     }
@@ -551,7 +556,7 @@ fn claim_strangers() -> Trial {
         }
     }
     let job = hand_job();
-    let mut holder = as_stranger("WEFT_CLAIM_HOLD", &format!("weft-{job}-0")).spawn()?;
+    let mut holder = as_stranger("WEFT_CLAIM_HOLD", &weft::fabric::names::claim_name(&job, 0)).spawn()?;
     let mut line = String::new();
     let stdout = holder.stdout.take().ok_or("no stdout")?;
     std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)?;
@@ -574,7 +579,7 @@ fn dead_peer_files_removed() -> Trial {
     let r0 = by_hand(&job, 0, 2, &env).spawn()?;
     let mut r1 = by_hand(&job, 1, 2, &env).spawn()?;
     let t = Instant::now();
-    let published = || shm_files(&format!("weft-{job}/")).is_empty() && dir_has(&job, "1-r");
+    let published = || shm_files(&format!("{}/", dir_of(&job))).is_empty() && dir_has(&job, "1-r");
     while !published() && t.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -584,7 +589,7 @@ fn dead_peer_files_removed() -> Trial {
     if out.status.success() || !both(&out).contains("rank 1") {
         return Err(fail("rank 0, whose peer was killed", &out));
     }
-    let left = shm_files(&format!("weft-{job}"));
+    let left = shm_files(&dir_of(&job));
     if !left.is_empty() {
         return Err(format!("left in /dev/shm after rank 1 was killed: {left:?}").into());
     }
@@ -593,7 +598,7 @@ fn dead_peer_files_removed() -> Trial {
 
 /// Whether job `job`'s directory holds a file whose name starts with `prefix`.
 fn dir_has(job: &str, prefix: &str) -> bool {
-    std::fs::read_dir(format!("/dev/shm/weft-{job}"))
+    std::fs::read_dir(format!("/dev/shm/{}", dir_of(job)))
         .is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(prefix)))
 }
 
@@ -668,6 +673,34 @@ fn other_jobs_left_alone() -> Trial {
     Ok(())
 }
 
+/// What another user sees of a starting job (its directory in /dev/shm, its ranks' claim
+/// sockets in /proc/net/unix) does not contain the job id, so it cannot name the job's other
+/// things before they exist: the directory before the first rank makes it, the claims of
+/// ranks yet to start (it used to read `@weft-JOB-0` and squat `weft-JOB`, `@weft-JOB-1`...).
+fn public_names_reveal_nothing() -> Trial {
+    let job = hand_job();
+    let mut r0 = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
+    let t = Instant::now();
+    while !std::path::Path::new(&format!("/dev/shm/{}", dir_of(&job))).exists()
+        && t.elapsed() < Duration::from_secs(10)
+    {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let sockets = std::fs::read_to_string("/proc/net/unix")?;
+    let _ = r0.kill();
+    let _ = r0.wait();
+    let _ = std::fs::remove_dir_all(format!("/dev/shm/{}", dir_of(&job)));
+    let claim = weft::fabric::names::claim_name(&job, 0);
+    let visible: Vec<&str> = sockets.lines().filter(|l| l.contains(&format!("@{claim}"))).collect();
+    if visible.is_empty() {
+        return Err(format!("rank 0's claim @{claim} is not in /proc/net/unix").into());
+    }
+    if sockets.contains(&job) || dir_of(&job).contains(&job) {
+        return Err(format!("job id {job} readable in {:?} or {}", visible, dir_of(&job)).into());
+    }
+    Ok(())
+}
+
 /// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
 fn startup_mismatch_cleans_up() -> Trial {
     let job = hand_job();
@@ -680,7 +713,7 @@ fn startup_mismatch_cleans_up() -> Trial {
     if !both(&a).contains("WEFT_AM_RING_KIB") && !both(&b).contains("WEFT_AM_RING_KIB") {
         return Err(fail("the mismatch does not name WEFT_AM_RING_KIB", &a));
     }
-    let left = shm_files(&format!("weft-{job}"));
+    let left = shm_files(&dir_of(&job));
     if !left.is_empty() {
         return Err(format!("files left in /dev/shm after a start-up mismatch: {left:?}").into());
     }
@@ -717,16 +750,16 @@ fn squatted_names() -> Trial {
     }
     for (what, plant) in &plants {
         let job = hand_job();
-        let path = format!("/dev/shm/weft-{job}");
+        let path = format!("/dev/shm/{}", dir_of(&job));
         plant(&path)?;
         let out = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "10")]).output()?;
-        let planted = shm_files(&format!("weft-{job}"));
+        let planted = shm_files(&dir_of(&job));
         let _ = std::fs::remove_file(&path).or_else(|_| std::fs::remove_dir(&path));
         if out.status.success() || !both(&out).contains("refusing") {
             return Err(fail(&format!("{what} under the job's directory name"), &out));
         }
         let written = std::fs::read_dir(&decoy_path)?.count();
-        if planted != [format!("weft-{job}")] || written > 0 {
+        if planted != [dir_of(&job)] || written > 0 {
             return Err(format!("{what}: /dev/shm holds {planted:?} after the job").into());
         }
     }
@@ -736,7 +769,7 @@ fn squatted_names() -> Trial {
     }
     // While rank 0 waits for rank 1, another user tries the names rank 1 and rank 0 publish.
     let job = hand_job();
-    let dir = format!("/dev/shm/weft-{job}");
+    let dir = format!("/dev/shm/{}", dir_of(&job));
     let first = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
     let t = Instant::now();
     while !std::path::Path::new(&format!("{dir}/0")).exists() && t.elapsed() < Duration::from_secs(10) {
@@ -760,7 +793,7 @@ fn squatted_names() -> Trial {
             return Err(fail(&format!("{who} of the job another user tried to squat"), o));
         }
     }
-    let left = shm_files(&format!("weft-{job}"));
+    let left = shm_files(&dir_of(&job));
     if !left.is_empty() {
         return Err(format!("files left in /dev/shm: {left:?}").into());
     }
@@ -1066,12 +1099,13 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 17] = [
+    let checks: [Check; 18] = [
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
         ("same_rank_late", same_rank_late),
         ("claim_strangers", claim_strangers),
+        ("public_names_reveal_nothing", public_names_reveal_nothing),
         ("dead_peer_files_removed", dead_peer_files_removed),
         ("full_shm_is_an_error", full_shm_is_an_error),
         ("other_jobs_left_alone", other_jobs_left_alone),

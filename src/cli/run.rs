@@ -100,9 +100,9 @@ impl Forwarder {
 }
 
 /// A job id unique on this node and unguessable, from which a later `weft run` can tell
-/// whether the job's launcher is gone (see [`os::new_job_id`]).
+/// whether the job's launcher is gone (see [`weft_fabric::names::new_job_id`]).
 pub fn new_job_id() -> Result<String, String> {
-    os::new_job_id("").map_err(|e| format!("cannot make a job id: {e}"))
+    weft_fabric::names::new_job_id("").map_err(|e| format!("cannot make a job id: {e}"))
 }
 
 /// The exit status of a job that reached its time limit (as timeout(1)).

@@ -108,7 +108,7 @@ pub fn launch(var: &str, case: &str, n: u32, env: &[(&str, &str)]) -> (Output, D
 /// What the job started by launcher `launcher_pid` left in /dev/shm.
 #[allow(dead_code)]
 pub fn shm_leftovers(launcher_pid: u32) -> Vec<String> {
-    let prefix = format!("weft-{launcher_pid:x}x");
+    let prefix = format!("weft-{launcher_pid:x}n");
     std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.flatten()

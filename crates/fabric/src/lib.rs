@@ -24,6 +24,7 @@ pub mod boot;
 pub mod copy;
 #[cfg(feature = "ofi")]
 pub mod hybrid;
+pub mod names;
 #[cfg(feature = "ofi")]
 pub mod ofi;
 pub mod open;

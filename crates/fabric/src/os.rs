@@ -626,35 +626,6 @@ pub fn wait_for_exit(pids: &[u32], timeout: std::time::Duration) {
     fds.into_iter().for_each(|fd| drop(Fd(fd)));
 }
 
-/// The inode of this process's pid namespace (0 if the kernel does not say): pids mean
-/// something only within one.
-fn pid_namespace() -> u64 {
-    std::fs::read_link("/proc/self/ns/pid")
-        .ok()
-        .and_then(|p| p.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// A new job id, unique on this node and unguessable: `prefix`, the pid of this process
-/// (the job's launcher, or its only rank) in hex, `n`, its pid namespace, `x`, 64 random
-/// bits; a later `weft run` removes the files of a job whose owner is gone (see
-/// [`remove_orphaned_files`]).
-pub fn new_job_id(prefix: &str) -> FabricResult<String> {
-    let r = random_u64()?;
-    Ok(format!("{prefix}{:x}n{:x}x{r:016x}", pid(), pid_namespace()))
-}
-
-/// The pid of the process that owns job `job` (see [`new_job_id`]), if the name says it and
-/// the pid means something here: it was taken in this pid namespace. A name of any other
-/// form (a job started by hand, another pid namespace sharing /dev/shm) has no owner.
-fn job_owner(job: &str) -> Option<u32> {
-    let (head, _) = job.split_once('x')?;
-    let head = head.strip_prefix("solo").unwrap_or(head);
-    let (pid, ns) = head.split_once('n')?;
-    u64::from_str_radix(ns, 16).ok().filter(|&ns| ns != 0 && ns == pid_namespace())?;
-    u32::from_str_radix(pid, 16).ok()
-}
-
 /// Removes the shared files of this user's jobs whose launcher (or one-rank process) is gone:
 /// a launcher killed with SIGKILL leaves the files of ranks that died before they unlinked
 /// them. Returns how many were removed.
@@ -671,7 +642,7 @@ pub fn remove_orphaned_files() -> usize {
             let Some(job) = name.to_str().and_then(|n| n.strip_prefix("weft-")) else {
                 return 0;
             };
-            let owner = job.split('-').next().and_then(job_owner);
+            let owner = job.split('-').next().and_then(crate::names::job_owner);
             if owner.is_none_or(process_alive) {
                 return 0;
             }

@@ -178,7 +178,7 @@ impl Config {
                 let l = launched.expect("checked");
                 (l.rank, l.size, l.job.clone())
             }
-            (None, None, None) => (0, 1, weft_fabric::os::new_job_id("solo")?),
+            (None, None, None) => (0, 1, weft_fabric::names::new_job_id("solo")?),
             (Some(r), Some(s), Some(j)) => {
                 if s == 0 || r >= s {
                     return Err(Error::Config(format!("WEFT_RANK={r} is not below WEFT_SIZE={s}")));

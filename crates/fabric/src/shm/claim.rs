@@ -45,7 +45,7 @@ pub struct Claim {
 }
 
 fn address(job: &str, rank: u32) -> std::io::Result<SocketAddr> {
-    SocketAddr::from_abstract_name(format!("weft-{job}-{rank}").as_bytes())
+    SocketAddr::from_abstract_name(crate::names::claim_name(job, rank).as_bytes())
 }
 
 fn duplicate(pid: u32, rank: u32, job: &str) -> FabricError {
@@ -152,8 +152,9 @@ fn held(job: &str, rank: u32, addr: &SocketAddr) -> FabricResult<()> {
     }
     Err(FabricError::Untrusted {
         what: format!(
-            "rank {rank} of job {job}: its claim (abstract socket @weft-{job}-{rank}) is held by \
-             process {pid} of user {uid}, not ours"
+            "rank {rank} of job {job}: its claim (abstract socket @{}) is held by \
+             process {pid} of user {uid}, not ours",
+            crate::names::claim_name(job, rank)
         ),
     })
 }

@@ -52,12 +52,12 @@ pub struct ShmConfig {
 /// The directory, in [`os::SHM_DIR`], of job `job`'s shared-memory files (see
 /// [`os::private_dir`]).
 pub fn job_dir(job: &str) -> String {
-    format!("weft-{job}")
+    crate::names::job_dir(job)
 }
 
 /// Prefix of every shared-memory file of job `job` (in its directory).
 pub fn file_prefix(job: &str) -> String {
-    format!("weft-{job}/")
+    format!("{}/", job_dir(job))
 }
 
 /// Creates shared file `name` (under [`file_prefix`]) of job `job` with [`os::create_shared`],
