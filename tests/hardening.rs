@@ -834,7 +834,10 @@ fn timeout_status_and_leftovers() -> Trial {
         return Err(fail("a job past its time limit", &out));
     }
     let marker = format!("weftleftover{}", std::process::id());
-    let script = format!("(exec -a {marker} sleep 30) > /dev/null 2>&1 & exit 0");
+    // One in the rank's process group, one that left it (setsid).
+    let script = format!(
+        "(exec -a {marker} sleep 30) > /dev/null 2>&1 & setsid bash -c 'exec -a {marker} sleep 31' > /dev/null 2>&1 & sleep 0.2; exit 0"
+    );
     let out = weft().args(["run", "-n", "2", "--", "bash", "-c", &script]).output()?;
     std::thread::sleep(Duration::from_millis(100));
     let left = Command::new("pgrep").args(["-f", &marker]).output()?;

@@ -138,6 +138,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         return Err("need at least one rank (-n 1 or more)".into());
     }
     os::catch_interrupts();
+    // What a rank starts outside its process group (setsid) comes back here when the rank
+    // ends, so the job's end reaches it too.
+    os::adopt_orphans();
     let orphans = os::remove_orphaned_files();
     if orphans > 0 {
         eprintln!(
@@ -289,8 +292,10 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         }
         os::wait_for_exit(&running, Duration::from_millis(2));
     }
-    // What the ranks started and left behind goes with the job, however it ended.
+    // What the ranks started and left behind goes with the job, however it ended: their
+    // process groups, and what left them (adopted).
     signal_all(&children, os::SIGKILL);
+    os::kill_orphans(Duration::from_secs(2));
     // Output still held open by a process a rank started ends the forwarding after a grace
     // period (the job is over when its ranks are); output already read is written out.
     let reaped = Instant::now();
