@@ -701,6 +701,24 @@ fn public_names_reveal_nothing() -> Trial {
     Ok(())
 }
 
+/// A job in a pid namespace of its own that still sees the host's /proc (`unshare -p`
+/// without `--mount-proc`): its ranks must not take each other for dead (they did: /proc
+/// showed other processes under their pids).
+fn pid_namespace_with_host_proc() -> Trial {
+    let out = Command::new("unshare")
+        .args(["-p", "-f"])
+        .arg(env!("CARGO_BIN_EXE_weft"))
+        .args(["run", "-n", "2", "--"])
+        .arg(me())
+        .env("WEFT_HARDEN_CASE", "barrier_loop")
+        .env("WEFT_LOOP_MS", "300")
+        .output()?;
+    if !out.status.success() {
+        return Err(fail("a 2-rank job under unshare -p -f", &out));
+    }
+    Ok(())
+}
+
 /// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
 fn startup_mismatch_cleans_up() -> Trial {
     let job = hand_job();
@@ -1102,7 +1120,7 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 18] = [
+    let checks: [Check; 19] = [
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),
@@ -1112,6 +1130,7 @@ fn main() {
         ("dead_peer_files_removed", dead_peer_files_removed),
         ("full_shm_is_an_error", full_shm_is_an_error),
         ("other_jobs_left_alone", other_jobs_left_alone),
+        ("pid_namespace_with_host_proc", pid_namespace_with_host_proc),
         ("timeout_status_and_leftovers", timeout_status_and_leftovers),
         ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
         ("squatted_names", squatted_names),

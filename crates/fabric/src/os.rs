@@ -458,8 +458,21 @@ fn read_process_direct(pid: u32, addr: u64, dst: &mut [u8]) -> FabricResult<()> 
     Ok(())
 }
 
-/// Whether process `pid` is still running (a zombie counts as dead).
+/// Whether process `pid` (of this pid namespace) is still running (a zombie counts as dead).
 pub fn process_alive(pid: u32) -> bool {
+    // 0 and negative numbers would name process groups.
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    // SAFETY: signal 0 only checks that the process exists; kill touches no memory.
+    let exists = p > 0
+        && (unsafe { libc::kill(p, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
+    if !exists || !proc_is_ours() {
+        // A /proc of another pid namespace (unshare -p without --mount-proc) shows other
+        // processes under these numbers: existence is all that can be told.
+        return exists;
+    }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => match s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next()) {
             Some(state) => state != "Z" && state != "X",
@@ -467,6 +480,14 @@ pub fn process_alive(pid: u32) -> bool {
         },
         Err(_) => false,
     }
+}
+
+/// Whether `/proc` shows this process's pid namespace (`/proc/self` is our pid).
+fn proc_is_ours() -> bool {
+    static OURS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OURS.get_or_init(|| {
+        std::fs::read_link("/proc/self").is_ok_and(|p| p.to_str() == Some(&std::process::id().to_string()))
+    })
 }
 
 /// Sends signal `sig` to process `pid`; errors are ignored (the process may be gone).
