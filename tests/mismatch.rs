@@ -264,7 +264,7 @@ fn world_calls() -> Res {
             w.alloc_segment::<u64>(4).map(drop)
         }
     })?;
-    names(&m, &["world collective call", "barrier", "exchange"], "barrier against alloc_segment")?;
+    names(&m, &["world collective call", "barrier", "alloc_segment"], "barrier against alloc_segment")?;
     // The world is then unusable, on every rank (its calls are out of step): no barrier may
     // pass unmatched.
     for _ in 0..2 {
@@ -290,7 +290,22 @@ fn world_team_vs_barrier() -> Res {
     names(&m, &["world collective call", "barrier", "exchange"], "world_team against barrier")
 }
 
+/// `alloc_segment` against `world_team` (both exchanges underneath): the mismatch names both
+/// (it used to say only that a segment descriptor was malformed).
+fn segment_vs_team() -> Res {
+    let w = World::init()?;
+    let m = expect_mismatch("alloc_segment against world_team", false, || {
+        if w.rank() == 0 {
+            w.alloc_segment::<u64>(8).map(drop)
+        } else {
+            w.world_team().map(drop)
+        }
+    })?;
+    names(&m, &["world collective call", "alloc_segment", "world_team"], "alloc_segment against world_team")
+}
+
 const CASES: &[Case] = &[
+    Case { name: "segment_vs_team", run: segment_vs_team, ranks: &[2, 3], env: &[] },
     Case { name: "world_calls", run: world_calls, ranks: &[2, 4], env: &[] },
     Case { name: "world_team_vs_barrier", run: world_team_vs_barrier, ranks: &[2, 3], env: &[] },
     Case { name: "barrier_vs_allreduce", run: barrier_vs_allreduce, ranks: &[2, 4], env: &[] },

@@ -17,6 +17,8 @@ const MAX_ROUNDS: usize = 32;
 /// call #c of one kind meeting call #c of the other is a mismatch (see [`WorldCalls`]).
 const BARRIER_CALL: u64 = 1;
 const EXCHANGE_CALL: u64 = 2;
+/// The exchange of a segment allocation (`alloc_segment`, and the RPC layer's pool).
+pub(crate) const SEGMENT_CALL: u64 = 3;
 
 /// Calls ahead of this rank's whose kind is remembered: a rank can be at most one world
 /// call ahead of another (finishing one needs everyone's messages).
@@ -25,7 +27,8 @@ const EARLY_SLOTS: usize = 8;
 fn call_kind(kind: u64) -> &'static str {
     match kind {
         BARRIER_CALL => "a barrier",
-        _ => "an exchange (alloc_segment, world_team, endpoints, ...)",
+        SEGMENT_CALL => "alloc_segment",
+        _ => "an exchange (world_team, endpoints, ...)",
     }
 }
 
@@ -361,6 +364,11 @@ impl Comm {
     /// Collective all-gather of one small byte string per rank (at most the largest medium AM
     /// payload): entry `r` of the result is rank `r`'s string.
     pub fn exchange(&self, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.world_exchange(EXCHANGE_CALL, mine)
+    }
+
+    /// [`Comm::exchange`] as world call kind `kind` (which its messages carry).
+    pub(crate) fn world_exchange(&self, kind: u64, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         if let Some(e) = self.coll.broken.get() {
             return Err(e.clone());
         }
@@ -371,16 +379,23 @@ impl Comm {
         let seq = order.calls;
         let members: Vec<u32> = (0..self.size()).collect();
         let g = Group { id: 0, members: &members, me: self.rank() as usize, check: None };
-        let r = self.coll.enter(seq, EXCHANGE_CALL).and_then(|()| self.group_exchange(&g, seq, mine));
+        let r = self.coll.enter(seq, kind).and_then(|()| self.group_exchange_as(&g, seq, kind, mine));
         self.world_call_ends(r)
     }
 
     /// All-gather of one small byte string per member of `g` (entry `i`: member `i`'s);
     /// `seq` numbers this group's exchanges (the same on every member).
     pub(crate) fn group_exchange(&self, g: &Group<'_>, seq: u64, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+        self.group_exchange_as(g, seq, 0, mine)
+    }
+
+    /// [`Comm::group_exchange`] whose messages carry `[seq, group, kind]` (the world's kind of
+    /// call; 0 for other groups).
+    fn group_exchange_as(&self, g: &Group<'_>, seq: u64, kind: u64, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
         let me = self.rank();
         for &r in g.members.iter().filter(|&&r| r != me) {
-            self.send_am(r, internal::EXCHANGE, AmClass::Request, &[seq, g.id], AmPayload::Medium(mine))?;
+            let args = [seq, g.id, kind];
+            self.send_am(r, internal::EXCHANGE, AmClass::Request, &args, AmPayload::Medium(mine))?;
         }
         let others = g.members.len() - 1;
         let key = (g.id, seq);
@@ -433,7 +448,7 @@ impl Comm {
     /// fails, or its entry into it if it has not got there yet (an old call is over).
     pub(crate) fn on_world_mismatch(&self, m: &AmMsg<'_>) {
         let (call, a, b) = match m.args() {
-            &[call, a, b] if (1..=2).contains(&a) && (1..=2).contains(&b) => (call, a, b),
+            &[call, a, b] if (1..=3).contains(&a) && (1..=3).contains(&b) => (call, a, b),
             _ => {
                 return self
                     .record_error(Error::Remote(format!("malformed mismatch report from rank {}", m.src())))
@@ -462,7 +477,14 @@ impl Comm {
         };
         let group = m.args().get(1).copied().unwrap_or(0);
         if group == 0 {
-            if let Some(e) = self.coll.heard(seq, EXCHANGE_CALL, m.src()) {
+            let kind = m.args().get(2).copied().filter(|k| (EXCHANGE_CALL..=SEGMENT_CALL).contains(k));
+            let Some(kind) = kind else {
+                return self.record_error(Error::Remote(format!(
+                    "malformed exchange message from rank {}",
+                    m.src()
+                )));
+            };
+            if let Some(e) = self.coll.heard(seq, kind, m.src()) {
                 return self.record_error(e);
             }
         }

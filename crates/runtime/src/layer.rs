@@ -93,8 +93,8 @@ impl Layer for Comm {
 
     fn alloc_pool(&self, bytes: usize) -> Result<RmaPool> {
         let members: Vec<u32> = (0..self.size()).collect();
-        let seg =
-            self.alloc_segment_among::<u8>(bytes, &members, &|m| self.exchange(m), &|| self.barrier(), true)?;
+        let exchange = |m: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, m);
+        let seg = self.alloc_segment_among::<u8>(bytes, &members, &exchange, &|| self.barrier(), true)?;
         let info = self.segments.get(seg.id()).ok_or(Error::NoSuchSegment(seg.id()))?;
         let blocks = BlockPool::new(info.local.clone());
         Ok(RmaPool { seg, blocks })

@@ -192,7 +192,8 @@ impl Comm {
     /// mismatch is an error on every rank).
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let members: Vec<u32> = (0..self.size()).collect();
-        self.alloc_segment_among(len, &members, &|mine| self.exchange(mine), &|| self.barrier(), false)
+        let exchange = |mine: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, mine);
+        self.alloc_segment_among(len, &members, &exchange, &|| self.barrier(), false)
     }
 
     /// Allocates a segment held by `members` only (world ranks; `exchange` and `barrier` run
