@@ -140,7 +140,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     os::catch_interrupts();
     // What a rank starts outside its process group (setsid) comes back here when the rank
     // ends, so the job's end reaches it too.
-    os::adopt_orphans();
+    weft_fabric::reap::adopt_orphans();
     let orphans = os::remove_orphaned_files();
     if orphans > 0 {
         eprintln!(
@@ -295,7 +295,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     // What the ranks started and left behind goes with the job, however it ended: their
     // process groups, and what left them (adopted).
     signal_all(&children, os::SIGKILL);
-    os::kill_orphans(Duration::from_secs(2));
+    weft_fabric::reap::kill_orphans(Duration::from_secs(2));
     // Output still held open by a process a rank started ends the forwarding after a grace
     // period (the job is over when its ranks are); output already read is written out.
     let reaped = Instant::now();

@@ -31,6 +31,7 @@ pub mod open;
 pub mod os;
 pub mod pod;
 pub mod pool;
+pub mod reap;
 pub mod shm;
 
 mod error;
