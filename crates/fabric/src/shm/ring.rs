@@ -131,8 +131,11 @@ impl Sender {
         Sender { ring, tail: 0, cached_consumed: 0 }
     }
 
-    /// Writes one message; `Ok(false)` if the ring is full now.
-    #[inline]
+    /// Writes one message; `Ok(false)` if the ring is full now. Always inlined into its
+    /// callers (the fabric's AM send): left to the inliner, it was inlined or not depending on
+    /// unrelated code elsewhere in the crate, and a call here cut the medium-AM flood's rate
+    /// from 55 to 20 M/s.
+    #[inline(always)]
     pub fn try_send(&mut self, handler: u16, args: &[u64], body: Body<'_>) -> FabricResult<bool> {
         let medium = if let Body::Medium(p) = body { p.len() } else { 0 };
         let k = slots_for(args.len(), medium) as u64;
