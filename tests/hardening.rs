@@ -377,6 +377,15 @@ fn fail(what: &str, o: &Output) -> libtest_mimic::Failed {
     format!("{what} ({})\n{}", o.status, common::text(o)).into()
 }
 
+/// `Ok` if job `job` left nothing in /dev/shm.
+fn nothing_left(job: &str) -> Trial {
+    let left = shm_files(&dir_of(job));
+    if !left.is_empty() {
+        return Err(format!("files left in /dev/shm: {left:?}").into());
+    }
+    Ok(())
+}
+
 /// The directory, in /dev/shm, of job `job`'s files.
 fn dir_of(job: &str) -> String {
     weft::fabric::names::job_dir(job)
@@ -475,11 +484,7 @@ fn same_rank_twice() -> Trial {
     if took > Duration::from_secs(10) {
         return Err(format!("the duplicate was noticed only after {took:?}").into());
     }
-    let left = shm_files(&dir_of(&job));
-    if !left.is_empty() {
-        return Err(format!("files left in /dev/shm: {left:?}").into());
-    }
-    Ok(())
+    nothing_left(&job)
 }
 
 /// A process started as rank 1 of a job that is running already: it fails at once, and so
@@ -517,11 +522,7 @@ fn same_rank_late() -> Trial {
     if late_took > Duration::from_secs(3) || took > Duration::from_secs(10) {
         return Err(format!("noticed after {late_took:?} (newcomer) and {took:?} (holder)").into());
     }
-    let left = shm_files(&dir_of(&job));
-    if !left.is_empty() {
-        return Err(format!("files left in /dev/shm: {left:?}").into());
-    }
-    Ok(())
+    nothing_left(&job)
 }
 
 /// Another user can neither pose as a second rank 1 (a job whose rank 1 such a process
@@ -811,11 +812,7 @@ fn squatted_names() -> Trial {
             return Err(fail(&format!("{who} of the job another user tried to squat"), o));
         }
     }
-    let left = shm_files(&dir_of(&job));
-    if !left.is_empty() {
-        return Err(format!("files left in /dev/shm: {left:?}").into());
-    }
-    Ok(())
+    nothing_left(&job)
 }
 
 /// `weft run` job ids carry 64 random bits: two jobs of one launcher pid differ, and the id

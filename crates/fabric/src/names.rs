@@ -60,10 +60,22 @@ fn siphash24(k0: u64, k1: u64, msg: &[u8]) -> u64 {
 /// The inode of this process's pid namespace (0 if the kernel does not say): pids mean
 /// something only within one.
 fn pid_namespace() -> u64 {
-    std::fs::read_link("/proc/self/ns/pid")
-        .ok()
-        .and_then(|p| p.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok())
-        .unwrap_or(0)
+    // Read once: orphan cleanup asks for every job directory in /dev/shm.
+    static NS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *NS.get_or_init(|| {
+        std::fs::read_link("/proc/self/ns/pid")
+            .ok()
+            .and_then(|p| p.to_str()?.strip_prefix("pid:[")?.strip_suffix(']')?.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
+/// The owner part `[solo]PIDnNS` of a job id made by [`new_job_id`] (what precedes its `x`),
+/// read as (pid, pid namespace); `None` for an id of any other form.
+fn owner_of(base: &str) -> Option<(&str, u32, u64)> {
+    let (head, _) = base.split_once('x')?;
+    let (pid, ns) = head.strip_prefix("solo").unwrap_or(head).split_once('n')?;
+    Some((head, u32::from_str_radix(pid, 16).ok()?, u64::from_str_radix(ns, 16).ok()?))
 }
 
 /// A new job id, unique on this node and unguessable: `prefix`, the pid of this process
@@ -79,11 +91,8 @@ pub fn new_job_id(prefix: &str) -> FabricResult<String> {
 /// the pid means something here: it was taken in this pid namespace. A name of any other
 /// form (a job started by hand, another pid namespace sharing /dev/shm) has no owner.
 pub(crate) fn job_owner(job: &str) -> Option<u32> {
-    let (head, _) = job.split_once('x')?;
-    let head = head.strip_prefix("solo").unwrap_or(head);
-    let (pid, ns) = head.split_once('n')?;
-    u64::from_str_radix(ns, 16).ok().filter(|&ns| ns != 0 && ns == pid_namespace())?;
-    u32::from_str_radix(pid, 16).ok()
+    let (_, pid, ns) = owner_of(job)?;
+    (ns != 0 && ns == pid_namespace()).then_some(pid)
 }
 
 /// The directory, in `/dev/shm`, of job `job`'s shared-memory files: `weft-` and the owner
@@ -93,10 +102,7 @@ pub(crate) fn job_owner(job: &str) -> Option<u32> {
 pub fn job_dir(job: &str) -> String {
     let (base, suffix) = job.split_once('-').map_or((job, ""), |(b, s)| (b, s));
     let derived = derive(&[b"dir", base.as_bytes()]);
-    let owner = base.split_once('x').map(|(head, _)| head).filter(|head| {
-        let (pid, ns) = head.strip_prefix("solo").unwrap_or(head).split_once('n').unwrap_or(("", ""));
-        u32::from_str_radix(pid, 16).is_ok() && u64::from_str_radix(ns, 16).is_ok()
-    });
+    let owner = owner_of(base).map(|(head, _, _)| head);
     let dash = if suffix.is_empty() { "" } else { "-" };
     match owner {
         Some(head) => format!("weft-{head}x{derived:016x}{dash}{suffix}"),

@@ -270,8 +270,7 @@ pub fn private_dir(name: &str) -> FabricResult<()> {
 /// Checks that `st` (of `name` in [`SHM_DIR`]) is of type `kind`, this user's, and closed
 /// to everyone else; else [`FabricError::Untrusted`] saying what weft `wants`.
 fn owned_private(st: &libc::stat, kind: libc::mode_t, name: &str, wants: &str) -> FabricResult<()> {
-    // SAFETY: geteuid has no failure mode and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = euid();
     if st.st_mode & libc::S_IFMT == kind && st.st_uid == me && st.st_mode & 0o077 == 0 {
         return Ok(());
     }
@@ -306,8 +305,7 @@ pub fn remove_dir(name: &str) {
 pub fn remove_tree(name: &str) -> usize {
     use std::os::unix::fs::MetadataExt;
     let path = std::path::Path::new(SHM_DIR).join(name);
-    // SAFETY: geteuid has no failure mode and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = euid();
     let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == me);
     if !ours {
         return 0;
@@ -655,8 +653,7 @@ pub fn remove_orphaned_files() -> usize {
     let Ok(rd) = std::fs::read_dir(SHM_DIR) else {
         return 0;
     };
-    // SAFETY: geteuid has no failure mode and touches no memory.
-    let me = unsafe { libc::geteuid() };
+    let me = euid();
     rd.flatten()
         .map(|e| {
             let name = e.file_name();

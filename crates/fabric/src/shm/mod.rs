@@ -284,7 +284,8 @@ impl ShmFabric {
     fn register_with(&self, len: usize, fill: os::Fill) -> FabricResult<LocalRegion> {
         let id = self.next_region.fetch_add(1, Ordering::Relaxed);
         let name = region_name(&self.job, self.rank, id);
-        let map = Arc::new(create_in_job(&self.job, &name, len, fill, |_| {})?);
+        // The job's directory exists: init made or checked it, and it lasts the job's life.
+        let map = Arc::new(os::create_shared(&name, len, fill, |_| {})?);
         let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
         if regions.len() <= id as usize {
             regions.resize(id as usize + 1, None);
