@@ -64,7 +64,7 @@ fn forged_messages() -> Res {
     let shape = Shape { a: 128, b: 64, c: 4, ranks: 2, me };
     let points = shape.local_points();
     let inbox = Arc::new(Inbox::new(world.alloc_segment::<u8>(Inbox::bytes(points))?, points));
-    let mut xport = TwoSided::new(world.comm(), mailbox.clone(), inbox.clone());
+    let mut xport = TwoSided::new(world.arc(), mailbox.clone(), inbox.clone());
     let two = Pattern { count: 2, unit: points / 2 / 2 };
     let one = Pattern { count: 1, unit: points / 2 };
     let h = mailbox.handler();

@@ -34,7 +34,7 @@ fn expect_mismatch<R: std::fmt::Debug>(
 }
 
 /// After a mismatch, the team is unusable: a barrier fails at once with the team's error.
-fn unusable(t: &Team<'_>, what: &str) -> Res {
+fn unusable(t: &Team, what: &str) -> Res {
     let m = expect_mismatch(&format!("{what}, then a barrier"), false, || t.barrier())?;
     if !m.contains("unusable") {
         return Err(format!("{what}, then a barrier: {m}").into());

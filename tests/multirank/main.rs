@@ -8,6 +8,7 @@ mod common;
 mod life;
 mod rma;
 mod rpc;
+mod state;
 
 use am::*;
 use coll::*;
@@ -15,6 +16,7 @@ use common::{ck, Case, Failure, Res};
 use life::*;
 use rma::*;
 use rpc::*;
+use state::*;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -45,6 +47,8 @@ const CASES: &[Case] = &[
     Case { name: "vanished_rank", run: vanished_rank, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
+    Case { name: "owned_handles", run: owned_handles, ranks: &[2, 4], env: &[] },
+    Case { name: "dist_objects", run: dist_objects, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_plain_vecs", run: rpc_plain_vecs, ranks: &[2, 4], env: &[] },
     Case {
         name: "rpc_plain_vecs_in_place",

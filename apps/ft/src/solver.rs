@@ -85,8 +85,8 @@ impl Ft {
         self.check_memory(points, len, p, opts.variant)?;
         let (inbox, flags) = self.buffers(world, points)?;
         let mut xport: Box<dyn Transport> = match opts.model {
-            Model::OneSided => Box::new(OneSided::new(world.comm(), inbox, flags)),
-            Model::TwoSided => Box::new(TwoSided::new(world.comm(), self.mailbox.clone(), inbox)),
+            Model::OneSided => Box::new(OneSided::new(world.arc(), inbox, flags)),
+            Model::TwoSided => Box::new(TwoSided::new(world.arc(), self.mailbox.clone(), inbox)),
         };
         let team = world.world_team()?;
         let mut planner = FftPlanner::new();
@@ -241,7 +241,7 @@ fn evolve<'a>(
 /// from `me·nx/p`): the sum over j = 1..1024 of y(j mod nx, 3j mod ny, 5j mod nz), over all
 /// ranks, / N.
 fn checksum(
-    team: &Team<'_>,
+    team: &Team,
     y: &[C64],
     [nx, ny, nz]: [usize; 3],
     row: usize,

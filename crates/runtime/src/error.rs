@@ -41,6 +41,13 @@ pub enum Error {
     },
     /// A segment id that does not exist.
     NoSuchSegment(u32),
+    /// A distributed object id that names nothing on this rank, or an object of another type.
+    NoSuchDist {
+        /// The id.
+        id: u64,
+        /// The type it was looked up as.
+        wanted: &'static str,
+    },
     /// A team segment addressed on a rank that does not hold it.
     NotMember {
         /// The rank named.
@@ -104,6 +111,9 @@ impl fmt::Display for Error {
             }
             Error::NoSuchRank { rank, size } => write!(f, "rank {rank} does not exist (job of {size} ranks)"),
             Error::NoSuchSegment(id) => write!(f, "segment {id} does not exist"),
+            Error::NoSuchDist { id, wanted } => {
+                write!(f, "no distributed object #{id} of type {wanted} on this rank")
+            }
             Error::NotMember { rank, segment } => {
                 write!(f, "segment {segment} is a team segment that rank {rank} does not hold")
             }

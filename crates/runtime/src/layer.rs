@@ -16,6 +16,7 @@
 //! # Ok::<(), weft_runtime::Error>(())
 //! ```
 
+pub use crate::dist::serving;
 use crate::{Builder, Comm, Error, Result, Segment};
 use std::any::Any;
 use std::sync::Arc;

@@ -34,6 +34,7 @@
 mod am;
 mod collective;
 pub mod config;
+mod dist;
 pub mod endpoint;
 mod error;
 mod fallback;
@@ -49,6 +50,7 @@ mod world;
 
 pub use am::{AmHandler, AmMsg};
 pub use config::{Config, FabricChoice, RmaPath};
+pub use dist::{current, Dist};
 pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};
 pub use error::{Error, Result};
 pub use ops::{AtomicHandle, RmaHandle};

@@ -30,6 +30,24 @@ pub(crate) struct OpState {
 }
 
 impl OpState {
+    /// Copies a finished get's data into `out`: all of it, or into the given ranges of `out`
+    /// in order.
+    pub(crate) fn copy_out(
+        &self,
+        out: &mut [u8],
+        scatter: impl ExactSizeIterator<Item = std::ops::Range<usize>>,
+    ) {
+        let data = self.data.lock().unwrap_or_else(|p| p.into_inner());
+        if scatter.len() == 0 {
+            weft_fabric::copy::copy_slice(out, &data);
+        }
+        let mut at = 0;
+        for r in scatter {
+            let len = r.len();
+            weft_fabric::copy::copy_slice(&mut out[r], &data[at..at + len]);
+            at += len;
+        }
+    }
     pub fn new(target: u32, parts: usize, data_len: usize) -> Arc<Self> {
         Arc::new(OpState {
             remaining: AtomicUsize::new(parts),
@@ -122,7 +140,7 @@ impl Comm {
         first_err.map_or(Ok(()), Err)
     }
 
-    fn wait_op(&self, op: &OpState) -> Result<u64> {
+    pub(crate) fn wait_op(&self, op: &OpState) -> Result<u64> {
         self.wait(Deps::Rank(op.target), "an RMA or atomic operation", || op.is_done())?;
         op.outcome()
     }
@@ -162,53 +180,44 @@ impl Comm {
 /// ```
 #[must_use = "an RMA handle does nothing unless waited on, tested or awaited"]
 pub struct RmaHandle<'a> {
-    comm: &'a Comm,
-    op: Option<Arc<OpState>>,
+    /// The world and the operation while it is in flight.
+    op: Option<(Arc<Comm>, Arc<OpState>)>,
     out: Option<&'a mut [u8]>,
     /// Byte ranges of `out` that the fetched data fills, in order (empty: all of `out`).
     scatter: Vec<std::ops::Range<usize>>,
 }
 
 impl<'a> RmaHandle<'a> {
-    pub(crate) fn done(comm: &'a Comm) -> Self {
-        RmaHandle { comm, op: None, out: None, scatter: vec![] }
+    pub(crate) fn done() -> Self {
+        RmaHandle { op: None, out: None, scatter: vec![] }
     }
-    pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>, out: Option<&'a mut [u8]>) -> Self {
-        RmaHandle { comm, op: Some(op), out, scatter: vec![] }
+    pub(crate) fn pending(comm: &Comm, op: Arc<OpState>, out: Option<&'a mut [u8]>) -> Self {
+        RmaHandle { op: Some((comm.arc(), op)), out, scatter: vec![] }
     }
     /// A get whose data lands in the given ranges of `out`, in order.
     pub(crate) fn pending_scatter(
-        comm: &'a Comm,
+        comm: &Comm,
         op: Arc<OpState>,
         out: &'a mut [u8],
         scatter: Vec<std::ops::Range<usize>>,
     ) -> Self {
-        RmaHandle { comm, op: Some(op), out: Some(out), scatter }
+        RmaHandle { op: Some((comm.arc(), op)), out: Some(out), scatter }
     }
     fn finish(&mut self) -> Result<()> {
-        let Some(op) = self.op.take() else {
+        let Some((_, op)) = self.op.take() else {
             return Ok(());
         };
         op.outcome()?;
         if let Some(out) = self.out.take() {
-            let data = op.data.lock().unwrap_or_else(|p| p.into_inner());
-            if self.scatter.is_empty() {
-                weft_fabric::copy::copy_slice(out, &data);
-            }
-            let mut at = 0;
-            for r in self.scatter.drain(..) {
-                let len = r.len();
-                weft_fabric::copy::copy_slice(&mut out[r], &data[at..at + len]);
-                at += len;
-            }
+            op.copy_out(out, self.scatter.drain(..));
         }
         Ok(())
     }
     /// Blocks (making progress) until the operation is complete: data visible at the target
     /// for a put, in the destination buffer for a get.
     pub fn wait(mut self) -> Result<()> {
-        if let Some(op) = &self.op {
-            self.comm.wait_op(op)?;
+        if let Some((comm, op)) = &self.op {
+            comm.wait_op(op)?;
         }
         self.finish()
     }
@@ -216,8 +225,8 @@ impl<'a> RmaHandle<'a> {
     pub fn test(&mut self) -> Result<bool> {
         match &self.op {
             None => Ok(true),
-            Some(op) => {
-                self.comm.poll()?;
+            Some((comm, op)) => {
+                comm.poll()?;
                 if op.is_done() {
                     self.finish()?;
                     return Ok(true);
@@ -234,7 +243,7 @@ impl Future for RmaHandle<'_> {
         let this = &mut *self;
         match &this.op {
             None => Poll::Ready(Ok(())),
-            Some(op) => match this.comm.poll_op(op, cx) {
+            Some((comm, op)) => match comm.poll_op(op, cx) {
                 Poll::Ready(Ok(_)) => Poll::Ready(this.finish()),
                 Poll::Ready(Err(e)) => {
                     this.op = None;
@@ -248,8 +257,8 @@ impl Future for RmaHandle<'_> {
 
 impl Drop for RmaHandle<'_> {
     fn drop(&mut self) {
-        if let Some(op) = &self.op {
-            let _ = self.comm.wait_op(op);
+        if let Some((comm, op)) = &self.op {
+            let _ = comm.wait_op(op);
             let _ = self.finish();
         }
     }
@@ -257,31 +266,30 @@ impl Drop for RmaHandle<'_> {
 
 /// Handle of a non-blocking remote atomic; yields the previous value.
 #[must_use = "an atomic handle does nothing unless waited on, tested or awaited"]
-pub struct AtomicHandle<'a> {
-    comm: &'a Comm,
-    state: Result<u64, Arc<OpState>>,
+pub struct AtomicHandle {
+    state: Result<u64, (Arc<Comm>, Arc<OpState>)>,
 }
 
-impl<'a> AtomicHandle<'a> {
-    pub(crate) fn done(comm: &'a Comm, v: u64) -> Self {
-        AtomicHandle { comm, state: Ok(v) }
+impl AtomicHandle {
+    pub(crate) fn done(v: u64) -> Self {
+        AtomicHandle { state: Ok(v) }
     }
-    pub(crate) fn pending(comm: &'a Comm, op: Arc<OpState>) -> Self {
-        AtomicHandle { comm, state: Err(op) }
+    pub(crate) fn pending(comm: &Comm, op: Arc<OpState>) -> Self {
+        AtomicHandle { state: Err((comm.arc(), op)) }
     }
     /// Blocks until the operation is applied; returns the previous value.
     pub fn wait(self) -> Result<u64> {
         match &self.state {
             Ok(v) => Ok(*v),
-            Err(op) => self.comm.wait_op(op),
+            Err((comm, op)) => comm.wait_op(op),
         }
     }
     /// Makes progress once; `Some(previous value)` when complete.
     pub fn test(&mut self) -> Result<Option<u64>> {
         match &self.state {
             Ok(v) => Ok(Some(*v)),
-            Err(op) => {
-                self.comm.poll()?;
+            Err((comm, op)) => {
+                comm.poll()?;
                 if op.is_done() {
                     let v = op.outcome()?;
                     self.state = Ok(v);
@@ -293,12 +301,12 @@ impl<'a> AtomicHandle<'a> {
     }
 }
 
-impl Future for AtomicHandle<'_> {
+impl Future for AtomicHandle {
     type Output = Result<u64>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
         match &self.state {
             Ok(v) => Poll::Ready(Ok(*v)),
-            Err(op) => self.comm.poll_op(op, cx),
+            Err((comm, op)) => comm.poll_op(op, cx),
         }
     }
 }

@@ -86,7 +86,7 @@ impl Comm {
     fn finish(&self, s: Started) -> Result<u64> {
         match s {
             Started::Done(v) => Ok(v),
-            Started::Pending(op) => AtomicHandle::pending(self, op).wait(),
+            Started::Pending(op) => self.wait_op(&op),
         }
     }
 
@@ -173,20 +173,29 @@ impl Comm {
 
     /// Reads `dst.len()` elements at `src` into `dst`.
     pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
-        self.get_nb(src, dst)?.wait()
+        let out = bytes_of_mut(dst);
+        let (seg, off) = self.resolve(src, out.len())?;
+        if !self.native_rma {
+            let op = self.am_get(src.rank(), seg.id, off, out.len())?;
+            self.wait_op(&op)?;
+            op.copy_out(out, std::iter::empty());
+            return Ok(());
+        }
+        Ok(self.fabric.get(seg.remote(src.rank())?, off, out)?)
     }
 
     /// Starts a put; `src` may be reused at once, the handle completes when the data is
     /// visible at the target.
-    pub fn put_nb<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<RmaHandle<'_>> {
+    pub fn put_nb<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<RmaHandle<'static>> {
         Ok(match self.start_put(dst, src)? {
-            Started::Done(_) => RmaHandle::done(self),
+            Started::Done(_) => RmaHandle::done(),
             Started::Pending(op) => RmaHandle::pending(self, op, None),
         })
     }
 
-    /// Starts a get into `dst`, which stays borrowed until the handle completes.
-    pub fn get_nb<'a, T: Pod>(&'a self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
+    /// Starts a get into `dst`, which stays borrowed until the handle completes (the handle
+    /// holds its own reference to the world).
+    pub fn get_nb<'a, T: Pod>(&self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
         let out = bytes_of_mut(dst);
         let (seg, off) = self.resolve(src, out.len())?;
         if !self.native_rma {
@@ -194,7 +203,7 @@ impl Comm {
             return Ok(RmaHandle::pending(self, op, Some(out)));
         }
         self.fabric.get(seg.remote(src.rank())?, off, out)?;
-        Ok(RmaHandle::done(self))
+        Ok(RmaHandle::done())
     }
 
     /// Starts a put completed by the next [`Comm::sync_nbi`] of this thread; `src` may be
@@ -244,9 +253,9 @@ impl Comm {
         self.finish(s)
     }
     /// Starts `op` on the `u64` at `p`; the handle yields the previous value.
-    pub fn atomic_nb(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<AtomicHandle<'_>> {
+    pub fn atomic_nb(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<AtomicHandle> {
         Ok(match self.start_atomic(p, op)? {
-            Started::Done(v) => AtomicHandle::done(self, v),
+            Started::Done(v) => AtomicHandle::done(v),
             Started::Pending(op) => AtomicHandle::pending(self, op),
         })
     }

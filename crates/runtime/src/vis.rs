@@ -332,7 +332,10 @@ impl Comm {
         src: &[T],
         sp: Pieces<'_>,
     ) -> Result<()> {
-        self.put_pieces_nb(dst, dp, src, sp)?.wait()
+        match self.start_put_pieces(dst, dp, src, sp)? {
+            Started::Done(_) => Ok(()),
+            Started::Pending(op) => self.wait_op(&op).map(drop),
+        }
     }
 
     /// Starts [`Comm::put_pieces`]; `src` may be reused at once, the handle completes when the
@@ -343,9 +346,9 @@ impl Comm {
         dp: Pieces<'_>,
         src: &[T],
         sp: Pieces<'_>,
-    ) -> Result<RmaHandle<'_>> {
+    ) -> Result<RmaHandle<'static>> {
         Ok(match self.start_put_pieces(dst, dp, src, sp)? {
-            Started::Done(_) => RmaHandle::done(self),
+            Started::Done(_) => RmaHandle::done(),
             Started::Pending(op) => RmaHandle::pending(self, op, None),
         })
     }
@@ -404,7 +407,7 @@ impl Comm {
 
     /// Starts [`Comm::get_pieces`]; `dst` stays borrowed until the handle completes.
     pub fn get_pieces_nb<'a, T: Pod>(
-        &'a self,
+        &self,
         src: GlobalPtr<T>,
         sp: Pieces<'_>,
         dst: &'a mut [T],
@@ -417,11 +420,11 @@ impl Comm {
             for c in &plan.copies {
                 self.fabric.get(region, c.remote, &mut out[c.local..c.local + c.len])?;
             }
-            return Ok(RmaHandle::done(self));
+            return Ok(RmaHandle::done());
         }
         let msgs = pack(&plan.copies, self.caps.am_max_medium, false);
         if msgs.is_empty() {
-            return Ok(RmaHandle::done(self));
+            return Ok(RmaHandle::done());
         }
         let op = OpState::new(plan.rank, msgs.len(), plan.total);
         let token = self.ops.register(&op);

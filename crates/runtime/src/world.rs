@@ -136,6 +136,9 @@ pub struct Comm {
     /// stands aside while there is one).
     pub(crate) waiting: std::sync::atomic::AtomicUsize,
     pub(crate) ext: crate::layer::Extensions,
+    pub(crate) dists: crate::dist::DistTable,
+    /// This world's own handle, for the owned handles its calls return.
+    me: std::sync::Weak<Comm>,
 }
 
 /// This rank's membership of the job. Dereferences to [`Comm`], where the operations are.
@@ -178,7 +181,8 @@ impl World {
         }
         let am_rma = cfg.rma == RmaPath::ActiveMessages;
         let steps = std::mem::take(&mut ext.on_start);
-        let comm = Arc::new(Comm {
+        let comm = Arc::new_cyclic(|me| Comm {
+            me: me.clone(),
             caps,
             native_rma: caps.rma && !am_rma,
             native_atomics: caps.atomics && !am_rma,
@@ -194,7 +198,9 @@ impl World {
             waiting: std::sync::atomic::AtomicUsize::new(0),
             ext,
             cfg,
+            dists: Default::default(),
         });
+        crate::dist::register_world(comm.id, Arc::downgrade(&comm));
         // Another process claiming this rank is heard on a fabric thread: the rank's next
         // wait fails (woken if asleep). A weak handle: the fabric is the world's.
         let weak = Arc::downgrade(&comm);
@@ -220,11 +226,6 @@ impl World {
             None
         };
         Ok(World { comm, progress })
-    }
-
-    /// A shared handle to the communication object, for threads that outlive a borrow.
-    pub fn comm(&self) -> Arc<Comm> {
-        self.comm.clone()
     }
 }
 
@@ -272,6 +273,21 @@ pub struct Info {
 }
 
 impl Comm {
+    /// An owned handle to this world, for threads and tasks that outlive a borrow (the
+    /// handles and futures weft returns hold one already).
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let comm = world.arc();
+    /// std::thread::spawn(move || comm.barrier()).join().unwrap()?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn arc(&self) -> Arc<Comm> {
+        // Every Comm lives in the Arc that World::start made, and a borrow of it keeps that
+        // Arc alive.
+        self.me.upgrade().expect("a borrowed world is alive")
+    }
+
     /// This rank, `0..size()`.
     pub fn rank(&self) -> u32 {
         self.cfg.rank

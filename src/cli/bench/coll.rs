@@ -262,7 +262,7 @@ pub fn measure_interleaved<A: CollBackend, B: CollBackend>(
 /// Open MPI side does).
 pub struct WeftColl<'a> {
     world: &'a weft::World,
-    team: Team<'a>,
+    team: Team,
     out_f: Vec<f64>,
     out_b: Vec<u8>,
     /// Registered copies for the RmaVec cases (remade when the length changes).

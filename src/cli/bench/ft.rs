@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, ft: &Ft, class: Class) -> Result<Vec<FtRow>, weft::Error> 
 /// Seconds for every member of `team` at once to copy `total` bytes in `piece`-byte pieces
 /// from a hot source into a destination larger than the caches (the maximum over the
 /// members). `dst` is the destination, kept across calls (its pages faulted in once).
-fn copy_floor(team: &Team<'_>, dst: &mut Vec<u8>, total: u64, piece: f64) -> Result<f64, weft::Error> {
+fn copy_floor(team: &Team, dst: &mut Vec<u8>, total: u64, piece: f64) -> Result<f64, weft::Error> {
     let piece = (piece.round() as usize).max(1);
     if total == 0 {
         return Ok(0.0);

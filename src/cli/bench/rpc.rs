@@ -28,7 +28,7 @@ trait Kind: Sized + Send {
     const NAME: &'static str;
     fn make(w: &World, bytes: &[u8]) -> Result<Self, weft::Error>;
     fn echo(w: &World, to: u32, v: Self) -> Result<Self, weft::Error>;
-    fn sink(w: &World, to: u32, v: Self) -> CallFuture<'_, u64>;
+    fn sink(w: &World, to: u32, v: Self) -> CallFuture<u64>;
     fn bytes(&self) -> &[u8];
 }
 
@@ -43,7 +43,7 @@ macro_rules! kind {
             fn echo(w: &World, to: u32, v: Self) -> Result<Self, weft::Error> {
                 w.call(to, $echo, (v,)).wait()
             }
-            fn sink(w: &World, to: u32, v: Self) -> CallFuture<'_, u64> {
+            fn sink(w: &World, to: u32, v: Self) -> CallFuture<u64> {
                 w.call(to, $sink, (v,))
             }
             fn bytes(&self) -> &[u8] {

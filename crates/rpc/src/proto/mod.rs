@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use weft_fabric::pod::AlignedBuf;
 use weft_fabric::pool::BlockPool;
-use weft_runtime::layer::{Layer, RmaPool};
+use weft_runtime::layer::{serving, Layer, RmaPool};
 use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Result};
 
 /// A call's outcome as delivered: success, the result's index, its pulled chunks.
@@ -454,7 +454,7 @@ impl Rpc {
     /// Runs a plain function inside the handler of its eager call (see [`RemoteFn::PLAIN`]).
     fn run_plain(&self, am: &AmMsg<'_>, head: Header, reg: &Registration) {
         let source = Pulled(RefCell::new(vec![]));
-        let out = match self.start_fn(reg, am.payload(), &source, am.comm().rank()) {
+        let out = match self.start_fn(am.comm(), reg, am.payload(), &source) {
             Ok(Started::Done(out)) => Ok(out),
             Ok(Started::Running(_)) => {
                 // A plain function finishes at once: a registration saying otherwise is a bug.
@@ -589,7 +589,7 @@ impl Rpc {
                 };
                 let source = Pulled(RefCell::new(chunks));
                 let call = (kind == CALL).then_some(call);
-                match self.start_fn(&reg, &index, &source, comm.rank()) {
+                match self.start_fn(comm, &reg, &index, &source) {
                     Ok(Started::Done(out)) => {
                         if let Some(c) = call {
                             self.send_result(comm, src, result(RESULT_OK, c), out)?;
@@ -644,14 +644,15 @@ impl Rpc {
     /// this rank's pool), catching a panic. An error is the text for the caller, counted.
     fn start_fn(
         &self,
+        comm: &Comm,
         reg: &Registration,
         index: &[u8],
         source: &Pulled,
-        rank: u32,
     ) -> std::result::Result<Started, String> {
+        let rank = comm.rank();
         let pool = self.pool.get().map(|p| p.blocks().clone());
         let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            with_decode_pool(pool, || (reg.start)(index, source))
+            serving(comm, || with_decode_pool(pool, || (reg.start)(index, source)))
         }));
         match started {
             Ok(Ok(s)) => Ok(s),
@@ -679,8 +680,9 @@ impl Rpc {
     fn step(&self, comm: &Comm, flag: Arc<Flag>, mut task: Task) -> Result<()> {
         let waker = Waker::from(Arc::new(TaskWaker(flag.clone())));
         let mut cx = Context::from_waker(&waker);
-        let polled =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.fut.as_mut().poll(&mut cx)));
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            serving(comm, || task.fut.as_mut().poll(&mut cx))
+        }));
         match polled {
             Ok(Poll::Pending) => {
                 self.tasks.park(flag, task);

@@ -10,7 +10,7 @@ use crate::{Error, Pod, Result};
 use std::pin::pin;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
-impl Team<'_> {
+impl Team {
     /// Blocks until every member has called `barrier` (dissemination over the team's channels,
     /// ⌈log2 n⌉ rounds).
     pub fn barrier(&self) -> Result<()> {

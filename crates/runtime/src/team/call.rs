@@ -160,7 +160,7 @@ pub(crate) fn describe_tag(tag: u64) -> String {
     }
 }
 
-impl Core<'_> {
+impl Core {
     /// Starts a call of this team (in program order): refuses it inside an AM handler or on a
     /// failed team, numbers it, finishes the non-blocking collectives called before it and
     /// makes it the running call. Returns its descriptor.
@@ -405,7 +405,7 @@ const PAST_GRACE_NETWORK: Duration = Duration::from_secs(2);
 /// Checks a call's descriptor against the ones every member put in front of its contribution
 /// to an exchange (`split`, `subset`, `alloc_segment`); returns the contributions without
 /// them.
-pub(super) fn strip_descriptors(core: &Core<'_>, mine: u64, all: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
+pub(super) fn strip_descriptors(core: &Core, mine: u64, all: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::with_capacity(all.len());
     for (t, mut d) in all.into_iter().enumerate() {
         let theirs = d.get(..8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()));

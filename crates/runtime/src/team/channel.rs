@@ -310,7 +310,7 @@ impl Channels {
     }
 
     /// Team rank `t`'s running call, as it published it.
-    pub fn call_of(&self, team: &Core<'_>, t: usize) -> Result<u64> {
+    pub fn call_of(&self, team: &Core, t: usize) -> Result<u64> {
         team.comm.atomic_load(self.flags.at(team.members[t], desc_word(team.members.len())))
     }
 
@@ -330,7 +330,7 @@ impl Channels {
     /// Writes this member's `report` into every member's report line for it, then sets their
     /// alarm to name it (data first, then the signal: an alarm names a complete report).
     /// Members that cannot be reached (gone) are skipped.
-    pub fn raise(&self, team: &Core<'_>, report: [u64; REPORT]) {
+    pub fn raise(&self, team: &Core, report: [u64; REPORT]) {
         let n = team.members.len();
         let (at, alarm) = (report_word(n, team.me), alarm_word(n));
         let local = self.flags.local();
@@ -377,13 +377,13 @@ impl Channels {
     /// waiting (the caller makes progress between polls). `tag` names the collective: a
     /// receiver that finds another tag or length than it expects reports the mismatch instead
     /// of reading it.
-    pub fn transfer<'t, 'c, 'o, 'i>(
+    pub fn transfer<'t, 'o, 'i>(
         &'t self,
-        team: &'t Core<'c>,
+        team: &'t Core,
         tag: u64,
         outs: &'t [Out<'o>],
         ins: &'t mut [In<'i>],
-    ) -> Transfer<'t, 'c, 'o, 'i> {
+    ) -> Transfer<'t, 'o, 'i> {
         let tag = if outs.is_empty() || ins.is_empty() { one_way(tag) } else { tag };
         self.transfer_tagged(team, tag, outs, ins)
     }
@@ -391,13 +391,13 @@ impl Channels {
     /// [`Channels::transfer`] with the tag its messages carry as given (`tag` or
     /// [`one_way`]`(tag)`), whichever ways they move: for the rest of messages that
     /// [`Channels::try_send_inline`] and [`Channels::try_take_inline`] did not move.
-    pub fn transfer_tagged<'t, 'c, 'o, 'i>(
+    pub fn transfer_tagged<'t, 'o, 'i>(
         &'t self,
-        team: &'t Core<'c>,
+        team: &'t Core,
         tag: u64,
         outs: &'t [Out<'o>],
         ins: &'t mut [In<'i>],
-    ) -> Transfer<'t, 'c, 'o, 'i> {
+    ) -> Transfer<'t, 'o, 'i> {
         let done = Counters::zeroed(outs.len() + ins.len());
         Transfer { channels: self, team, tag, outs, ins, done }
     }
@@ -406,7 +406,7 @@ impl Channels {
     /// (see [`Channels::transfer_tagged`]), if its line or record is free now; false, with
     /// nothing sent, if not. For the small collectives' path without a future and a wait
     /// loop: the same message on the wire as a transfer's.
-    pub fn try_send_inline(&self, team: &Core<'_>, tag: u64, to: usize, data: &[u8]) -> Result<bool> {
+    pub fn try_send_inline(&self, team: &Core, tag: u64, to: usize, data: &[u8]) -> Result<bool> {
         debug_assert!(data.len() <= INLINE);
         let o = Out { to, data };
         let mut done = 0;
@@ -415,7 +415,7 @@ impl Channels {
 
     /// Takes the next message from team rank `from` into `out` (at most [`INLINE`] bytes),
     /// expecting `tag` as given, if it has arrived; false, with nothing taken, if not.
-    pub fn try_take_inline(&self, team: &Core<'_>, tag: u64, from: usize, out: &mut [u8]) -> Result<bool> {
+    pub fn try_take_inline(&self, team: &Core, tag: u64, from: usize, out: &mut [u8]) -> Result<bool> {
         debug_assert!(out.len() <= INLINE);
         let mut i = In { from, out };
         let mut done = 0;
@@ -426,7 +426,7 @@ impl Channels {
     /// arrived. True when everything is done.
     fn step(
         &self,
-        team: &Core<'_>,
+        team: &Core,
         tag: u64,
         outs: &[Out<'_>],
         ins: &mut [In<'_>],
@@ -523,10 +523,10 @@ impl Channels {
     /// record (<= 8 B), a direct read of the sender's buffer (long messages on peer-read
     /// fabrics, or data in a segment both hold), or chunks through the flag line and the slot.
     /// `done` is the lane's progress: see [`Lane::packed`], [`Lane::direct`], [`Lane::chunks`].
-    fn send(&self, team: &Core<'_>, tag: u64, o: &Out<'_>, peer: &mut Peer, done: &mut u64) -> Result<bool> {
+    fn send(&self, team: &Core, tag: u64, o: &Out<'_>, peer: &mut Peer, done: &mut u64) -> Result<bool> {
         let lane = Lane {
             ch: self,
-            comm: team.comm,
+            comm: &team.comm,
             me: team.me,
             n: team.members.len(),
             dst: team.members[o.to],
@@ -536,7 +536,7 @@ impl Channels {
         if packed(o.data.len()) {
             return lane.packed(peer, done);
         }
-        let comm = team.comm;
+        let comm = &*team.comm;
         let direct_min =
             if comm.caps().peer_read { self.direct_from.load(Ordering::Relaxed) } else { usize::MAX };
         // A long message in a segment the receiver holds too, on a fabric where a read of it
@@ -556,13 +556,13 @@ impl Channels {
     /// Takes what arrived of `i` (`done`: chunks taken so far); true once all of it is here.
     fn receive(
         &self,
-        team: &Core<'_>,
+        team: &Core,
         tag: u64,
         i: &mut In<'_>,
         peer: &mut Peer,
         done: &mut u64,
     ) -> Result<bool> {
-        let (comm, me, n) = (team.comm, team.me, team.members.len());
+        let (comm, me, n) = (&*team.comm, team.me, team.members.len());
         let local = self.flags.local();
         let pipelined = tag & PIPELINED != 0;
         let total = chunks(i.out.len(), pipelined);
@@ -692,16 +692,16 @@ impl Counters {
 
 /// A running [`Channels::transfer`]: a small future (it is moved into the collective's own
 /// future and polled many times), holding references and the counters only.
-pub(crate) struct Transfer<'t, 'c, 'o, 'i> {
+pub(crate) struct Transfer<'t, 'o, 'i> {
     channels: &'t Channels,
-    team: &'t Core<'c>,
+    team: &'t Core,
     tag: u64,
     outs: &'t [Out<'o>],
     ins: &'t mut [In<'i>],
     done: Counters,
 }
 
-impl Future for Transfer<'_, '_, '_, '_> {
+impl Future for Transfer<'_, '_, '_> {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<()>> {
         let t = self.get_mut();

@@ -268,7 +268,7 @@ fn even_blocks(len: usize, n: usize) -> Vec<usize> {
 
 /// The algorithms, as futures over borrowed data: [`Team`]'s blocking collectives run them at
 /// once, its non-blocking ones queue them (see [`super::CollHandle`]).
-impl<'c> Core<'c> {
+impl Core {
     #[inline]
     pub(super) fn check_root(&self, root: u32) -> Result<usize> {
         (root < self.size() as u32)
@@ -291,7 +291,7 @@ impl<'c> Core<'c> {
         tag: u64,
         outs: &'t [Out<'o>],
         ins: &'t mut [In<'i>],
-    ) -> Transfer<'t, 'c, 'o, 'i> {
+    ) -> Transfer<'t, 'o, 'i> {
         self.channels.transfer(self, self.tag(tag), outs, ins)
     }
 

@@ -45,13 +45,13 @@ pub use nb::CollHandle;
 /// println!("team rank {} of {}: sum of world ranks {}", half.rank(), half.size(), total[0]);
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```
-pub struct Team<'c> {
-    core: Arc<Core<'c>>,
+pub struct Team {
+    core: Arc<Core>,
 }
 
 /// What a team's collectives need; shared with its non-blocking collectives in flight.
-pub(crate) struct Core<'c> {
-    comm: &'c Comm,
+pub(crate) struct Core {
+    comm: Arc<Comm>,
     id: u64,
     members: Vec<u32>,
     me: usize,
@@ -59,7 +59,7 @@ pub(crate) struct Core<'c> {
     seq: Mutex<Seq>,
     channels: Channels,
     /// Non-blocking collectives not finished yet, oldest first (only the first one runs).
-    queue: Mutex<VecDeque<Queued<'c>>>,
+    queue: Mutex<VecDeque<Queued>>,
     /// The queue's length, kept with it under its lock: a blocking collective reads it
     /// without taking the lock.
     queued: AtomicUsize,
@@ -91,7 +91,7 @@ pub(crate) struct Core<'c> {
 }
 
 /// A non-blocking collective waiting its turn; it stores its own result.
-type Queued<'c> = Pin<Box<dyn Future<Output = ()> + Send + 'c>>;
+type Queued = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
 #[derive(Default)]
 struct Seq {
@@ -100,7 +100,7 @@ struct Seq {
     splits: u64,
 }
 
-impl std::fmt::Debug for Team<'_> {
+impl std::fmt::Debug for Team {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let c = &self.core;
         write!(f, "Team({:#x}, rank {} of {:?})", c.id, c.me, c.members)
@@ -120,7 +120,7 @@ fn child_id(parent: u64, words: &[u64]) -> u64 {
 
 impl Comm {
     /// A team of every rank, in world order. Collective over the world.
-    pub fn world_team(&self) -> Result<Team<'_>> {
+    pub fn world_team(&self) -> Result<Team> {
         let members: Vec<u32> = (0..self.size()).collect();
         let k = self.next_world_team();
         // A world collective like the others: a rank in another one (a barrier) hears of it
@@ -183,7 +183,7 @@ impl Drop for SpinScope {
 /// every AM ring (2 ranks, 8 B alltoall 151-157 -> 143-148 ns, 3 alternating runs).
 const PRESPIN: u32 = 64;
 
-impl<'c> Core<'c> {
+impl Core {
     fn group(&self) -> Group<'_> {
         Group { id: self.id, members: &self.members, me: self.me, check: None }
     }
@@ -213,7 +213,7 @@ impl<'c> Core<'c> {
     }
 
     /// Queues a non-blocking collective behind the ones called before it.
-    fn enqueue(&self, fut: Queued<'c>) {
+    fn enqueue(&self, fut: Queued) {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         q.push_back(fut);
         self.queued.store(q.len(), Ordering::Release);
@@ -315,8 +315,8 @@ struct Tuning {
     streaming: bool,
 }
 
-impl<'c> Team<'c> {
-    fn new(comm: &'c Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team<'c>> {
+impl Team {
+    fn new(comm: &Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team> {
         let seq = Mutex::new(Seq::default());
         let g = Group { id, members: &members, me, check: None };
         let n = members.len();
@@ -324,7 +324,7 @@ impl<'c> Team<'c> {
         let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n))?;
         let channels = Channels::new(flags, slots, n, comm.cfg.coll_direct_bytes);
         let core = Core {
-            comm,
+            comm: comm.arc(),
             id,
             members,
             me,
@@ -367,8 +367,8 @@ impl<'c> Team<'c> {
         self.core.members.iter().position(|&m| m == w).map(|i| i as u32)
     }
     /// The world this team lives in.
-    pub fn comm(&self) -> &'c Comm {
-        self.core.comm
+    pub fn comm(&self) -> &Comm {
+        &self.core.comm
     }
 
     /// All-gather of one small byte string per member (at most a medium AM payload) in the
@@ -395,13 +395,13 @@ impl<'c> Team<'c> {
         self.exchange(desc, &[])?;
         let check = || c.check();
         let g = Group { check: Some(&check), ..c.group() };
-        c.close(alloc_among(c.comm, &g, &c.seq, len))
+        c.close(alloc_among(&c.comm, &g, &c.seq, len))
     }
 
     /// Splits the team like `MPI_Comm_split`: members with the same `color` form a team,
     /// ordered by `key` (ties: by rank in this team); `None` joins no team and gets `None`.
     /// Collective over this team.
-    pub fn split(&self, color: Option<u32>, key: u32) -> Result<Option<Team<'c>>> {
+    pub fn split(&self, color: Option<u32>, key: u32) -> Result<Option<Team>> {
         let desc = self.core.open(call::Call::new(coll::tag::SPLIT, None, 0))?;
         let mut mine = Vec::with_capacity(16);
         mine.extend_from_slice(&color.map_or(u64::MAX, u64::from).to_le_bytes());
@@ -426,7 +426,7 @@ impl<'c> Team<'c> {
 
     /// The team of this team's ranks `first, first + stride, …` (`count` of them). Collective
     /// over this team; non-members get `None`.
-    pub fn subset(&self, first: u32, stride: u32, count: u32) -> Result<Option<Team<'c>>> {
+    pub fn subset(&self, first: u32, stride: u32, count: u32) -> Result<Option<Team>> {
         let n = self.size() as u64;
         let last = first as u64 + (count.max(1) as u64 - 1) * stride as u64;
         if count == 0 || stride == 0 || last >= n {
@@ -447,15 +447,15 @@ impl<'c> Team<'c> {
     }
 
     /// Makes the child team of these team ranks (collective over the child's members).
-    fn child(&self, id_words: &[u64], ranks: Vec<usize>) -> Result<Option<Team<'c>>> {
+    fn child(&self, id_words: &[u64], ranks: Vec<usize>) -> Result<Option<Team>> {
         let c = &self.core;
         let Some(me) = ranks.iter().position(|&r| r == c.me) else { return Ok(None) };
         let members = ranks.iter().map(|&r| c.members[r]).collect();
-        Team::new(c.comm, child_id(c.id, id_words), members, me).map(Some)
+        Team::new(&c.comm, child_id(c.id, id_words), members, me).map(Some)
     }
 }
 
-impl Drop for Team<'_> {
+impl Drop for Team {
     /// Finishes the non-blocking collectives still in flight (the other members take part in
     /// them); their handles then hold their results.
     fn drop(&mut self) {

@@ -35,13 +35,13 @@ type Slot<R> = Arc<Mutex<Option<Result<R>>>>;
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```
 #[must_use = "a collective handle yields the result only when waited on, tested or awaited"]
-pub struct CollHandle<'c, R> {
-    core: Arc<Core<'c>>,
+pub struct CollHandle<R> {
+    core: Arc<Core>,
     slot: Slot<R>,
     next_check: Option<Instant>,
 }
 
-impl<R> CollHandle<'_, R> {
+impl<R> CollHandle<R> {
     /// True once the collective finished (or can no longer run: its team was dropped after a
     /// failure, which leaves the slot without its writer).
     fn ready(&self) -> bool {
@@ -78,7 +78,7 @@ impl<R> CollHandle<'_, R> {
     }
 }
 
-impl<R> Future for CollHandle<'_, R> {
+impl<R> Future for CollHandle<R> {
     type Output = Result<R>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<R>> {
         if let Err(e) = self.core.comm.poll() {
@@ -105,14 +105,14 @@ impl<R> Future for CollHandle<'_, R> {
     }
 }
 
-impl<'c> Team<'c> {
+impl Team {
     /// Numbers `call`, queues `body`'s collective and moves its first messages. The call is
     /// published when it starts to run (the ones before it may still be queued), and its
     /// error makes the team unusable as a blocking call's does.
-    fn start<R, F>(&self, call: Call, body: impl FnOnce(Arc<Core<'c>>) -> F) -> Result<CollHandle<'c, R>>
+    fn start<R, F>(&self, call: Call, body: impl FnOnce(Arc<Core>) -> F) -> Result<CollHandle<R>>
     where
-        R: Send + 'c,
-        F: Future<Output = Result<R>> + Send + 'c,
+        R: Send + 'static,
+        F: Future<Output = Result<R>> + Send + 'static,
     {
         let desc = self.core.number(call)?;
         let slot: Slot<R> = Arc::new(Mutex::new(None));
@@ -139,12 +139,12 @@ impl<'c> Team<'c> {
     }
 
     /// Non-blocking [`Team::barrier`].
-    pub fn barrier_nb(&self) -> Result<CollHandle<'c, ()>> {
+    pub fn barrier_nb(&self) -> Result<CollHandle<()>> {
         self.start(Call::new(tag::BARRIER, None, 0), |c| async move { c.barrier().await })
     }
 
     /// Non-blocking [`Team::broadcast`]: the handle yields `buf`, holding the root's data.
-    pub fn broadcast_nb<T: Pod>(&self, root: u32, mut buf: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
+    pub fn broadcast_nb<T: Pod>(&self, root: u32, mut buf: Vec<T>) -> Result<CollHandle<Vec<T>>> {
         self.core.check_root(root)?;
         self.start(Call::new(tag::BROADCAST, Some(root), size_of_val(&buf[..])), |c| async move {
             c.broadcast(root, &mut buf).await.map(|()| buf)
@@ -157,7 +157,7 @@ impl<'c> Team<'c> {
         root: u32,
         data: Vec<T>,
         op: ReduceOp,
-    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+    ) -> Result<CollHandle<Option<Vec<T>>>> {
         self.reduce_with_nb(root, data, builtin::<T>(op))
     }
 
@@ -166,15 +166,15 @@ impl<'c> Team<'c> {
         &self,
         root: u32,
         data: Vec<T>,
-        f: impl Fn(&mut T, &T) + Send + Sync + 'c,
-    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        f: impl Fn(&mut T, &T) + Send + Sync + 'static,
+    ) -> Result<CollHandle<Option<Vec<T>>>> {
         self.core.check_root(root)?;
         let call = Call::new(tag::REDUCE, Some(root), size_of_val(&data[..]));
         self.start(call, |c| async move { c.reduce(root, &data, &f).await })
     }
 
     /// Non-blocking [`Team::allreduce`].
-    pub fn allreduce_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<'c, Vec<T>>> {
+    pub fn allreduce_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<Vec<T>>> {
         self.allreduce_with_nb(data, builtin::<T>(op))
     }
 
@@ -182,14 +182,14 @@ impl<'c> Team<'c> {
     pub fn allreduce_with_nb<T: Pod>(
         &self,
         data: Vec<T>,
-        f: impl Fn(&mut T, &T) + Send + Sync + 'c,
-    ) -> Result<CollHandle<'c, Vec<T>>> {
+        f: impl Fn(&mut T, &T) + Send + Sync + 'static,
+    ) -> Result<CollHandle<Vec<T>>> {
         let call = Call::new(tag::ALLREDUCE, None, size_of_val(&data[..]));
         self.start(call, |c| async move { c.allreduce(&data, &f).await })
     }
 
     /// Non-blocking [`Team::gather`].
-    pub fn gather_nb<T: Pod>(&self, root: u32, data: Vec<T>) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+    pub fn gather_nb<T: Pod>(&self, root: u32, data: Vec<T>) -> Result<CollHandle<Option<Vec<T>>>> {
         let counts = vec![data.len(); self.core.size()];
         self.gatherv_nb(root, data, counts)
     }
@@ -200,20 +200,20 @@ impl<'c> Team<'c> {
         root: u32,
         data: Vec<T>,
         counts: Vec<usize>,
-    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+    ) -> Result<CollHandle<Option<Vec<T>>>> {
         self.core.check_root(root)?;
         let call = Call::new(tag::GATHER, Some(root), total_bytes::<T>(&counts));
         self.start(call, |c| async move { c.gatherv(root, &data, &counts).await })
     }
 
     /// Non-blocking [`Team::allgather`].
-    pub fn allgather_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
+    pub fn allgather_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<Vec<T>>> {
         let counts = vec![data.len(); self.core.size()];
         self.allgatherv_nb(data, counts)
     }
 
     /// Non-blocking [`Team::allgatherv`].
-    pub fn allgatherv_nb<T: Pod>(&self, data: Vec<T>, counts: Vec<usize>) -> Result<CollHandle<'c, Vec<T>>> {
+    pub fn allgatherv_nb<T: Pod>(&self, data: Vec<T>, counts: Vec<usize>) -> Result<CollHandle<Vec<T>>> {
         let call = Call::new(tag::ALLGATHER, None, total_bytes::<T>(&counts));
         self.start(call, |c| async move { c.allgatherv(&data, &counts).await })
     }
@@ -224,14 +224,14 @@ impl<'c> Team<'c> {
         root: u32,
         data: Option<Vec<T>>,
         count: usize,
-    ) -> Result<CollHandle<'c, Vec<T>>> {
+    ) -> Result<CollHandle<Vec<T>>> {
         self.core.check_root(root)?;
         let call = Call::new(tag::SCATTER, Some(root), count.saturating_mul(size_of::<T>()));
         self.start(call, |c| async move { c.scatter(root, data.as_deref(), count).await })
     }
 
     /// Non-blocking [`Team::alltoall`].
-    pub fn alltoall_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<'c, Vec<T>>> {
+    pub fn alltoall_nb<T: Pod>(&self, data: Vec<T>) -> Result<CollHandle<Vec<T>>> {
         let counts = self.alltoall_counts(data.len())?;
         // Every member passes blocks of the same size: part of the call.
         let bytes = counts.first().map_or(0, |&b| b.saturating_mul(size_of::<T>()));
@@ -247,13 +247,13 @@ impl<'c> Team<'c> {
         data: Vec<T>,
         send_counts: Vec<usize>,
         recv_counts: Vec<usize>,
-    ) -> Result<CollHandle<'c, Vec<T>>> {
+    ) -> Result<CollHandle<Vec<T>>> {
         let call = Call::new(tag::ALLTOALL, None, 0);
         self.start(call, |c| async move { c.alltoallv(&data, &send_counts, &recv_counts).await })
     }
 
     /// Non-blocking [`Team::exscan`].
-    pub fn exscan_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+    pub fn exscan_nb<T: Number>(&self, data: Vec<T>, op: ReduceOp) -> Result<CollHandle<Option<Vec<T>>>> {
         self.exscan_with_nb(data, builtin::<T>(op))
     }
 
@@ -261,8 +261,8 @@ impl<'c> Team<'c> {
     pub fn exscan_with_nb<T: Pod>(
         &self,
         data: Vec<T>,
-        f: impl Fn(&mut T, &T) + Send + Sync + 'c,
-    ) -> Result<CollHandle<'c, Option<Vec<T>>>> {
+        f: impl Fn(&mut T, &T) + Send + Sync + 'static,
+    ) -> Result<CollHandle<Option<Vec<T>>>> {
         let call = Call::new(tag::SCAN, None, size_of_val(&data[..]));
         self.start(call, |c| async move { c.exscan(&data, &f).await })
     }
