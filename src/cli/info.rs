@@ -20,7 +20,7 @@ fn print(info: &Info, cfg: &weft::Config) {
         c.rma, c.atomics, c.load_store, c.am_max_args, c.am_max_medium
     );
     println!("RMA and atomics   {}", if info.rma_over_am { "over active messages" } else { "native" });
-    println!("progress thread   {}", if info.progress_thread { "yes" } else { "no" });
+    println!("progress thread   {:?}", info.progress);
     println!("AM ring size      {}", kib(cfg.ring_bytes as u64));
     println!("wait policy       spin {:?}, then yield 1 ms, then sleep on the doorbell (≤ 2 ms)", cfg.spin);
     println!("AM handlers       {}", info.handlers.join(", "));

@@ -100,7 +100,7 @@ pub(crate) fn killed_rank() -> Res {
 pub(crate) fn threads_and_progress() -> Res {
     let mut b = World::builder();
     let p = am_world(&mut b);
-    let w = b.progress_thread(true).init()?;
+    let w = b.progress(weft::Progress::Always).init()?;
     let seg = w.alloc_segment::<u64>(1024)?;
     LONG_SEG.set(seg.at(0, 0)).ok();
     let (me, n) = (w.rank(), w.size());

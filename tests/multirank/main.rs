@@ -2,6 +2,7 @@
 //! each rank being this same executable with `WEFT_TEST_CASE` naming the case to run.
 
 mod am;
+mod asyncp;
 mod coll;
 #[path = "../common/mod.rs"]
 mod common;
@@ -11,6 +12,7 @@ mod rpc;
 mod state;
 
 use am::*;
+use asyncp::*;
 use coll::*;
 use common::{ck, Case, Failure, Res};
 use life::*;
@@ -48,6 +50,8 @@ const CASES: &[Case] = &[
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
     Case { name: "owned_handles", run: owned_handles, ranks: &[2, 4], env: &[] },
+    Case { name: "busy_target_serves", run: busy_target_serves, ranks: &[2, 4], env: &[] },
+    Case { name: "pending_future_sleeps", run: pending_future_sleeps, ranks: &[2], env: &[] },
     Case { name: "dist_objects", run: dist_objects, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_plain_vecs", run: rpc_plain_vecs, ranks: &[2, 4], env: &[] },
     Case {

@@ -230,6 +230,18 @@ pub trait Fabric: Send + Sync + 'static {
     /// a departed peer failed.
     fn peer_drained(&self, rank: Rank) -> bool;
 
+    /// The calling thread is about to poll on behalf of the process's other threads, which are
+    /// away from the fabric (the runtime's on-demand progress thread): keep their
+    /// single-thread fast path for them instead of ending it (shared memory: the lock bias is
+    /// lent, not revoked). True if [`Fabric::return_fast_path`] must follow once the
+    /// thread's fabric calls are done.
+    fn borrow_fast_path(&self) -> bool {
+        false
+    }
+
+    /// Ends what [`Fabric::borrow_fast_path`] began.
+    fn return_fast_path(&self) {}
+
     /// Marks this rank as finalized: peers waiting on it get an error instead of hanging.
     fn finalize(&self);
 

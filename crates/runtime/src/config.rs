@@ -8,7 +8,7 @@
 //! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
 //! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
 //! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
-//! | `WEFT_PROGRESS_THREAD` | `1` starts a thread that makes progress while the program computes | 1 where the fabric needs target progress, else 0 |
+//! | `WEFT_PROGRESS_THREAD` | `auto`: a thread that sleeps while the program's threads use weft and serves messages and pending futures when none does ([`Progress::OnDemand`]); `1`: a thread that polls all the time; `0`: none (futures poll themselves again at once) | 1 where the fabric needs target progress, else auto |
 //! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when more of the job's ranks run on this node than it has cores (`WEFT_NODE_CPUS`) |
 //! | `WEFT_NODE_CPUS` | cores the ranks of this node share, for that test (set by `weft run` from its own affinity and quota; not a rank's own mask, which a launcher that binds ranks narrows to one core) | the node's online processors |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
@@ -49,12 +49,13 @@ pub struct Config {
     pub fabric: FabricChoice,
     /// Bytes of each AM ring.
     pub ring_bytes: usize,
-    /// Run a progress thread. Unless set by the builder or `WEFT_PROGRESS_THREAD`, it is on
-    /// exactly when the fabric needs the target's CPU to complete one-sided operations
-    /// ([`weft_fabric::Caps::target_progress`]), so that puts and gets stay one-sided.
-    pub progress_thread: bool,
-    /// Whether `progress_thread` was chosen by the user (else the fabric decides).
-    pub progress_thread_chosen: bool,
+    /// Which progress thread runs. Unless set by the builder or `WEFT_PROGRESS_THREAD`, it
+    /// polls all the time exactly when the fabric needs the target's CPU to complete
+    /// one-sided operations ([`weft_fabric::Caps::target_progress`]), so that puts and gets
+    /// stay one-sided, and is [`Progress::OnDemand`] otherwise.
+    pub progress: Progress,
+    /// Whether `progress` was chosen by the user (else the fabric decides).
+    pub progress_chosen: bool,
     /// Spin time of waits before backing off.
     pub spin: Duration,
     /// RMA implementation.
@@ -81,11 +82,25 @@ pub struct Config {
     pub vis_pack_bytes: Option<usize>,
 }
 
+/// The progress thread a world runs (`WEFT_PROGRESS_THREAD`, [`crate::Builder::progress`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// None: only the program's own calls make progress, and a pending weft future asks its
+    /// executor to poll it again at once (it spins).
+    Off,
+    /// A thread that parks while the program's threads call weft, and otherwise (threads all
+    /// computing, or waiting on futures) sleeps on the rank's doorbell and serves what
+    /// arrives: AM handlers and remote functions run, pending futures are woken.
+    OnDemand,
+    /// A thread that polls all the time, standing aside only while a program thread waits.
+    Always,
+}
+
 /// Values set on a [`crate::Builder`]; `None` means "environment, then default".
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Overrides {
     pub ring_kib: Option<usize>,
-    pub progress_thread: Option<bool>,
+    pub progress: Option<Progress>,
     pub spin_us: Option<u64>,
     pub rma: Option<RmaPath>,
     pub init_timeout_s: Option<u64>,
@@ -253,9 +268,17 @@ impl Config {
                 Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
             };
         let direct_bytes = parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?;
-        let progress_thread = match o.progress_thread {
-            Some(b) => Some(b),
-            None => parse_bool("WEFT_PROGRESS_THREAD")?,
+        let progress = match o.progress {
+            Some(p) => Some(p),
+            None => match var("WEFT_PROGRESS_THREAD").as_deref().map(str::trim) {
+                None => None,
+                Some("auto" | "on-demand") => Some(Progress::OnDemand),
+                Some("1" | "true" | "yes" | "on" | "always") => Some(Progress::Always),
+                Some("0" | "false" | "no" | "off") => Some(Progress::Off),
+                Some(v) => {
+                    return Err(Error::Config(format!("WEFT_PROGRESS_THREAD={v:?}: expected auto, 1 or 0")))
+                }
+            },
         };
         Ok(Config {
             rank,
@@ -263,8 +286,8 @@ impl Config {
             job,
             fabric,
             ring_bytes: ring_kib as usize * 1024,
-            progress_thread: progress_thread.unwrap_or(false),
-            progress_thread_chosen: progress_thread.is_some(),
+            progress: progress.unwrap_or(Progress::OnDemand),
+            progress_chosen: progress.is_some(),
             spin: Duration::from_micros(spin_us),
             rma,
             init_timeout: Duration::from_secs(init_s),

@@ -76,6 +76,9 @@ pub trait Layer {
     /// registered). Fails with [`Error::Fabric`] where the fabric cannot (see
     /// [`crate::Caps::peer_read`]).
     fn read_peer(&self, rank: u32, addr: u64, dst: &mut [u8]) -> Result<()>;
+    /// What a layer's future does on returning `Pending` (after storing its waker): make sure
+    /// something makes progress and wakes it, as the configured [`crate::Progress`] says.
+    fn future_pending(&self, cx: &std::task::Context<'_>);
 }
 
 impl Layer for Comm {
@@ -106,6 +109,9 @@ impl Layer for Comm {
             return Err(Error::NoSuchRank { rank, size: self.size() });
         }
         Ok(self.fabric.read_peer(rank, addr, dst)?)
+    }
+    fn future_pending(&self, cx: &std::task::Context<'_>) {
+        Comm::future_pending(self, cx)
     }
 }
 

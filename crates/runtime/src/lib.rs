@@ -49,7 +49,7 @@ mod vis;
 mod world;
 
 pub use am::{AmHandler, AmMsg};
-pub use config::{Config, FabricChoice, RmaPath};
+pub use config::{Config, FabricChoice, Progress, RmaPath};
 pub use dist::{current, Dist};
 pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};
 pub use error::{Error, Result};

@@ -157,10 +157,7 @@ impl Comm {
         if op.is_done() {
             return Poll::Ready(op.outcome());
         }
-        if !self.cfg.progress_thread {
-            // Nobody else drives progress: ask to be polled again.
-            cx.waker().wake_by_ref();
-        }
+        self.future_pending(cx);
         Poll::Pending
     }
 }
@@ -182,17 +179,25 @@ impl Comm {
 pub struct RmaHandle<'a> {
     /// The world and the operation while it is in flight.
     op: Option<(Arc<Comm>, Arc<OpState>)>,
-    out: Option<&'a mut [u8]>,
-    /// Byte ranges of `out` that the fetched data fills, in order (empty: all of `out`).
+    /// A pending get's destination (boxed: a put's handle stays three words, which floods of
+    /// handles feel).
+    out: Option<Box<GetOut<'a>>>,
+}
+
+/// Where a pending get's data goes.
+struct GetOut<'a> {
+    buf: &'a mut [u8],
+    /// Byte ranges of `buf` that the fetched data fills, in order (empty: all of `buf`).
     scatter: Vec<std::ops::Range<usize>>,
 }
 
 impl<'a> RmaHandle<'a> {
     pub(crate) fn done() -> Self {
-        RmaHandle { op: None, out: None, scatter: vec![] }
+        RmaHandle { op: None, out: None }
     }
     pub(crate) fn pending(comm: &Comm, op: Arc<OpState>, out: Option<&'a mut [u8]>) -> Self {
-        RmaHandle { op: Some((comm.arc(), op)), out, scatter: vec![] }
+        let out = out.map(|buf| Box::new(GetOut { buf, scatter: vec![] }));
+        RmaHandle { op: Some((comm.arc(), op)), out }
     }
     /// A get whose data lands in the given ranges of `out`, in order.
     pub(crate) fn pending_scatter(
@@ -201,7 +206,7 @@ impl<'a> RmaHandle<'a> {
         out: &'a mut [u8],
         scatter: Vec<std::ops::Range<usize>>,
     ) -> Self {
-        RmaHandle { op: Some((comm.arc(), op)), out: Some(out), scatter }
+        RmaHandle { op: Some((comm.arc(), op)), out: Some(Box::new(GetOut { buf: out, scatter })) }
     }
     fn finish(&mut self) -> Result<()> {
         let Some((_, op)) = self.op.take() else {
@@ -209,7 +214,8 @@ impl<'a> RmaHandle<'a> {
         };
         op.outcome()?;
         if let Some(out) = self.out.take() {
-            op.copy_out(out, self.scatter.drain(..));
+            let GetOut { buf, scatter } = *out;
+            op.copy_out(buf, scatter.into_iter());
         }
         Ok(())
     }

@@ -116,6 +116,7 @@ impl Backoff {
     /// The slow part of [`Backoff::snooze`], every `stride`th call.
     #[inline(never)]
     fn pause(&mut self, comm: &Comm) -> bool {
+        comm.touch();
         let now = Instant::now();
         let s = self.slow.get_or_insert_with(|| Slow {
             start: None,
@@ -177,6 +178,7 @@ impl Comm {
     /// Replies come first: a call that handled replies may leave arrived requests to the
     /// next call (poll in a loop, as every wait does).
     pub fn poll(&self) -> Result<usize> {
+        self.touch();
         let n = self.fabric.progress(self, crate::am::poll_set())?;
         self.take_error()?;
         Ok(n + self.run_hooks()?)
@@ -248,6 +250,7 @@ impl Comm {
         set: PollSet,
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        self.touch();
         // Already done (a send into free space, a message that is already here): no backoff
         // or waiter count to set up.
         if cond() {
@@ -264,6 +267,9 @@ impl Comm {
         // round trip, 21.3-22.7 -> 21.1-21.5 us).
         let mut waiting = None;
         loop {
+            // A wait kept busy by a stream of messages may never back off: say it is here on
+            // every round (a load while the flag is set).
+            self.touch();
             if self.fabric.progress(self, set)? > 0 {
                 // Activity: the peer is awake and talking, keep spinning.
                 backoff.reset();
@@ -400,6 +406,88 @@ impl Comm {
                     return;
                 }
             }
+        }
+    }
+}
+
+/// How long the on-demand progress thread parks while application threads call weft, and
+/// sleeps at most on the doorbell while none does.
+const TICK: Duration = Duration::from_millis(1);
+/// Ticks without an application thread in weft after which the on-demand thread serves.
+const ABSENT_TICKS: u32 = 5;
+
+impl Comm {
+    /// Says that an application thread is in weft (the on-demand progress thread parks). One
+    /// load while the flag is already set.
+    #[inline(always)]
+    pub(crate) fn touch(&self) {
+        if !self.active.load(Ordering::Relaxed) {
+            self.active.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// What a weft future does on returning `Pending`: make sure something will make progress
+    /// and wake it (see [`crate::Progress`]).
+    pub(crate) fn future_pending(&self, cx: &Context<'_>) {
+        match self.cfg.progress {
+            crate::Progress::Off => cx.waker().wake_by_ref(),
+            crate::Progress::OnDemand => {
+                if !self.wanted.swap(true, Ordering::AcqRel) {
+                    if let Some(t) = self.helper.get() {
+                        t.unpark();
+                    }
+                }
+            }
+            crate::Progress::Always => {}
+        }
+    }
+
+    /// The [`crate::Progress::OnDemand`] thread: parks for a tick at a time while application
+    /// threads call weft (they make progress). Once [`ABSENT_TICKS`] ticks passed without one,
+    /// or when a future went pending, it sleeps on the doorbell, which arriving traffic rings
+    /// (a sleeper costs every sender a wake-up call, so it does not sleep there while the
+    /// program is merely between calls), and polls when something arrived, on loan of the
+    /// program's single-thread fast path ([`weft_fabric::Fabric::borrow_fast_path`]).
+    pub(crate) fn on_demand_loop(&self) {
+        let mut next_check = Instant::now() + self.cfg.peer_check;
+        let (mut woken, mut absent) = (false, 0u32);
+        while !self.stop.load(Ordering::Acquire) {
+            let wanted = self.wanted.swap(false, Ordering::AcqRel);
+            let active =
+                self.active.swap(false, Ordering::Relaxed) || self.waiting.load(Ordering::Acquire) > 0;
+            absent = if active { 0 } else { absent.saturating_add(1) };
+            if !wanted && absent < ABSENT_TICKS {
+                std::thread::park_timeout(TICK);
+                woken = false;
+                continue;
+            }
+            if Instant::now() >= next_check {
+                next_check = Instant::now() + self.cfg.peer_check;
+                if let Err(e) = self.fabric.check_claim() {
+                    self.record_error(e.into());
+                }
+            }
+            if !wanted && !woken && !self.fabric.has_incoming() {
+                woken = self.fabric.wait_incoming(TICK);
+                continue;
+            }
+            // The program's threads are away: poll for them without ending their fast path.
+            let lent = self.fabric.borrow_fast_path();
+            let hooks = self.run_hooks().unwrap_or_else(|e| {
+                self.record_error(e);
+                0
+            });
+            let polled = self.fabric.progress(self, PollSet::All);
+            if lent {
+                self.fabric.return_fast_path();
+            }
+            if let Err(e) = polled {
+                self.record_error(e.into());
+                return;
+            }
+            // Sleep next on the doorbell unless more is waiting (the loop looks again) or hooks
+            // ran: tasks they woke may want another round.
+            woken = hooks > 0;
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::am::{internal, HandlerEntry, HandlerFn};
 use crate::collective::CollectiveState;
-use crate::config::{Config, Overrides, RmaPath};
+use crate::config::{Config, Overrides, Progress, RmaPath};
 use crate::ops::OpTable;
 use crate::segment::SegmentTable;
 use crate::startup::Startup;
@@ -20,7 +20,7 @@ static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
 /// let mut b = weft_runtime::World::builder();
 /// let pong = b.handler("pong", |am| println!("pong from rank {}", am.src()));
 /// let ping = b.handler("ping", move |am| am.reply_short(pong, am.args()).expect("reply"));
-/// let world = b.progress_thread(true).init()?;
+/// let world = b.progress(weft_runtime::Progress::Always).init()?;
 /// world.am_request_short((world.rank() + 1) % world.size(), ping, &[7])?;
 /// world.barrier()?;
 /// # Ok::<(), weft_runtime::Error>(())
@@ -61,9 +61,9 @@ impl Builder {
         self.handlers.push(HandlerEntry { name: name.to_string(), f: Arc::new(f) as HandlerFn });
         AmHandler(id)
     }
-    /// Starts a progress thread (overrides `WEFT_PROGRESS_THREAD`).
-    pub fn progress_thread(&mut self, on: bool) -> &mut Self {
-        self.overrides.progress_thread = Some(on);
+    /// Chooses the progress thread (overrides `WEFT_PROGRESS_THREAD`; see [`Progress`]).
+    pub fn progress(&mut self, p: Progress) -> &mut Self {
+        self.overrides.progress = Some(p);
         self
     }
     /// Size of each AM ring in KiB (overrides `WEFT_AM_RING_KIB`).
@@ -137,6 +137,12 @@ pub struct Comm {
     pub(crate) waiting: std::sync::atomic::AtomicUsize,
     pub(crate) ext: crate::layer::Extensions,
     pub(crate) dists: crate::dist::DistTable,
+    /// The progress thread, to wake ([`Progress::OnDemand`]).
+    pub(crate) helper: std::sync::OnceLock<std::thread::Thread>,
+    /// An application thread called weft since the on-demand thread last looked.
+    pub(crate) active: AtomicBool,
+    /// A future went pending since the on-demand thread last looked.
+    pub(crate) wanted: AtomicBool,
     /// This world's own handle, for the owned handles its calls return.
     me: std::sync::Weak<Comm>,
 }
@@ -167,8 +173,8 @@ impl World {
         mut ext: crate::layer::Extensions,
     ) -> Result<World> {
         let caps = fabric.caps();
-        if !cfg.progress_thread_chosen && caps.target_progress {
-            cfg.progress_thread = true;
+        if !cfg.progress_chosen && caps.target_progress {
+            cfg.progress = Progress::Always;
         }
         let mut handlers = internal::handlers();
         handlers.extend(user);
@@ -199,6 +205,9 @@ impl World {
             ext,
             cfg,
             dists: Default::default(),
+            helper: Default::default(),
+            active: AtomicBool::new(false),
+            wanted: AtomicBool::new(false),
         });
         crate::dist::register_world(comm.id, Arc::downgrade(&comm));
         // Another process claiming this rank is heard on a fabric thread: the rank's next
@@ -214,16 +223,20 @@ impl World {
         for step in steps {
             step(&comm)?;
         }
-        let progress = if comm.cfg.progress_thread {
-            let c = comm.clone();
-            Some(
-                std::thread::Builder::new()
+        let progress = match comm.cfg.progress {
+            Progress::Off => None,
+            mode => {
+                let c = comm.clone();
+                let t = std::thread::Builder::new()
                     .name(format!("weft-progress-{}", comm.rank()))
-                    .spawn(move || c.progress_loop())
-                    .map_err(|e| Error::Config(format!("cannot start the progress thread: {e}")))?,
-            )
-        } else {
-            None
+                    .spawn(move || match mode {
+                        Progress::OnDemand => c.on_demand_loop(),
+                        _ => c.progress_loop(),
+                    })
+                    .map_err(|e| Error::Config(format!("cannot start the progress thread: {e}")))?;
+                let _ = comm.helper.set(t.thread().clone());
+                Some(t)
+            }
         };
         Ok(World { comm, progress })
     }
@@ -240,7 +253,9 @@ impl Drop for World {
     fn drop(&mut self) {
         let _ = self.comm.sync_nbi();
         self.comm.stop.store(true, Ordering::Release);
+        self.comm.fabric.notify(self.comm.rank());
         if let Some(t) = self.progress.take() {
+            t.thread().unpark();
             let _ = t.join();
         }
         self.comm.fabric.finalize();
@@ -266,8 +281,8 @@ pub struct Info {
     pub handlers: Vec<String>,
     /// Communication resources held by the fabric.
     pub resources: Vec<Resource>,
-    /// Whether a progress thread runs.
-    pub progress_thread: bool,
+    /// The progress thread.
+    pub progress: Progress,
     /// Operations in flight that wait for a completion event.
     pub ops_in_flight: usize,
 }
@@ -315,7 +330,7 @@ impl Comm {
             segments: self.segments.list(),
             handlers: self.handlers.iter().map(|h| h.name.clone()).collect(),
             resources: self.fabric.resources(),
-            progress_thread: self.cfg.progress_thread,
+            progress: self.cfg.progress,
             ops_in_flight: self.ops.in_flight(),
         }
     }

@@ -432,6 +432,14 @@ impl Fabric for HybridFabric {
         }
     }
 
+    fn borrow_fast_path(&self) -> bool {
+        self.parts.shm.borrow_fast_path()
+    }
+
+    fn return_fast_path(&self) {
+        self.parts.shm.return_fast_path()
+    }
+
     fn check_claim(&self) -> FabricResult<()> {
         self.parts.shm.check_claim()
     }

@@ -21,6 +21,15 @@
 //!   a lock held across the revocation stays held until its holder lets go.
 //!
 //! Where `membarrier` is refused (old kernels, seccomp), the bias starts revoked.
+//!
+//! **Loans.** The runtime's on-demand progress thread serves messages only while the program's
+//! threads are away from weft. Revoking the bias for that would end the fast path for the
+//! rest of the run, so it borrows it ([`Bias::borrow`]): it takes ownership from the owner
+//! with the same handshake as a revocation (CAS to itself, membarrier, wait for the owner's
+//! open acquisition), acquires plainly meanwhile with a `busy` flag of its own, and hands
+//! ownership back when done ([`Bias::give_back`]). The owner coming back during the loan
+//! finds another owner and revokes as usual (waiting for both flags): the loan then ends in
+//! the shared state.
 
 use super::spin::relax;
 use crate::os;
@@ -56,15 +65,20 @@ pub struct Bias {
     owner: AtomicU64,
     busy: AtomicBool,
     settled: AtomicBool,
+    /// The thread that holds the bias on loan (0: none); its acquisitions mark `guest_busy`.
+    guest: AtomicU64,
+    guest_busy: AtomicBool,
+    /// The owner the loan came from, to whom it goes back.
+    lender: AtomicU64,
 }
 
 /// An open plain acquisition by the owner; closing it (drop) publishes the acquisition.
-pub struct Plain<'a>(&'a Bias);
+pub struct Plain<'a>(&'a AtomicBool);
 
 impl Drop for Plain<'_> {
     #[inline]
     fn drop(&mut self) {
-        self.0.busy.store(false, Ordering::Release);
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -76,6 +90,9 @@ impl Bias {
             owner: AtomicU64::new(if usable { NOBODY } else { SHARED }),
             busy: AtomicBool::new(false),
             settled: AtomicBool::new(!usable),
+            guest: AtomicU64::new(NOBODY),
+            guest_busy: AtomicBool::new(false),
+            lender: AtomicU64::new(NOBODY),
         }
     }
 
@@ -90,14 +107,16 @@ impl Bias {
     pub fn plain(&self) -> Option<Plain<'_>> {
         let me = thread_id();
         if self.owner.load(Ordering::Relaxed) == me {
-            self.busy.store(true, Ordering::Relaxed);
+            // The owner's flag, or the borrower's (each flag has one writer).
+            let busy = if self.guest.load(Ordering::Relaxed) == me { &self.guest_busy } else { &self.busy };
+            busy.store(true, Ordering::Relaxed);
             // The light side of the handshake (see the module documentation): the revoker's
             // membarrier orders the store above before the load below.
             compiler_fence(Ordering::SeqCst);
             if self.owner.load(Ordering::Relaxed) == me {
-                return Some(Plain(self));
+                return Some(Plain(busy));
             }
-            self.busy.store(false, Ordering::Release);
+            busy.store(false, Ordering::Release);
         }
         self.locked_path(me)
     }
@@ -129,17 +148,57 @@ impl Bias {
     /// store is visible here; wait until its open acquisition (if any) is published.
     #[cold]
     fn revoke(&self) {
+        self.handshake();
+        self.settled.store(true, Ordering::Release);
+    }
+
+    /// After changing the owner: make every thread's view of it agree with its `busy` stores,
+    /// then wait until the open plain acquisitions (the owner's and a borrower's) are closed.
+    fn handshake(&self) {
         if !os::membarrier_all_threads() {
             // Registered, yet refused: a full fence here cannot reach the owner's CPU, so only
             // waiting helps. Acquisitions are a handful of instructions; give the owner ample
-            // time to see SHARED before anyone relies on it.
+            // time to see the new owner before anyone relies on it.
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
         let mut spins = 0u32;
-        while self.busy.load(Ordering::Acquire) {
+        while self.busy.load(Ordering::Acquire) || self.guest_busy.load(Ordering::Acquire) {
             relax(&mut spins);
         }
-        self.settled.store(true, Ordering::Release);
+    }
+
+    /// Takes the bias on loan for this thread (see the module documentation): true if this
+    /// thread now acquires plainly until [`Bias::give_back`]; false if the bias is revoked
+    /// (acquisitions are locked anyway) or already this thread's.
+    #[cold]
+    pub fn borrow(&self) -> bool {
+        let me = thread_id();
+        let owner = self.owner.load(Ordering::Acquire);
+        if owner == SHARED || owner == me {
+            return false;
+        }
+        // Named before it owns anything: its acquisitions must mark the borrower's flag.
+        self.guest.store(me, Ordering::Relaxed);
+        if self.owner.compare_exchange(owner, me, Ordering::AcqRel, Ordering::Acquire).is_err() {
+            return false;
+        }
+        self.lender.store(owner, Ordering::Relaxed);
+        if owner != NOBODY {
+            // The lender may be inside a plain acquisition: wait until it has left it (it sees
+            // the new owner at its next one and takes the locked path).
+            self.handshake();
+        }
+        true
+    }
+
+    /// Ends this thread's loan ([`Bias::borrow`] returned true), with no acquisition open:
+    /// ownership goes back to the lender, unless somebody revoked the bias meanwhile.
+    #[cold]
+    pub fn give_back(&self) {
+        let me = thread_id();
+        let lender = self.lender.load(Ordering::Relaxed);
+        // Release: the borrower's acquisitions and releases happen before the lender's next.
+        let _ = self.owner.compare_exchange(me, lender, Ordering::AcqRel, Ordering::Relaxed);
     }
 }
 
@@ -170,46 +229,48 @@ mod tests {
         assert!(bias.plain().is_none(), "the owner lost the bias for good");
     }
 
-    /// Mutual exclusion across the revocation: a counter bumped with non-atomic
-    /// read-modify-writes under a lock built on the bias loses no update.
-    #[test]
-    fn revocation_keeps_mutual_exclusion() {
-        struct Lock {
-            bias: Bias,
-            locked: AtomicBool,
-            count: AtomicUsize,
+    /// A lock built on the bias, bumping a counter with non-atomic read-modify-writes: a lost
+    /// update shows a broken mutual exclusion.
+    struct Lock {
+        bias: Bias,
+        locked: AtomicBool,
+        count: AtomicUsize,
+    }
+
+    impl Lock {
+        fn new() -> Arc<Self> {
+            Arc::new(Lock { bias: Bias::new(), locked: AtomicBool::new(false), count: AtomicUsize::new(0) })
         }
-        impl Lock {
-            fn acquire(&self) {
-                loop {
-                    if let Some(_p) = self.bias.plain() {
-                        if !self.locked.load(Ordering::Relaxed) {
-                            self.locked.store(true, Ordering::Relaxed);
-                            return;
-                        }
-                    } else if self
-                        .locked
-                        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                        .is_ok()
-                    {
+        fn acquire(&self) {
+            loop {
+                if let Some(_p) = self.bias.plain() {
+                    if !self.locked.load(Ordering::Acquire) {
+                        self.locked.store(true, Ordering::Relaxed);
                         return;
                     }
-                    std::hint::spin_loop();
+                } else if self
+                    .locked
+                    .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+                {
+                    return;
                 }
-            }
-            fn bump(&self) {
-                self.acquire();
-                let v = self.count.load(Ordering::Relaxed);
-                self.count.store(v + 1, Ordering::Relaxed);
-                self.locked.store(false, Ordering::Release);
+                std::hint::spin_loop();
             }
         }
+        fn bump(&self) {
+            self.acquire();
+            let v = self.count.load(Ordering::Relaxed);
+            self.count.store(v + 1, Ordering::Relaxed);
+            self.locked.store(false, Ordering::Release);
+        }
+    }
+
+    /// Mutual exclusion across the revocation.
+    #[test]
+    fn revocation_keeps_mutual_exclusion() {
         for _ in 0..20 {
-            let lock = Arc::new(Lock {
-                bias: Bias::new(),
-                locked: AtomicBool::new(false),
-                count: AtomicUsize::new(0),
-            });
+            let lock = Lock::new();
             let per = 20_000;
             let threads: Vec<_> = (0..3)
                 .map(|_| {
@@ -220,6 +281,64 @@ mod tests {
             (0..per).for_each(|_| lock.bump());
             threads.into_iter().for_each(|t| t.join().unwrap());
             assert_eq!(lock.count.load(Ordering::Relaxed), 4 * per);
+        }
+    }
+
+    #[test]
+    fn a_loan_goes_back() {
+        let lock = Lock::new();
+        if !lock.bias.holds() {
+            return;
+        }
+        lock.bump();
+        assert!(lock.bias.plain().is_some(), "the first thread owns the bias");
+        let l = lock.clone();
+        let lent = std::thread::spawn(move || {
+            let lent = l.bias.borrow();
+            let plain = l.bias.plain().is_some();
+            l.bump();
+            l.bias.give_back();
+            (lent, plain)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lent, (true, true), "the borrower acquires plainly");
+        assert!(lock.bias.holds(), "a loan revokes nothing");
+        assert!(lock.bias.plain().is_some(), "the owner has its fast path back");
+        lock.bump();
+        assert_eq!(lock.count.load(Ordering::Relaxed), 3);
+    }
+
+    /// The owner keeps bumping while a borrower takes loans and bumps during each (the owner
+    /// comes back mid-loan and revokes, or finds the bias returned); later a third thread
+    /// joins. No update is lost.
+    #[test]
+    fn loans_keep_mutual_exclusion() {
+        for round in 0..10 {
+            let lock = Lock::new();
+            let per = 20_000;
+            lock.bump();
+            let l = lock.clone();
+            let borrower = std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let lent = l.bias.borrow();
+                    (0..50).for_each(|_| l.bump());
+                    if lent {
+                        l.bias.give_back();
+                    }
+                }
+            });
+            let third = (round % 2 == 1).then(|| {
+                let l = lock.clone();
+                std::thread::spawn(move || (0..per).for_each(|_| l.bump()))
+            });
+            (0..per).for_each(|_| lock.bump());
+            borrower.join().unwrap();
+            let extra = third.map_or(0, |t| {
+                t.join().unwrap();
+                per
+            });
+            assert_eq!(lock.count.load(Ordering::Relaxed), 1 + per + 200 * 50 + extra);
         }
     }
 }

@@ -762,6 +762,14 @@ impl Fabric for ShmFabric {
         self.has_incoming()
     }
 
+    fn borrow_fast_path(&self) -> bool {
+        self.bias.borrow()
+    }
+
+    fn return_fast_path(&self) {
+        self.bias.give_back()
+    }
+
     fn check_claim(&self) -> FabricResult<()> {
         self.claim.check()
     }

@@ -34,8 +34,10 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn try_lock(&self, bias: &Bias) -> Option<SpinGuard<'_, T>> {
         if let Some(_plain) = bias.plain() {
-            if self.locked.load(Ordering::Relaxed) {
-                return None; // held by this very thread, further up its stack
+            // Acquire: a thread that held the bias on loan, or its lender, may have released
+            // the lock last (a plain load on x86).
+            if self.locked.load(Ordering::Acquire) {
+                return None; // held by this very thread further up its stack, or by the lender
             }
             self.locked.store(true, Ordering::Relaxed);
             return Some(SpinGuard { lock: self });

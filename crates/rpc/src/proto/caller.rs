@@ -112,9 +112,7 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
         if done {
             return Poll::Ready(self.finish());
         }
-        if !comm.config().progress_thread {
-            cx.waker().wake_by_ref();
-        }
+        comm.future_pending(cx);
         Poll::Pending
     }
 }
@@ -161,9 +159,7 @@ impl Future for Sent {
             return Poll::Ready(Ok(()));
         }
         *lock(&s.waker) = Some(cx.waker().clone());
-        if !comm.config().progress_thread {
-            cx.waker().wake_by_ref();
-        }
+        comm.future_pending(cx);
         Poll::Pending
     }
 }

@@ -123,6 +123,7 @@ impl<'c> Endpoint<'c> {
     /// Queues one operation built by `build`; publishes when the posting list is full.
     fn post(&mut self, build: impl FnOnce(&mut Queue)) -> Result<()> {
         let (comm, k) = (self.comm, self.knobs);
+        comm.touch();
         match &mut self.path {
             Path::Own(q, slot) => {
                 build(q);

@@ -238,6 +238,9 @@ impl Core {
         let deps = |w: u32| self.needs(w);
         let deps = Deps::Team { needed: &deps, check: &|| self.check() };
         let _spin = SpinScope::enter(!self.comm.cfg.spin.is_zero());
+        // A collective that ends within the pre-spin never reaches a wait loop, which would
+        // say that this thread is in weft.
+        self.comm.touch();
         let mut cx = Context::from_waker(Waker::noop());
         if self.comm.caps().load_store && !self.comm.cfg.spin.is_zero() {
             for _ in 0..PRESPIN {

@@ -1,0 +1,61 @@
+//! Futures without spinning, and a rank whose threads are all outside weft still serving
+//! (the default on-demand progress thread).
+
+use super::*;
+use life::cpu_time;
+
+weft::remote! {
+    fn asyncp_echo(x: u64) -> u64 { x }
+}
+weft::remote! {
+    /// Holds the target's serving thread for `ms` milliseconds.
+    fn asyncp_nap(ms: u64) -> u64 { std::thread::sleep(Duration::from_millis(ms)); ms }
+}
+
+/// Rank 0's main thread sleeps 400 ms without calling weft while the others call it: the calls
+/// are answered within a bounded time: its progress thread serves them.
+pub(crate) fn busy_target_serves() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    w.barrier()?;
+    let asleep = Duration::from_millis(400);
+    if w.rank() == 0 {
+        std::thread::sleep(asleep);
+    } else {
+        // Let rank 0 get to its sleep, then call it 100 times at once and await them all.
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        let calls: Vec<_> = (0..100u64).map(|i| w.call(0, asyncp_echo, (i,))).collect();
+        let got = weft::block_on(async {
+            let mut v = vec![];
+            for c in calls {
+                v.push(c.await?);
+            }
+            Ok::<_, weft::Error>(v)
+        })?;
+        let wall = t0.elapsed();
+        ck(got == (0..100).collect::<Vec<_>>(), || "results out of order".into())?;
+        ck(wall < Duration::from_millis(200), || {
+            format!("100 calls to a rank outside weft took {wall:?} (its sleep: {asleep:?})")
+        })?;
+    }
+    w.barrier()?;
+    Ok(())
+}
+
+/// A future that stays pending for 300 ms (its target naps in the remote function) costs its
+/// process little CPU: neither the awaiting thread nor the progress thread spins.
+pub(crate) fn pending_future_sleeps() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    w.barrier()?;
+    if w.rank() == 1 {
+        let (t0, c0) = (Instant::now(), cpu_time()?);
+        let r = weft::block_on(w.call(0, asyncp_nap, (300,)))?;
+        let (wall, cpu) = (t0.elapsed(), cpu_time()? - c0);
+        ck(r == 300 && wall >= Duration::from_millis(300), || format!("nap gave {r} after {wall:?}"))?;
+        ck(cpu < wall / 5, || format!("awaiting a call for {wall:?} used {cpu:?} of CPU"))?;
+    }
+    w.barrier()?;
+    Ok(())
+}
