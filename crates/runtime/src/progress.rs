@@ -410,6 +410,11 @@ impl Comm {
     }
 }
 
+thread_local! {
+    /// Set on the progress thread.
+    static IS_PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 /// How long the on-demand progress thread parks while application threads call weft, and
 /// sleeps at most on the doorbell while none does.
 const TICK: Duration = Duration::from_millis(1);
@@ -422,6 +427,15 @@ impl Comm {
     #[inline(always)]
     pub(crate) fn touch(&self) {
         if !self.active.load(Ordering::Relaxed) {
+            self.touch_slow();
+        }
+    }
+
+    /// The rare part of [`Comm::touch`]: the progress thread's own calls (replies, results)
+    /// do not count.
+    #[cold]
+    fn touch_slow(&self) {
+        if !IS_PROGRESS_THREAD.with(|p| p.get()) {
             self.active.store(true, Ordering::Relaxed);
         }
     }
@@ -449,6 +463,7 @@ impl Comm {
     /// program is merely between calls), and polls when something arrived, on loan of the
     /// program's single-thread fast path ([`weft_fabric::Fabric::borrow_fast_path`]).
     pub(crate) fn on_demand_loop(&self) {
+        IS_PROGRESS_THREAD.with(|p| p.set(true));
         let mut next_check = Instant::now() + self.cfg.peer_check;
         let (mut woken, mut absent) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
