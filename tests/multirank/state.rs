@@ -120,3 +120,58 @@ pub(crate) fn dist_objects() -> Res {
     w.barrier()?;
     Ok(())
 }
+
+weft::remote! {
+    /// Counts a post from `from` in the target's completion segment (object 0), after
+    /// pulling its argument (a rendezvous: the function runs after the handler returned).
+    fn wait_all_bump(data: weft::SerializeBuffer<u8>, from: u32) {
+        if let Some(seg) = weft::current().and_then(|w| w.dist_of::<weft::Segment<u64>>(0).ok()) {
+            seg.local().atomic(from as usize).fetch_add(data.len() as u64 / 100_000, Ordering::SeqCst);
+        }
+    }
+}
+
+/// `wait_all`: when it returns, every AM (through the world and an endpoint) and every post
+/// this rank sent has been handled at its target, though the handlers are slow and a peer
+/// lied first with a forged "done" claim. Checked by reading the targets' counters with gets:
+/// no barrier between.
+pub(crate) fn wait_all_remote_completion() -> Res {
+    use weft::RpcExt;
+    let mut b = World::builder();
+    let bump = b.handler("test.wait_all.bump", |am| {
+        std::thread::sleep(Duration::from_micros(200));
+        if let Ok(seg) = am.comm().dist_of::<weft::Segment<u64>>(0) {
+            seg.local().atomic(am.src() as usize).fetch_add(1, Ordering::SeqCst);
+        }
+    });
+    let w = b.init()?;
+    let (me, n) = (w.rank(), w.size());
+    let seg = w.dist(w.alloc_segment::<u64>(n as usize)?)?;
+    // A lie: "I handled everything you will ever send me".
+    let ok = w.handler_named("weft.done.ok").ok_or("no weft.done.ok handler")?;
+    w.am_request_short((me + 1) % n, ok, &[u64::MAX])?;
+    w.barrier()?;
+    let per = 20u64;
+    for r in (0..n).filter(|&r| r != me) {
+        for _ in 0..per {
+            w.am_request_short(r, bump, &[])?;
+        }
+        w.post(r, wait_all_bump, (weft::SerializeBuffer::from(vec![7u8; 100_000]), me))?;
+    }
+    {
+        let mut set = w.endpoints(&weft::EndpointConfig::new(weft::EndpointPolicy::Dynamic, 1))?;
+        let mut ep = set.endpoints().remove(0);
+        for r in (0..n).filter(|&r| r != me) {
+            ep.am_request_short(r, bump, &[])?;
+        }
+        ep.sync_nbi()?;
+    }
+    w.wait_all()?;
+    for r in (0..n).filter(|&r| r != me) {
+        let mut got = [0u64];
+        w.get(seg.at(r, me as usize), &mut got)?;
+        ck(got[0] == per + 2, || format!("rank {r} had handled {} of my {} requests", got[0], per + 2))?;
+    }
+    w.barrier()?;
+    Ok(())
+}

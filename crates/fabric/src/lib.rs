@@ -22,6 +22,7 @@
 
 pub mod boot;
 pub mod copy;
+mod counts;
 #[cfg(feature = "ofi")]
 pub mod hybrid;
 pub mod names;
@@ -229,6 +230,13 @@ pub trait Fabric: Send + Sync + 'static {
     /// paths and no thread is delivering from them right now. Used before declaring a wait on
     /// a departed peer failed.
     fn peer_drained(&self, rank: Rank) -> bool;
+
+    /// Request AMs this process has sent to `dst` on every path (endpoint slots included):
+    /// with [`Fabric::requests_handled`] on `dst`, the runtime's remote completion.
+    fn requests_sent(&self, dst: Rank) -> u64;
+
+    /// Request AMs from `src` whose handlers have returned on this rank.
+    fn requests_handled(&self, src: Rank) -> u64;
 
     /// The calling thread is about to poll on behalf of the process's other threads, which are
     /// away from the fabric (the runtime's on-demand progress thread): keep their

@@ -55,6 +55,8 @@ pub struct AmMsg<'a> {
     payload: &'a [u8],
     long_offset: Option<usize>,
     replied: Cell<bool>,
+    /// The handler took its [`crate::completion::Held`] (one per message).
+    pub(crate) held: Cell<bool>,
 }
 
 impl<'a> AmMsg<'a> {
@@ -247,6 +249,7 @@ impl EventSink for Comm {
             payload,
             long_offset,
             replied: Cell::new(false),
+            held: Cell::new(false),
         };
         let outer = IN_HANDLER.with(|c| c.replace(Some(am.class)));
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (h.f)(&msg)));
@@ -278,7 +281,9 @@ pub(crate) mod internal {
     pub const VIS_PUT: u16 = 6;
     pub const VIS_GET: u16 = 7;
     pub const WORLD_MISMATCH: u16 = 8;
-    pub const COUNT: u16 = 9;
+    pub const DONE_ASK: u16 = 9;
+    pub const DONE_OK: u16 = 10;
+    pub const COUNT: u16 = 11;
 
     pub fn handlers() -> Vec<HandlerEntry> {
         let list: [(&str, HandlerFn); COUNT as usize] = [
@@ -291,6 +296,8 @@ pub(crate) mod internal {
             ("weft.vis.put", Arc::new(|m| m.comm().on_vis_put(m))),
             ("weft.vis.get", Arc::new(|m| m.comm().on_vis_get(m))),
             ("weft.world.mismatch", Arc::new(|m| m.comm().on_world_mismatch(m))),
+            ("weft.done.ask", Arc::new(|m| m.comm().on_done_ask(m))),
+            ("weft.done.ok", Arc::new(|m| m.comm().on_done_ok(m))),
         ];
         list.into_iter().map(|(n, f)| HandlerEntry { name: n.to_string(), f }).collect()
     }

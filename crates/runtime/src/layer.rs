@@ -163,10 +163,10 @@ impl Comm {
     /// (compiled in the caller's crate, where a plain function would be a call).
     #[inline]
     pub(crate) fn run_hooks(&self) -> Result<usize> {
-        if self.ext.hooks.is_empty() || crate::am::in_handler().is_some() {
+        if (self.ext.hooks.is_empty() && !self.counts.asked()) || crate::am::in_handler().is_some() {
             return Ok(0);
         }
-        self.run_each_hook()
+        Ok(self.answer_asked()? + self.run_each_hook()?)
     }
 
     fn run_each_hook(&self) -> Result<usize> {

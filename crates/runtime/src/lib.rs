@@ -33,6 +33,7 @@
 
 mod am;
 mod collective;
+mod completion;
 pub mod config;
 mod dist;
 pub mod endpoint;
@@ -49,6 +50,7 @@ mod vis;
 mod world;
 
 pub use am::{AmHandler, AmMsg};
+pub use completion::Held;
 pub use config::{Config, FabricChoice, Progress, RmaPath};
 pub use dist::{current, Dist};
 pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};

@@ -418,8 +418,12 @@ thread_local! {
 /// How long the on-demand progress thread parks while application threads call weft, and
 /// sleeps at most on the doorbell while none does.
 const TICK: Duration = Duration::from_millis(1);
-/// Ticks without an application thread in weft after which the on-demand thread serves.
-const ABSENT_TICKS: u32 = 5;
+/// How long the on-demand thread parks while application threads call weft: a watch without
+/// one makes it serve.
+const WATCH: Duration = Duration::from_millis(4);
+/// Rounds after a future last went pending, or a round delivered something, during which the
+/// on-demand thread sleeps on the doorbell (answering at once) rather than looking every tick.
+const AWAITED_TICKS: u32 = 5;
 
 impl Comm {
     /// Says that an application thread is in weft (the on-demand progress thread parks). One
@@ -456,23 +460,28 @@ impl Comm {
         }
     }
 
-    /// The [`crate::Progress::OnDemand`] thread: parks for a tick at a time while application
-    /// threads call weft (they make progress). Once [`ABSENT_TICKS`] ticks passed without one,
-    /// or when a future went pending, it sleeps on the doorbell, which arriving traffic rings
-    /// (a sleeper costs every sender a wake-up call, so it does not sleep there while the
-    /// program is merely between calls), and polls when something arrived, on loan of the
-    /// program's single-thread fast path ([`weft_fabric::Fabric::borrow_fast_path`]).
+    /// The [`crate::Progress::OnDemand`] thread: parks for a [`WATCH`] at a time while
+    /// application threads call weft (they make progress). Once a watch passed without one,
+    /// it looks for arrived traffic every [`TICK`] and serves it, on loan of the program's
+    /// single-thread fast path ([`weft_fabric::Fabric::borrow_fast_path`]). While a future
+    /// waits (it went pending since the last look), or traffic flows, it serves at once and
+    /// sleeps on the doorbell, which arriving traffic rings: a sleeper there costs every
+    /// sender a wake-up call, which only a waiting future or a stream being served is worth.
     pub(crate) fn on_demand_loop(&self) {
         IS_PROGRESS_THREAD.with(|p| p.set(true));
         let mut next_check = Instant::now() + self.cfg.peer_check;
-        let (mut woken, mut absent) = (false, 0u32);
+        let (mut woken, mut awaited) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             let wanted = self.wanted.swap(false, Ordering::AcqRel);
+            // Futures count as waiting for a few rounds after one last went pending (so does
+            // traffic after a round that delivered some).
+            awaited = if wanted { AWAITED_TICKS } else { awaited.saturating_sub(1) };
             let active =
                 self.active.swap(false, Ordering::Relaxed) || self.waiting.load(Ordering::Acquire) > 0;
-            absent = if active { 0 } else { absent.saturating_add(1) };
-            if !wanted && absent < ABSENT_TICKS {
-                std::thread::park_timeout(TICK);
+            if !wanted && active {
+                // The program is in weft: look again after a watch (each look is a wake-up
+                // that takes a core from a busy rank for a moment).
+                std::thread::park_timeout(WATCH);
                 woken = false;
                 continue;
             }
@@ -483,10 +492,18 @@ impl Comm {
                 }
             }
             if !wanted && !woken && !self.fabric.has_incoming() {
-                woken = self.fabric.wait_incoming(TICK);
+                // Nothing arrived. Sleep on the doorbell only while futures wait on this world
+                // (a sleeper there costs every sender a wake-up call); otherwise look again
+                // after a tick, without sleeping (a fabric whose traffic only a poll of its
+                // queue shows answers this look for real).
+                if awaited > 0 {
+                    woken = self.fabric.wait_incoming(TICK);
+                } else {
+                    std::thread::park_timeout(TICK);
+                    woken = self.fabric.wait_incoming(Duration::ZERO);
+                }
                 continue;
             }
-            // The program's threads are away: poll for them without ending their fast path.
             let lent = self.fabric.borrow_fast_path();
             let hooks = self.run_hooks().unwrap_or_else(|e| {
                 self.record_error(e);
@@ -496,9 +513,14 @@ impl Comm {
             if lent {
                 self.fabric.return_fast_path();
             }
-            if let Err(e) = polled {
-                self.record_error(e.into());
-                return;
+            match polled {
+                // Traffic flows: answer the next message at once too.
+                Ok(n) if n > 0 => awaited = AWAITED_TICKS,
+                Ok(_) => {}
+                Err(e) => {
+                    self.record_error(e.into());
+                    return;
+                }
             }
             // Sleep next on the doorbell unless more is waiting (the loop looks again) or hooks
             // ran: tasks they woke may want another round.

@@ -137,6 +137,7 @@ pub struct Comm {
     pub(crate) waiting: std::sync::atomic::AtomicUsize,
     pub(crate) ext: crate::layer::Extensions,
     pub(crate) dists: crate::dist::DistTable,
+    pub(crate) counts: crate::completion::Counts,
     /// The progress thread, to wake ([`Progress::OnDemand`]).
     pub(crate) helper: std::sync::OnceLock<std::thread::Thread>,
     /// An application thread called weft since the on-demand thread last looked.
@@ -187,6 +188,7 @@ impl World {
         }
         let am_rma = cfg.rma == RmaPath::ActiveMessages;
         let steps = std::mem::take(&mut ext.on_start);
+        let counts = crate::completion::Counts::new(cfg.size);
         let comm = Arc::new_cyclic(|me| Comm {
             me: me.clone(),
             caps,
@@ -205,6 +207,7 @@ impl World {
             ext,
             cfg,
             dists: Default::default(),
+            counts,
             helper: Default::default(),
             active: AtomicBool::new(false),
             wanted: AtomicBool::new(false),

@@ -432,6 +432,22 @@ impl Fabric for HybridFabric {
         }
     }
 
+    fn requests_sent(&self, dst: Rank) -> u64 {
+        match self.route(dst) {
+            Ok(Route::Shm(l)) => self.parts.shm.requests_sent(l),
+            Ok(Route::Ofi) => self.parts.ofi.requests_sent(dst),
+            Err(_) => 0,
+        }
+    }
+
+    fn requests_handled(&self, src: Rank) -> u64 {
+        match self.route(src) {
+            Ok(Route::Shm(l)) => self.parts.shm.requests_handled(l),
+            Ok(Route::Ofi) => self.parts.ofi.requests_handled(src),
+            Err(_) => 0,
+        }
+    }
+
     fn borrow_fast_path(&self) -> bool {
         self.parts.shm.borrow_fast_path()
     }

@@ -121,6 +121,9 @@ impl OfiFabric {
                     }
                 }
                 if class == AmClass::Request {
+                    if let Some(c) = self.counts.handled.get(src as usize) {
+                        c.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
                     self.owe(src);
                 }
             }

@@ -210,7 +210,19 @@ impl Fabric for OfiFabric {
         if request && !matches!(sent, Ok(true)) {
             self.credits[dst as usize].fetch_add(1, Ordering::AcqRel);
         }
+        if request && matches!(sent, Ok(true)) {
+            // Any thread sends here: an atomic add (a network message costs far more).
+            self.counts.sent[dst as usize].fetch_add(1, Ordering::AcqRel);
+        }
         sent
+    }
+
+    fn requests_sent(&self, dst: Rank) -> u64 {
+        self.counts.sent_to(dst)
+    }
+
+    fn requests_handled(&self, src: Rank) -> u64 {
+        self.counts.handled.get(src as usize).map_or(0, |c| c.load(Ordering::Acquire))
     }
 
     fn open_slot_inbox(&self, slots: &[u32], _ring_bytes: usize) -> FabricResult<LocalRegion> {
@@ -287,7 +299,10 @@ impl Fabric for OfiFabric {
             send_after_write: neg.send_after_write,
         });
         (0..count)
-            .map(|_| Ok(Box::new(slots::OfiTxSlot::open(&ctx, params.clone())?) as Box<dyn TxSlot>))
+            .map(|_| {
+                let sent = self.counts.slot();
+                Ok(Box::new(slots::OfiTxSlot::open(&ctx, params.clone(), sent)?) as Box<dyn TxSlot>)
+            })
             .collect()
     }
 

@@ -220,6 +220,8 @@ pub struct OfiFabric {
     left: Arc<Vec<AtomicBool>>,
     /// Requests this rank may still send to each peer (shared with the endpoint slots).
     credits: Arc<Vec<AtomicU32>>,
+    /// Requests sent and handled, for remote completion.
+    counts: crate::counts::RequestCounts,
     /// Every rank's main endpoint name, for the address vectors of endpoint contexts.
     names: Vec<Vec<u8>>,
     /// Endpoint contexts (see `slots.rs`) by id, and the next id.
@@ -335,6 +337,7 @@ impl OfiFabric {
             finalized: (0..size).map(|_| AtomicBool::new(false)).collect(),
             left: Arc::new((0..size).map(|_| AtomicBool::new(false)).collect()),
             credits: Arc::new((0..size).map(|_| AtomicU32::new(REQUEST_CREDITS)).collect()),
+            counts: crate::counts::RequestCounts::new(size),
             names,
             contexts: Mutex::new(Vec::new()),
             spares: slots::Spares::default(),

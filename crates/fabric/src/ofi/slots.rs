@@ -110,6 +110,8 @@ pub(super) struct OfiTxSlot {
     p: Arc<SlotParams>,
     /// The last write of a batch so far, not posted yet (see [`Held`]).
     held: Option<Held>,
+    /// Requests sent per destination (this slot's owner is their one writer).
+    sent: crate::counts::PerPeer,
     /// Its bytes (capacity: the inject size).
     held_bytes: Vec<u8>,
 }
@@ -129,7 +131,7 @@ struct Held {
 impl OfiTxSlot {
     /// Opens a slot in context `ctx`, on an endpoint a closed slot of it returned or on a new
     /// one.
-    pub fn open(ctx: &SlotContext, p: Arc<SlotParams>) -> FabricResult<Self> {
+    pub fn open(ctx: &SlotContext, p: Arc<SlotParams>, sent: crate::counts::PerPeer) -> FabricResult<Self> {
         let reused = ctx.returned.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let parts = match reused {
             Some(parts) => parts,
@@ -151,6 +153,7 @@ impl OfiTxSlot {
             held: None,
             held_bytes: Vec::with_capacity(p.inject),
             p,
+            sent,
         })
     }
 
@@ -399,7 +402,10 @@ impl TxSlot for OfiTxSlot {
             return Ok(false);
         }
         match self.send(dst, msg) {
-            Ok(true) => Ok(true),
+            Ok(true) => {
+                crate::counts::add_single(&self.sent[dst as usize], 1);
+                Ok(true)
+            }
             other => {
                 self.give_credit(dst);
                 other

@@ -28,8 +28,8 @@
 //! with the same handshake as a revocation (CAS to itself, membarrier, wait for the owner's
 //! open acquisition), acquires plainly meanwhile with a `busy` flag of its own, and hands
 //! ownership back when done ([`Bias::give_back`]). The owner coming back during the loan
-//! finds another owner and revokes as usual (waiting for both flags): the loan then ends in
-//! the shared state.
+//! waits a bounded while for it to end; past that it revokes as usual (waiting for both
+//! flags), and the loan ends in the shared state.
 
 use super::spin::relax;
 use crate::os;
@@ -40,6 +40,9 @@ use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU64, Ordering};
 const NOBODY: u64 = 0;
 /// More than one thread has: every acquisition is a compare-and-swap.
 const SHARED: u64 = u64::MAX;
+/// Turns of [`relax`] a lender waits for its bias to come back from a loan before it revokes
+/// it instead (spins, then yields: a bound, so that no wait on the borrower can deadlock).
+const LOAN_WAIT: u32 = 1000;
 
 /// This thread's id for [`Bias`]: never 0 or [`SHARED`], never reused.
 #[inline]
@@ -126,6 +129,12 @@ impl Bias {
     #[inline(never)]
     fn locked_path(&self, me: u64) -> Option<Plain<'_>> {
         let mut owner = self.owner.load(Ordering::Acquire);
+        if owner != NOBODY && owner != SHARED && owner == self.guest.load(Ordering::Acquire) {
+            if self.lender.load(Ordering::Acquire) == me && self.await_return(me, owner) {
+                return self.plain();
+            }
+            owner = self.owner.load(Ordering::Acquire);
+        }
         if owner == NOBODY {
             match self.owner.compare_exchange(NOBODY, me, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => return self.plain(),
@@ -142,6 +151,21 @@ impl Bias {
             relax(&mut spins);
         }
         None
+    }
+
+    /// The lender found its bias on loan: wait a little for it to come back (a loan lasts one
+    /// round of progress) rather than end the fast path for good. True once it is back.
+    #[cold]
+    fn await_return(&self, me: u64, guest: u64) -> bool {
+        let mut spins = 0u32;
+        while spins < LOAN_WAIT {
+            match self.owner.load(Ordering::Acquire) {
+                now if now == me => return true,
+                now if now != guest => return false,
+                _ => relax(&mut spins),
+            }
+        }
+        false
     }
 
     /// The heavy side: after the barrier the old owner either sees [`SHARED`] or its `busy`

@@ -11,6 +11,7 @@
 mod bias;
 mod claim;
 mod control;
+mod deliver;
 pub mod ring;
 mod slots;
 mod spin;
@@ -19,13 +20,14 @@ pub use slots::{MAX_SLOT_INBOXES, MAX_SLOT_RINGS};
 
 use crate::os::{self, Mapping};
 use crate::{
-    AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
-    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
+    AmClass, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError, FabricResult, Issued,
+    LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
 };
 use bias::Bias;
 use claim::Claim;
 use control::{Control, State};
-use ring::{Body, Receiver, RingPtr, Sender};
+use deliver::Inbound;
+use ring::{Body, RingPtr, Sender};
 use spin::SpinLock;
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -101,24 +103,8 @@ pub struct ShmFabric {
     claim: Claim,
     /// Per peer: found dead, and its files unlinked.
     buried: Vec<AtomicBool>,
-}
-
-/// One ring of our inbox: the consumer under a lock, plus what a poller needs to peek at it
-/// without taking the lock (idle polls then cost one load per ring).
-struct Inbound {
-    ring: RingPtr,
-    head: AtomicU64,
-    rx: SpinLock<Receiver>,
-}
-
-impl Inbound {
-    fn new(ring: RingPtr, max_medium: usize) -> Self {
-        Inbound { ring, head: AtomicU64::new(0), rx: SpinLock::new(Receiver::new(ring, max_medium)) }
-    }
-    #[inline]
-    fn ready(&self) -> bool {
-        self.ring.ready_at(self.head.load(Ordering::Relaxed))
-    }
+    /// Requests sent (the default rings' and the slots'), for remote completion.
+    counts: crate::counts::RequestCounts,
 }
 
 fn inbox_name(job: &str, rank: Rank) -> String {
@@ -253,6 +239,7 @@ impl ShmFabric {
             bias: Bias::new(),
             claim,
             buried: (0..cfg.size).map(|_| AtomicBool::new(false)).collect(),
+            counts: crate::counts::RequestCounts::new(cfg.size),
         };
         // Start-up barrier: count ourselves in rank 0's control block once every inbox is mapped.
         fab.control(0).attached().fetch_add(1, Ordering::AcqRel);
@@ -375,85 +362,6 @@ impl ShmFabric {
             });
         }
         Ok((id, Arc::new(map)))
-    }
-
-    /// Delivers what waits in the `class` ring of every source.
-    #[inline]
-    fn drain_class(&self, class: AmClass, sink: &dyn EventSink) -> FabricResult<usize> {
-        let mut delivered = 0;
-        for (src, rings) in self.receivers.iter().enumerate() {
-            delivered += self.drain(&rings[class_index(class)], src as Rank, class, sink)?;
-        }
-        Ok(delivered)
-    }
-
-    /// Delivers up to 64 messages from one ring (bounded so that one busy sender cannot
-    /// starve the others). An idle ring costs one load, inline in the poll loop; only a ring
-    /// with a message waiting pays for the call that delivers (idle polls are most of a
-    /// waiting thread's loop, and every instruction there delays the next detection).
-    #[inline]
-    fn drain(
-        &self,
-        inbound: &Inbound,
-        src: Rank,
-        class: AmClass,
-        sink: &dyn EventSink,
-    ) -> FabricResult<usize> {
-        if !inbound.ready() {
-            return Ok(0);
-        }
-        self.deliver(inbound, src, class, sink)
-    }
-
-    /// The part of [`ShmFabric::drain`] for a ring with a message waiting.
-    #[inline(never)]
-    fn deliver(
-        &self,
-        inbound: &Inbound,
-        src: Rank,
-        class: AmClass,
-        sink: &dyn EventSink,
-    ) -> FabricResult<usize> {
-        let Some(mut rx) = inbound.rx.try_lock(&self.bias) else {
-            return Ok(0);
-        };
-        let delivered = rx.recv(64, |m| {
-            let payload = match m.body {
-                Body::Short => AmInPayload::Short,
-                Body::Medium(p) => AmInPayload::Medium(p),
-                Body::Long { region, offset, len } => self.long_payload(src, region, offset, len)?,
-            };
-            sink.on_am(AmIn { src, handler: m.handler, class, args: m.args, payload });
-            Ok(())
-        });
-        // Pollers peek at the ring through this copy of the head (also after an error: the
-        // bad message was consumed).
-        inbound.head.store(rx.head(), Ordering::Relaxed);
-        delivered
-    }
-
-    /// The payload of a long AM: bytes already written to one of our regions.
-    #[inline(never)]
-    fn long_payload(&self, src: Rank, region: u32, offset: u64, len: u64) -> FabricResult<AmInPayload<'_>> {
-        match self.local_bytes(region, offset, len) {
-            Some(data) => Ok(AmInPayload::Long { region, offset: offset as usize, data }),
-            None => Err(FabricError::Malformed {
-                what: format!("long AM from rank {src} names {len} bytes at {offset} of region {region}"),
-            }),
-        }
-    }
-
-    /// Bytes of a local region, for long AMs; `None` if the range is not inside one.
-    fn local_bytes(&self, region: u32, offset: u64, len: u64) -> Option<&[u8]> {
-        let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
-        let map = regions.get(region as usize)?.as_ref()?;
-        let end = offset.checked_add(len)?;
-        if end > map.len() as u64 {
-            return None;
-        }
-        // SAFETY: the range lies inside the mapping, which lives as long as the fabric (regions
-        // are never removed from the table), hence as long as &self.
-        Some(unsafe { std::slice::from_raw_parts(map.as_ptr().add(offset as usize), len as usize) })
     }
 }
 
@@ -655,7 +563,15 @@ impl Fabric for ShmFabric {
             return Err(no_such_rank(dst, self.size));
         };
         let body = body_for(dst, msg, self.max_medium)?;
-        let sent = rings[class_index(msg.class)].lock(&self.bias).try_send(msg.handler, msg.args, body)?;
+        let sent = {
+            let mut ring = rings[class_index(msg.class)].lock(&self.bias);
+            let sent = ring.try_send(msg.handler, msg.args, body)?;
+            if sent && msg.class == AmClass::Request {
+                // Under the ring's lock: the one writer.
+                crate::counts::add_single(&self.counts.sent[dst as usize], 1);
+            }
+            sent
+        };
         if sent {
             self.ring_doorbell(dst);
         }
@@ -739,7 +655,8 @@ impl Fabric for ShmFabric {
         (first..first + count)
             .map(|j| {
                 let rings = maps.iter().map(|(m, d)| (m.clone(), *d, base + j as usize)).collect();
-                Ok(Box::new(slots::ShmTxSlot::new(self.inboxes.clone(), rings)?) as Box<dyn TxSlot>)
+                let sent = self.counts.slot();
+                Ok(Box::new(slots::ShmTxSlot::new(self.inboxes.clone(), rings, sent)?) as Box<dyn TxSlot>)
             })
             .collect()
     }
@@ -760,6 +677,15 @@ impl Fabric for ShmFabric {
         }
         self.sleep_end();
         self.has_incoming()
+    }
+
+    fn requests_sent(&self, dst: Rank) -> u64 {
+        self.counts.sent_to(dst)
+    }
+
+    fn requests_handled(&self, src: Rank) -> u64 {
+        let Some(rings) = self.receivers.get(src as usize) else { return 0 };
+        rings[class_index(AmClass::Request)].handled() + self.slot_rx.handled_from(src)
     }
 
     fn borrow_fast_path(&self) -> bool {

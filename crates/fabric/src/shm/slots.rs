@@ -88,6 +88,17 @@ impl SlotInboxes {
     }
 
     /// Runs `f` on the inboxes (none: no lock taken).
+    /// Requests handled from `src`'s slots.
+    pub fn handled_from(&self, src: Rank) -> u64 {
+        self.with(0, |l| {
+            l.iter()
+                .flat_map(|(_, i)| i.rings.iter())
+                .filter(|(s, _)| *s == src)
+                .map(|(_, r)| r.handled())
+                .sum()
+        })
+    }
+
     pub fn with<R>(&self, empty: R, f: impl FnOnce(&[(u32, SlotInbox)]) -> R) -> R {
         if self.count.load(Ordering::Acquire) == 0 {
             return empty;
@@ -205,11 +216,17 @@ pub(super) struct ShmTxSlot {
     /// Destinations posted to since the last doorbell.
     posted: Vec<Rank>,
     bytes: u64,
+    /// Requests sent per destination (this slot's owner is their one writer).
+    sent: crate::counts::PerPeer,
 }
 
 impl ShmTxSlot {
     /// `rings[r]` = (rank r's slot inbox mapping, its depth, this slot's ring index in it).
-    pub fn new(controls: Vec<Arc<Mapping>>, rings: Vec<(Arc<Mapping>, usize, usize)>) -> FabricResult<Self> {
+    pub fn new(
+        controls: Vec<Arc<Mapping>>,
+        rings: Vec<(Arc<Mapping>, usize, usize)>,
+        sent: crate::counts::PerPeer,
+    ) -> FabricResult<Self> {
         let mut senders = Vec::with_capacity(rings.len());
         let mut max_medium = Vec::with_capacity(rings.len());
         let mut bytes = 0;
@@ -226,7 +243,7 @@ impl ShmTxSlot {
             bytes += rb as u64;
         }
         let _rings = rings.into_iter().map(|(m, ..)| m).collect();
-        Ok(ShmTxSlot { senders, max_medium, controls, _rings, posted: Vec::new(), bytes })
+        Ok(ShmTxSlot { senders, max_medium, controls, _rings, posted: Vec::new(), bytes, sent })
     }
 }
 
@@ -243,8 +260,11 @@ impl TxSlot for ShmTxSlot {
         }
         let body: Body<'_> = body_for(dst, msg, self.max_medium[dst as usize])?;
         let sent = sender.try_send(msg.handler, msg.args, body)?;
-        if sent && !self.posted.contains(&dst) {
-            self.posted.push(dst);
+        if sent {
+            crate::counts::add_single(&self.sent[dst as usize], 1);
+            if !self.posted.contains(&dst) {
+                self.posted.push(dst);
+            }
         }
         Ok(sent)
     }

@@ -32,7 +32,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use weft_fabric::pod::AlignedBuf;
 use weft_fabric::pool::BlockPool;
 use weft_runtime::layer::{serving, Layer, RmaPool};
-use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Result};
+use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Held, Result};
 
 /// A call's outcome as delivered: success, the result's index, its pulled chunks.
 type Outcome = (bool, Vec<u8>, Vec<Option<Received>>);
@@ -169,8 +169,9 @@ impl Header {
 
 /// What the handler leaves for the progress hook.
 enum Incoming {
-    /// A message to pull, decode or run there.
-    Message { src: u32, head: Header, payload: Vec<u8> },
+    /// A message to pull, decode or run there; `held` keeps its request from counting as
+    /// handled (for `wait_all`) until its function has finished.
+    Message { src: u32, head: Header, payload: Vec<u8>, held: Option<Held> },
     /// The result (or error text) of a plain function that ran in the handler but could not
     /// go back as the AM reply (it needs chunks, or the reply failed): sent as a message of
     /// its own, with header `head`.
@@ -216,6 +217,8 @@ struct Task {
     fut: Running,
     src: u32,
     call: Option<u64>,
+    /// Its request counts as handled once the task is dropped (finished or failed).
+    _held: Option<Held>,
 }
 
 /// A task's waker: its flag in the task queue.
@@ -441,7 +444,8 @@ impl Rpc {
                 _ => {}
             }
         }
-        self.enqueue(Incoming::Message { src: am.src(), head, payload: am.payload().to_vec() });
+        let held = am.hold();
+        self.enqueue(Incoming::Message { src: am.src(), head, payload: am.payload().to_vec(), held });
     }
 
     fn enqueue(&self, m: Incoming) {
@@ -537,8 +541,8 @@ impl Rpc {
     }
 
     fn handle(&self, comm: &Comm, m: Incoming) -> Result<()> {
-        let (src, head, payload) = match m {
-            Incoming::Message { src, head, payload } => (src, head, payload),
+        let (src, head, payload, held) = match m {
+            Incoming::Message { src, head, payload, held } => (src, head, payload, held),
             Incoming::Result { src, head, out } => return self.send_result(comm, src, head, out),
         };
         let Header { kind, mode, fn_id: fid, call_id: call, ack_id: ack } = head;
@@ -596,7 +600,7 @@ impl Rpc {
                         }
                     }
                     Ok(Started::Running(fut)) => {
-                        self.step(comm, self.tasks.flag(), Task { fut, src, call })?;
+                        self.step(comm, self.tasks.flag(), Task { fut, src, call, _held: held })?;
                     }
                     Err(why) => {
                         if let Some(c) = call {
