@@ -59,3 +59,25 @@ pub(crate) fn pending_future_sleeps() -> Res {
     w.barrier()?;
     Ok(())
 }
+
+/// A non-blocking collective awaited as a future while a member arrives 300 ms late: the
+/// waiting ranks use little CPU (progress drives the team and wakes the handle).
+pub(crate) fn pending_collective_sleeps() -> Res {
+    let w = World::init()?;
+    let team = w.world_team()?;
+    w.barrier()?;
+    if w.rank() == 0 {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let (t0, c0) = (Instant::now(), cpu_time()?);
+    let sum = weft::block_on(team.allreduce_nb(vec![1u64; 4], weft::ReduceOp::Sum)?)?;
+    let (wall, cpu) = (t0.elapsed(), cpu_time()? - c0);
+    ck(sum == vec![w.size() as u64; 4], || format!("allreduce gave {sum:?}"))?;
+    if w.rank() != 0 {
+        ck(cpu < wall / 5 + Duration::from_millis(20), || {
+            format!("awaiting a collective for {wall:?} used {cpu:?} of CPU")
+        })?;
+    }
+    w.barrier()?;
+    Ok(())
+}

@@ -52,6 +52,7 @@ const CASES: &[Case] = &[
     Case { name: "owned_handles", run: owned_handles, ranks: &[2, 4], env: &[] },
     Case { name: "busy_target_serves", run: busy_target_serves, ranks: &[2, 4], env: &[] },
     Case { name: "pending_future_sleeps", run: pending_future_sleeps, ranks: &[2], env: &[] },
+    Case { name: "pending_collective_sleeps", run: pending_collective_sleeps, ranks: &[2, 4], env: &[] },
     Case { name: "dist_objects", run: dist_objects, ranks: &[2, 4], env: &[] },
     Case { name: "wait_all_remote_completion", run: wait_all_remote_completion, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_plain_vecs", run: rpc_plain_vecs, ranks: &[2, 4], env: &[] },

@@ -163,10 +163,12 @@ impl Comm {
     /// (compiled in the caller's crate, where a plain function would be a call).
     #[inline]
     pub(crate) fn run_hooks(&self) -> Result<usize> {
-        if (self.ext.hooks.is_empty() && !self.counts.asked()) || crate::am::in_handler().is_some() {
+        let internal =
+            self.counts.asked() || self.any_awaited_team.load(std::sync::atomic::Ordering::Relaxed);
+        if (self.ext.hooks.is_empty() && !internal) || crate::am::in_handler().is_some() {
             return Ok(0);
         }
-        Ok(self.answer_asked()? + self.run_each_hook()?)
+        Ok(self.answer_asked()? + self.drive_teams() + self.run_each_hook()?)
     }
 
     fn run_each_hook(&self) -> Result<usize> {

@@ -138,6 +138,9 @@ pub struct Comm {
     pub(crate) ext: crate::layer::Extensions,
     pub(crate) dists: crate::dist::DistTable,
     pub(crate) counts: crate::completion::Counts,
+    /// Teams whose non-blocking collectives futures await (see `Comm::drive_teams`).
+    pub(crate) awaited_teams: Mutex<Vec<std::sync::Weak<crate::team::Core>>>,
+    pub(crate) any_awaited_team: AtomicBool,
     /// The progress thread, to wake ([`Progress::OnDemand`]).
     pub(crate) helper: std::sync::OnceLock<std::thread::Thread>,
     /// An application thread called weft since the on-demand thread last looked.
@@ -208,6 +211,8 @@ impl World {
             cfg,
             dists: Default::default(),
             counts,
+            awaited_teams: Mutex::new(Vec::new()),
+            any_awaited_team: AtomicBool::new(false),
             helper: Default::default(),
             active: AtomicBool::new(false),
             wanted: AtomicBool::new(false),

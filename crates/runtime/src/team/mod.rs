@@ -88,6 +88,9 @@ pub(crate) struct Core {
     stream_own: AtomicBool,
     /// Calls start by agreeing with every member (`WEFT_COLL_CHECK=strict`, [`Core::agree`]).
     strict: bool,
+    /// Wakers of this team's handles awaited as futures, woken when progress drives the
+    /// queue (see [`Comm::drive_teams`]).
+    wakers: Mutex<Vec<std::task::Waker>>,
 }
 
 /// A non-blocking collective waiting its turn; it stores its own result.
@@ -345,6 +348,7 @@ impl Team {
             past: Mutex::new(None),
             stream_own: AtomicBool::new(true),
             strict: comm.cfg.coll_strict,
+            wakers: Mutex::new(Vec::new()),
         };
         Ok(Team { core: Arc::new(core) })
     }

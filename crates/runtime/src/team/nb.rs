@@ -15,6 +15,7 @@ use crate::progress::Deps;
 use crate::{Error, Pod, Result};
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -29,7 +30,7 @@ type Slot<R> = Arc<Mutex<Option<Result<R>>>>;
 /// # let world = weft_runtime::World::init()?;
 /// let team = world.world_team()?;
 /// let h = team.allreduce_nb(vec![1.0f64; 1024], weft_runtime::ReduceOp::Sum)?;
-/// // ... compute; the collective moves whenever the team's handles are tested ...
+/// // ... compute; the collective moves when its team's handles are tested or awaited ...
 /// let sum = h.wait()?;
 /// assert_eq!(sum[0], world.size() as f64);
 /// # Ok::<(), weft_runtime::Error>(())
@@ -99,9 +100,80 @@ impl<R> Future for CollHandle<R> {
                 return Poll::Ready(Err(e));
             }
         }
-        // Progress is driven by polling: ask to be polled again.
-        cx.waker().wake_by_ref();
+        // Whatever makes progress (a wait, a poll, the progress thread) drives the team's queue
+        // and wakes this handle (see `Comm::drive_teams`).
+        self.core.await_progress(cx);
         Poll::Pending
+    }
+}
+
+impl Core {
+    /// Registers the waker of a handle that went pending, and the team with its world's
+    /// progress.
+    fn await_progress(self: &Arc<Self>, cx: &Context<'_>) {
+        {
+            let mut w = self.wakers.lock().unwrap_or_else(|p| p.into_inner());
+            if !w.iter().any(|k| k.will_wake(cx.waker())) {
+                w.push(cx.waker().clone());
+            }
+        }
+        self.comm.await_team(Arc::downgrade(self));
+        self.comm.future_pending(cx);
+    }
+
+    /// Drives the queue and wakes the awaiting handles when it moved or emptied. Returns
+    /// (collectives remain, handles were woken).
+    pub(crate) fn drive_awaited(&self) -> (bool, bool) {
+        let before = self.queued.load(Ordering::Acquire);
+        let empty = self.drive();
+        let moved = empty || self.queued.load(Ordering::Acquire) != before;
+        let mut woke = false;
+        if moved {
+            let woken = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|p| p.into_inner()));
+            woke = !woken.is_empty();
+            woken.into_iter().for_each(std::task::Waker::wake);
+        }
+        (!empty, woke)
+    }
+}
+
+impl crate::Comm {
+    /// Lists a team whose handle a future awaits, for [`Comm::drive_teams`].
+    fn await_team(&self, core: std::sync::Weak<Core>) {
+        let mut t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
+        if !t.iter().any(|c| c.ptr_eq(&core)) {
+            t.push(core);
+        }
+        self.any_awaited_team.store(true, Ordering::Release);
+    }
+
+    /// Drives the queues of the teams whose handles futures await, waking those handles;
+    /// forgets teams with nothing left queued. Run with the progress hooks. Returns how many
+    /// teams woke handles (0 when nothing moved: a progress thread may sleep).
+    pub(crate) fn drive_teams(&self) -> usize {
+        if !self.any_awaited_team.load(Ordering::Acquire) {
+            return 0;
+        }
+        let teams: Vec<Arc<Core>> = {
+            let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
+            t.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        let (mut busy, mut woke) = (Vec::new(), 0);
+        for core in &teams {
+            let (remain, w) = core.drive_awaited();
+            if remain {
+                busy.push(Arc::downgrade(core));
+            }
+            woke += usize::from(w);
+        }
+        let mut t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
+        // Teams listed meanwhile stay listed.
+        t.retain(|c| {
+            busy.iter().any(|b| b.ptr_eq(c))
+                || !teams.iter().any(|d| std::ptr::eq(c.as_ptr(), Arc::as_ptr(d)))
+        });
+        self.any_awaited_team.store(!t.is_empty(), Ordering::Release);
+        woke
     }
 }
 
