@@ -1,384 +1,25 @@
-//! Attacks and misuse (issue 34): wrapping addresses, squatted or forged shared-memory files,
-//! ranks started twice, bad settings, hung and stopped ranks, and a launcher that must stop
-//! everything a rank started. Rank programs are this executable with `WEFT_HARDEN_CASE` set;
-//! the launcher checks start jobs of their own.
+//! Launcher-level checks: each starts jobs of its own.
 
-mod common;
+use super::*;
 
-use common::{ck, Case, Failure, Res};
-use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
-use weft::{Error, World};
-
-type Trial = Result<(), libtest_mimic::Failed>;
-/// How a check plants a file under a name weft will publish.
-type Plant = Box<dyn Fn(&str) -> std::io::Result<()>>;
-/// A launcher-level check: its name and body.
-type Check = (&'static str, fn() -> Trial);
-
-// ---------------------------------------------------------------- rank programs
-
-/// Addresses whose byte offset overflows are out of bounds: they never wrap round onto a
-/// valid element (`seg.at(r, 2^61 + j)` of a `u64` segment used to write element j).
-fn wrapping_indexes() -> Res {
-    let w = World::init()?;
-    let (me, n) = (w.rank(), w.size());
-    let seg = w.alloc_segment::<u64>(16)?;
-    for i in 0..16 {
-        seg.local().write(i, 7);
-    }
-    w.barrier()?;
-    let to = (me + 1) % n;
-    let bad = [
-        ("at(2^61 + 3)", seg.at(to, (1usize << 61) + 3)),
-        ("at(usize::MAX)", seg.at(to, usize::MAX)),
-        ("at(0) + usize::MAX", seg.at(to, 0) + usize::MAX),
-        ("at(1) + (2^61 - 1)", seg.at(to, 1) + ((1usize << 61) - 1)),
-        ("byte_add(usize::MAX - 7)", seg.at(to, 1).byte_add(usize::MAX - 7)),
-    ];
-    for (what, p) in bad {
-        let put = w.put(p, &[99u64]);
-        ck(matches!(put, Err(Error::OutOfBounds { .. })), || format!("put at {what}: {put:?}"))?;
-        let mut got = [0u64];
-        let get = w.get(p, &mut got);
-        ck(matches!(get, Err(Error::OutOfBounds { .. })), || format!("get at {what}: {get:?}"))?;
-        let add = w.fetch_add(p, 1);
-        ck(matches!(add, Err(Error::OutOfBounds { .. })), || format!("fetch_add at {what}: {add:?}"))?;
-        let nbi = w.put_nbi(p, &[99u64]);
-        ck(matches!(nbi, Err(Error::OutOfBounds { .. })), || format!("put_nbi at {what}: {nbi:?}"))?;
-        // Good data, bad signal: nothing is written (on every path).
-        let sig = w.put_signal(seg.at(to, 0), &[99u64], p, 1);
-        ck(matches!(sig, Err(Error::OutOfBounds { .. })), || {
-            format!("put_signal, signal at {what}: {sig:?}")
-        })?;
-    }
-    w.sync_nbi()?;
-    w.barrier()?;
-    let local = seg.local();
-    let changed: Vec<usize> = (0..16).filter(|&i| local.read(i) != 7).collect();
-    ck(changed.is_empty(), || format!("elements {changed:?} were written by rejected operations"))?;
-    w.barrier().map_err(Failure::from)
-}
-
-/// Rank 1 stops itself with SIGSTOP for 3 s (a shell it started sends SIGCONT); rank 0 waits
-/// for it in a barrier and must say so after `WEFT_HANG_WARN_S`, naming rank 1.
-fn stopped_rank() -> Res {
-    let w = World::init()?;
-    w.barrier()?;
-    if w.rank() == 1 {
-        let pid = std::process::id();
-        Command::new("sh")
-            .args(["-c", &format!("sleep 3; kill -CONT {pid}")])
-            .spawn()
-            .map_err(|e| format!("sh: {e}"))?;
-        weft::fabric::os::kill(pid, 19); // SIGSTOP
-    }
-    w.barrier().map_err(Failure::from)
-}
-
-/// Joins the job and leaves (for the start-up checks).
-fn init_only() -> Res {
-    let w = World::init()?;
-    w.barrier().map_err(Failure::from)
-}
-
-/// Rank 1 dies of SIGBUS while rank 0 waits for it (and then fails with an error of its
-/// own): the launcher must name rank 1's signal, not rank 0's exit status.
-fn sigbus_rank() -> Res {
-    let w = World::init()?;
-    w.barrier()?;
-    if w.rank() == 1 {
-        if let Ok(go) = std::env::var("WEFT_GO_FILE") {
-            std::fs::write(format!("{go}.ready"), b"").map_err(|e| format!("ready file: {e}"))?;
-            while !std::path::Path::new(&go).exists() {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }
-        // Rust's runtime catches the first SIGBUS (its stack-overflow handler), puts the
-        // default action back and returns: the second one ends the process.
-        for _ in 0..2 {
-            weft::fabric::os::kill(std::process::id(), 7); // SIGBUS
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        std::thread::sleep(Duration::from_secs(5));
-    }
-    w.barrier().map_err(Failure::from)
-}
-
-static NESTED_WORLD: std::sync::OnceLock<World> = std::sync::OnceLock::new();
-
-weft::remote! {
-    fn harden_add(a: u64, b: u64) -> u64 { a + b }
-}
-weft::remote! {
-    /// Calls the next rank from inside a remote function (a nested call), awaiting it.
-    async fn harden_nested(x: u64) -> u64 {
-        use weft::RpcExt;
-        let w = NESTED_WORLD.get().expect("world");
-        let next = (w.rank() + 1) % w.size();
-        w.call(next, harden_add, (x, 1)).await.unwrap_or(u64::MAX)
-    }
-}
-
-/// Async remote functions that call another rank, many at once from several threads per rank
-/// (each thread's waits run the progress hook, so hooks poll tasks concurrently): every call
-/// completes. A wake-up that lands while its task is being polled used to be lost, hanging a
-/// call (4 ranks, 7 of 56 runs).
-fn nested_async_calls() -> Res {
-    use weft::RpcExt;
-    let w = World::init()?;
-    let w = NESTED_WORLD.get_or_init(|| w);
-    let (me, n) = (w.rank(), w.size());
-    for round in 0..20u64 {
-        std::thread::scope(|s| {
-            let workers: Vec<_> = (0..4u64)
-                .map(|t| {
-                    s.spawn(move || -> Res {
-                        let to = (me + 1 + t as u32) % n;
-                        let calls: Vec<_> =
-                            (0..50u64).map(|i| (i, w.call(to, harden_nested, (round * 1000 + i,)))).collect();
-                        for (i, c) in calls {
-                            let got = c.wait()?;
-                            ck(got == round * 1000 + i + 1, || format!("nested call {i} gave {got}"))?;
-                        }
-                        Ok(())
-                    })
-                })
-                .collect();
-            workers.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("a thread panicked".into())))
-        })?;
-        w.barrier()?;
-    }
-    Ok(())
-}
-
-/// Peak resident memory of this process (`VmHWM`), in bytes.
-fn peak_rss() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:"))?.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
-}
-
-/// A rendezvous descriptor with one pointer chunk of `len` bytes at `addr` (the index inline
-/// and empty).
-fn descriptor(addr: u64, len: u64) -> Vec<u8> {
-    let mut d = 1u64.to_le_bytes().to_vec(); // one chunk
-    d.push(1); // the index is inline
-    d.extend_from_slice(&0u64.to_le_bytes()); // of 0 bytes
-    d.push(0); // a pointer chunk of bytes
-    for word in [len, addr, 0] {
-        d.extend_from_slice(&word.to_le_bytes());
-    }
-    d
-}
-
-/// Forged RPC descriptors (a rank that lies): one declaring 8 GiB, and a stream of 2000
-/// declaring 512 MiB each at an address that cannot be read, to a real function, to an
-/// unknown one, and as results of calls the target never made. Each is refused or fails
-/// without touching memory: the target keeps serving at once and its peak memory stays flat
-/// (one 8 GiB descriptor used to drive a target to 6 GB, a stream of them to stall it).
-fn forged_rpc_flood() -> Res {
-    use weft::rpc::proto::{Header, CALL, POST, RENDEZVOUS, RESULT_OK};
-    use weft::rpc::RemoteFn;
-    use weft::RpcExt;
-    let w = World::init()?;
-    let (me, n) = (w.rank(), w.size());
-    let peer = (me + 1) % n;
-    let h = w.handler_named("weft.rpc.msg").ok_or("no RPC message handler")?;
-    let add = weft::rpc::fn_id(harden_add::NAME);
-    let before = peak_rss();
-    w.barrier()?;
-    let head = |kind, fn_id, call_id, ack_id| {
-        let (words, k) = Header { kind, mode: RENDEZVOUS, fn_id, call_id, ack_id }.encode();
-        words[..k].to_vec()
-    };
-    let huge = descriptor(0x1000, 8 << 30);
-    w.am_request_medium(peer, h, &head(CALL, add, 77, 1), &huge)?;
-    let big = descriptor(0x1000, 512 << 20);
-    let t = Instant::now();
-    for i in 0..2000u64 {
-        let (kind, f) = [(CALL, add), (POST, add), (CALL, 0xdead), (RESULT_OK, 0)][i as usize % 4];
-        w.am_request_medium(peer, h, &head(kind, f, 1_000_000 + i, 2 + i), &big)?;
-    }
-    // Served after all of the above (messages from one rank arrive in order).
-    let r = w.call(peer, harden_add, (2, 3)).wait()?;
-    let took = t.elapsed();
-    ck(r == 5, || format!("a call after the forged ones gave {r}"))?;
-    ck(took < Duration::from_secs(20), || format!("the target took {took:?} to serve 2001 messages"))?;
-    w.barrier()?;
-    let grew = peak_rss().saturating_sub(before);
-    ck(grew < 256 << 20, || format!("peak memory grew by {} MiB under forged descriptors", grew >> 20))?;
-    let rpc = weft::rpc::Rpc::of(&w)?;
-    let bad = rpc.stats.malformed.load(std::sync::atomic::Ordering::SeqCst)
-        + rpc.stats.unknown_function.load(std::sync::atomic::Ordering::SeqCst);
-    ck(bad >= 2001, || format!("only {bad} forged messages counted"))?;
-    w.barrier().map_err(Failure::from)
-}
-
-weft::remote! {
-    fn harden_sum(v: Vec<u64>) -> u64 { v.iter().sum() }
-}
-
-/// A third rank forges what only an operation's target may send (tokens and ids are
-/// sequential): RMA completions of the AM path, RPC results and RPC acknowledgements. Rank 0
-/// runs atomics and a call on rank 2 while rank 2 sleeps outside weft and rank 1 forges:
-/// none is taken, every atomic and the call give the true values, and the call's arguments
-/// are not released before rank 2 has pulled them.
-fn forged_completions() -> Res {
-    use std::future::Future;
-    use weft::rpc::proto::{Header, EAGER, RESULT_OK};
-    use weft::RpcExt;
-    let w = World::init()?;
-    let me = w.rank();
-    let seg = w.alloc_segment::<u64>(1)?;
-    let flag = w.alloc_segment::<u64>(1)?;
-    let local = flag.local();
-    let signal =
-        |to: u32| w.atomic_store(flag.at(to, 0), 1).and_then(|()| w.notify(to)).map_err(Failure::from);
-    let signalled = || {
-        w.wait_until(|| local.atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1)
-            .map_err(Failure::from)
-    };
-    w.barrier()?;
-    match me {
-        0 => {
-            let k = 100u64;
-            let handles: Vec<_> = (0..k)
-                .map(|_| w.atomic_nb(seg.at(2, 0), weft::AtomicOp::FetchAdd(1)))
-                .collect::<weft::Result<_>>()?;
-            let (sent, result) = w.call_with(2, harden_sum, (vec![1u64; 1 << 16],), None);
-            signal(1)?;
-            signalled()?;
-            let mut sent = std::pin::pin!(sent);
-            let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-            let mut wrong = Vec::new();
-            if sent.as_mut().poll(&mut cx).is_ready() {
-                wrong.push("a forged ack released the call's arguments".to_string());
-            }
-            let got: Vec<weft::Result<u64>> = handles.into_iter().map(|h| h.wait()).collect();
-            let bad = got.iter().zip(0..).filter(|(g, i)| !matches!(g, Ok(v) if v == i)).count();
-            if bad > 0 {
-                wrong.push(format!("{bad} of {k} fetch-adds under forged completions were wrong"));
-            }
-            match result.wait() {
-                Ok(r) if r == 1 << 16 => {}
-                r => wrong.push(format!("the call under forged results gave {r:?}")),
-            }
-            ck(wrong.is_empty(), || wrong.join("; "))?;
-        }
-        1 => {
-            signalled()?;
-            let done = w.handler_named("weft.rma.done").ok_or("no weft.rma.done")?;
-            let ack = w.handler_named("weft.rpc.ack").ok_or("no weft.rpc.ack")?;
-            let msg = w.handler_named("weft.rpc.msg").ok_or("no weft.rpc.msg")?;
-            for tok in 1..=1000u64 {
-                w.am_request_short(0, done, &[tok, 0xdead_beef, 0, 0])?;
-            }
-            for id in 0..1000u64 {
-                w.am_request_short(0, ack, &[id])?;
-            }
-            for call_id in (1..=4u64).flat_map(|g| (0..64u64).map(move |i| g << 32 | i)) {
-                let (words, n) =
-                    Header { kind: RESULT_OK, mode: EAGER, fn_id: 0, call_id, ack_id: 0 }.encode();
-                w.am_request_medium(0, msg, &words[..n], &666u64.to_le_bytes())?;
-            }
-            // Everything forged has been handled on rank 0 before it hears this (one ring).
-            signal(0)?;
-        }
-        _ => std::thread::sleep(Duration::from_millis(1500)),
-    }
-    w.barrier().map_err(Failure::from)
-}
-
-/// A partner that sends world-barrier messages ahead of time (forged arrivals): a partner may
-/// be one barrier ahead, so rank 0 may pass a barrier or two on them, but the rest are
-/// refused and reported: within four barriers rank 0 waits for the real partner or hears of
-/// the forgery (it used to pass all four at once).
-fn forged_barrier() -> Res {
-    let w = World::init()?;
-    if w.rank() == 1 {
-        w.barrier()?;
-        let h = w.handler_named("weft.barrier").ok_or("no weft.barrier")?;
-        // Round 0 of the world's barrier, for world calls 1 to 8: some before rank 0's,
-        // some ahead of any live partner's.
-        for call in 1..=8 {
-            w.am_request_short(0, h, &[0, 0, call])?;
-        }
-        std::thread::sleep(Duration::from_millis(1000));
-        // Rank 0 may have stopped at the forgery: its end is no error here.
-        let _ = w.barrier();
-        return Ok(());
-    }
-    // The first barrier, which rank 1 may forge for as soon as it has left it.
-    for i in 0..5 {
-        let t = Instant::now();
-        match w.barrier() {
-            Err(Error::Remote(m)) if m.contains("barrier") || m.contains("world collective") => return Ok(()),
-            Ok(()) if t.elapsed() >= Duration::from_millis(500) => return Ok(()),
-            Ok(()) => {}
-            Err(e) => return Err(format!("barrier {i} after forged arrivals: {e}").into()),
-        }
-    }
-    Err("the first and four more barriers passed at once on forged arrivals".into())
-}
-
-/// Exchange contributions of made-up exchanges, more than a member can have outstanding:
-/// refused and reported, not kept without bound.
-fn forged_exchange_flood() -> Res {
-    let w = World::init()?;
-    w.barrier()?;
-    if w.rank() == 1 {
-        let h = w.handler_named("weft.exchange").ok_or("no weft.exchange")?;
-        for seq in 0..200u64 {
-            // Rank 0 may stop at the flood and leave.
-            if w.am_request_medium(0, h, &[1_000_000 + seq, 0xbad], &[7u8; 4096]).is_err() {
-                break;
-            }
-        }
-        // Rank 0 stops at the flood: its end is no error here.
-        let _ = w.barrier();
-        return Ok(());
-    }
-    // Rank 1's barrier message comes after its flood: this barrier ends once all is here.
-    match w.barrier() {
-        Err(Error::Remote(m)) if m.contains("exchange") => Ok(()),
-        r => Err(format!("after a flood of forged exchange contributions: {r:?}").into()),
-    }
-}
-
-const CASES: &[Case] = &[
-    Case { name: "forged_barrier", run: forged_barrier, ranks: &[2], env: &[] },
-    Case { name: "forged_exchange_flood", run: forged_exchange_flood, ranks: &[2], env: &[] },
-    Case { name: "forged_rpc_flood", run: forged_rpc_flood, ranks: &[2], env: &[] },
-    Case { name: "forged_completions", run: forged_completions, ranks: &[3], env: &[("WEFT_RMA", "am")] },
-    Case { name: "nested_async_calls", run: nested_async_calls, ranks: &[2, 4], env: &[] },
-    Case { name: "wrapping_indexes", run: wrapping_indexes, ranks: &[2], env: &[] },
-    Case { name: "wrapping_indexes_am_path", run: wrapping_indexes, ranks: &[2], env: &[("WEFT_RMA", "am")] },
-];
-
-// ---------------------------------------------------------------- launcher-level checks
-
-fn weft() -> Command {
+pub(crate) fn weft() -> Command {
     Command::new(env!("CARGO_BIN_EXE_weft"))
 }
 
-fn me() -> std::path::PathBuf {
+pub(crate) fn me() -> std::path::PathBuf {
     std::env::current_exe().expect("test executable")
 }
 
-fn both(o: &Output) -> String {
+pub(crate) fn both(o: &Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
 }
 
-fn fail(what: &str, o: &Output) -> libtest_mimic::Failed {
+pub(crate) fn fail(what: &str, o: &Output) -> libtest_mimic::Failed {
     format!("{what} ({})\n{}", o.status, common::text(o)).into()
 }
 
 /// `Ok` if job `job` left nothing in /dev/shm.
-fn nothing_left(job: &str) -> Trial {
+pub(crate) fn nothing_left(job: &str) -> Trial {
     let left = shm_files(&dir_of(job));
     if !left.is_empty() {
         return Err(format!("files left in /dev/shm: {left:?}").into());
@@ -387,17 +28,17 @@ fn nothing_left(job: &str) -> Trial {
 }
 
 /// The directory, in /dev/shm, of job `job`'s files.
-fn dir_of(job: &str) -> String {
+pub(crate) fn dir_of(job: &str) -> String {
     weft::fabric::names::job_dir(job)
 }
 
 /// A job id of our own for ranks started by hand (no launcher).
-fn hand_job() -> String {
+pub(crate) fn hand_job() -> String {
     format!("hand{}x{:x}", std::process::id(), weft::fabric::os::now_ns())
 }
 
 /// One rank started by hand, as `weft run` would start it, without the launcher.
-fn by_hand(job: &str, rank: u32, size: u32, env: &[(&str, &str)]) -> Command {
+pub(crate) fn by_hand(job: &str, rank: u32, size: u32, env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(me());
     c.env("WEFT_HARDEN_CASE", "init_only")
         .env("WEFT_RANK", rank.to_string())
@@ -410,7 +51,7 @@ fn by_hand(job: &str, rank: u32, size: u32, env: &[(&str, &str)]) -> Command {
     c
 }
 
-fn shm_files(prefix: &str) -> Vec<String> {
+pub(crate) fn shm_files(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/dev/shm")
         .map(|d| {
             d.flatten()
@@ -423,7 +64,7 @@ fn shm_files(prefix: &str) -> Vec<String> {
 
 /// Settings out of range or not numbers are errors naming the variable, never a panic or a
 /// silent default.
-fn bad_settings() -> Trial {
+pub(crate) fn bad_settings() -> Trial {
     let cases: &[(&str, &str)] = &[
         ("WEFT_INIT_TIMEOUT_S", "18446744073709551615"),
         ("WEFT_PEER_CHECK_MS", "18446744073709551615"),
@@ -463,7 +104,7 @@ fn bad_settings() -> Trial {
 
 /// Two processes started as the same rank of one job: both fail at once with an error that
 /// says so (the second used to replace the first's inbox silently).
-fn same_rank_twice() -> Trial {
+pub(crate) fn same_rank_twice() -> Trial {
     let job = hand_job();
     let env = [("WEFT_INIT_TIMEOUT_S", "30")];
     let t = Instant::now();
@@ -490,7 +131,7 @@ fn same_rank_twice() -> Trial {
 /// A process started as rank 1 of a job that is running already: it fails at once, and so
 /// does the rank 1 that was there (it used to go on unaware while the newcomer waited out
 /// its start-up time and reported a timeout).
-fn same_rank_late() -> Trial {
+pub(crate) fn same_rank_late() -> Trial {
     let job = hand_job();
     let env = [("WEFT_HARDEN_CASE", "barrier_loop")];
     let ranks = [by_hand(&job, 0, 2, &env).spawn()?, by_hand(&job, 1, 2, &env).spawn()?];
@@ -527,7 +168,7 @@ fn same_rank_late() -> Trial {
 
 /// Another user can neither pose as a second rank 1 (a job whose rank 1 such a process
 /// knocked on goes on) nor hold a rank's claim unnoticed (the rank fails, naming the user).
-fn claim_strangers() -> Trial {
+pub(crate) fn claim_strangers() -> Trial {
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
     if !root {
         return Err("this check acts as another user (setpriv): run it as root".into());
@@ -574,7 +215,7 @@ fn claim_strangers() -> Trial {
 /// A rank killed with SIGKILL while its segment's file waits for the peers (a job started
 /// without `weft run`, as under mpirun or srun, where no launcher of ours cleans up): the
 /// survivor unlinks what the dead rank left, and nothing stays in /dev/shm.
-fn dead_peer_files_removed() -> Trial {
+pub(crate) fn dead_peer_files_removed() -> Trial {
     let job = hand_job();
     let env = [("WEFT_HARDEN_CASE", "alloc_late")];
     let r0 = by_hand(&job, 0, 2, &env).spawn()?;
@@ -598,7 +239,7 @@ fn dead_peer_files_removed() -> Trial {
 }
 
 /// Whether job `job`'s directory holds a file whose name starts with `prefix`.
-fn dir_has(job: &str, prefix: &str) -> bool {
+pub(crate) fn dir_has(job: &str, prefix: &str) -> bool {
     std::fs::read_dir(format!("/dev/shm/{}", dir_of(job)))
         .is_ok_and(|d| d.flatten().any(|e| e.file_name().to_string_lossy().starts_with(prefix)))
 }
@@ -606,7 +247,7 @@ fn dir_has(job: &str, prefix: &str) -> bool {
 /// A `/dev/shm` too full for what the job needs (another user can fill it): an error naming
 /// it, never a SIGBUS, for the ranks' inboxes and for the (sparse) RPC pool. Each job runs in
 /// a private mount namespace with a small tmpfs on /dev/shm.
-fn full_shm_is_an_error() -> Trial {
+pub(crate) fn full_shm_is_an_error() -> Trial {
     let in_small_shm =
         |mib: u32, fill_kib: u32, case: &str, env: &[(&str, &str)]| -> std::io::Result<Output> {
             let script = format!(
@@ -637,7 +278,7 @@ fn full_shm_is_an_error() -> Trial {
 /// started by hand under a name that looks like one of its own, nor a job of another pid
 /// namespace sharing /dev/shm (a container with the host's IPC), whose launcher's pid means
 /// nothing here.
-fn other_jobs_left_alone() -> Trial {
+pub(crate) fn other_jobs_left_alone() -> Trial {
     let before = shm_files("weft-");
     // A job in a pid namespace of its own; rank 1 starts 30 s late, so rank 0's inbox waits.
     let mut other = Command::new("unshare")
@@ -678,7 +319,7 @@ fn other_jobs_left_alone() -> Trial {
 /// sockets in /proc/net/unix) does not contain the job id, so it cannot name the job's other
 /// things before they exist: the directory before the first rank makes it, the claims of
 /// ranks yet to start (it used to read `@weft-JOB-0` and squat `weft-JOB`, `@weft-JOB-1`...).
-fn public_names_reveal_nothing() -> Trial {
+pub(crate) fn public_names_reveal_nothing() -> Trial {
     let job = hand_job();
     let mut r0 = by_hand(&job, 0, 2, &[("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
     let t = Instant::now();
@@ -705,7 +346,7 @@ fn public_names_reveal_nothing() -> Trial {
 /// A job in a pid namespace of its own that still sees the host's /proc (`unshare -p`
 /// without `--mount-proc`): its ranks must not take each other for dead (they did: /proc
 /// showed other processes under their pids).
-fn pid_namespace_with_host_proc() -> Trial {
+pub(crate) fn pid_namespace_with_host_proc() -> Trial {
     let out = Command::new("unshare")
         .args(["-p", "-f"])
         .arg(env!("CARGO_BIN_EXE_weft"))
@@ -721,7 +362,7 @@ fn pid_namespace_with_host_proc() -> Trial {
 }
 
 /// Ranks that disagree at start-up (ring sizes) fail and leave no inbox behind.
-fn startup_mismatch_cleans_up() -> Trial {
+pub(crate) fn startup_mismatch_cleans_up() -> Trial {
     let job = hand_job();
     let a = by_hand(&job, 0, 2, &[("WEFT_AM_RING_KIB", "64"), ("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
     let b = by_hand(&job, 1, 2, &[("WEFT_AM_RING_KIB", "128"), ("WEFT_INIT_TIMEOUT_S", "20")]).spawn()?;
@@ -745,7 +386,7 @@ fn startup_mismatch_cleans_up() -> Trial {
 /// user). A job whose directory name is taken before it makes it (by someone who learnt the
 /// id: a link, a file, another user's directory) refuses it with an error, never uses it, and
 /// leaves nothing.
-fn squatted_names() -> Trial {
+pub(crate) fn squatted_names() -> Trial {
     use std::os::unix::fs::PermissionsExt;
     // Only root can give a file away or act as another user.
     let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0)?;
@@ -817,7 +458,7 @@ fn squatted_names() -> Trial {
 
 /// `weft run` job ids carry 64 random bits: two jobs of one launcher pid differ, and the id
 /// is the launcher's pid, `n`, its pid namespace, `x`, 16 hex digits.
-fn job_ids_unguessable() -> Trial {
+pub(crate) fn job_ids_unguessable() -> Trial {
     let id = || -> std::io::Result<String> {
         let o = weft().args(["run", "-n", "1", "--raw", "--", "sh", "-c", "echo $WEFT_JOB"]).output()?;
         Ok(String::from_utf8_lossy(&o.stdout).trim().to_string())
@@ -843,7 +484,7 @@ fn job_ids_unguessable() -> Trial {
 /// A job that reaches `--timeout` ends with status 124 (as timeout(1)), not with the status its
 /// ranks got from being stopped; and what a rank left running goes with the job, also when
 /// every rank succeeded.
-fn timeout_status_and_leftovers() -> Trial {
+pub(crate) fn timeout_status_and_leftovers() -> Trial {
     let out = weft().args(["run", "-n", "2", "--timeout", "0.5", "--", "sleep", "30"]).output()?;
     if out.status.code() != Some(124) || !both(&out).contains("time limit") {
         return Err(fail("a job past its time limit", &out));
@@ -867,7 +508,7 @@ fn timeout_status_and_leftovers() -> Trial {
 }
 
 /// A stopped rank is named by the rank that waits for it.
-fn stopped_rank_named() -> Trial {
+pub(crate) fn stopped_rank_named() -> Trial {
     let out = weft()
         .args(["run", "-n", "2", "--timeout", "60", "--"])
         .arg(me())
@@ -886,7 +527,7 @@ fn stopped_rank_named() -> Trial {
 
 /// A rank killed while another rank's shell waits for a child: the launcher stops the whole
 /// process group at once (it used to wait for the child, 30 s, holding the output pipe).
-fn rank_children_stopped() -> Trial {
+pub(crate) fn rank_children_stopped() -> Trial {
     let script = "if [ \"$WEFT_RANK\" = 1 ]; then sleep 0.3; kill -9 $$; else sleep 30; echo never; fi";
     let t = Instant::now();
     let out = weft().args(["run", "-n", "2", "--", "sh", "-c", script]).output()?;
@@ -902,7 +543,7 @@ fn rank_children_stopped() -> Trial {
 
 /// SIGINT stops ranks that ignore SIGTERM (after the grace period, with SIGKILL), and their
 /// children with them; a second SIGINT kills at once.
-fn interrupt_stops_everything() -> Trial {
+pub(crate) fn interrupt_stops_everything() -> Trial {
     let script = "trap '' TERM; sleep 30; echo never";
     for signals in [1, 2] {
         let child = weft()
@@ -933,7 +574,7 @@ fn interrupt_stops_everything() -> Trial {
 
 /// The launcher killed with SIGKILL: its ranks die with it, and the next `weft run` removes
 /// the files they left (here: rank 0's inbox, published while rank 1 had not started).
-fn launcher_killed() -> Trial {
+pub(crate) fn launcher_killed() -> Trial {
     let mut child = weft()
         .args(["run", "-n", "2", "--"])
         .arg(me())
@@ -968,7 +609,7 @@ fn launcher_killed() -> Trial {
 }
 
 /// Children of process `pid` (from /proc).
-fn rank_pids(pid: u32) -> Vec<u32> {
+pub(crate) fn rank_pids(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
         .unwrap_or_default()
         .split_whitespace()
@@ -976,78 +617,10 @@ fn rank_pids(pid: u32) -> Vec<u32> {
         .collect()
 }
 
-/// Rank 1 publishes late: rank 0 waits in start-up with its inbox published.
-/// Barriers for `WEFT_LOOP_MS` (default 20 s), 20 ms apart.
-fn barrier_loop() -> Res {
-    let w = World::init()?;
-    let t = Instant::now();
-    let ms = std::env::var("WEFT_LOOP_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(20_000);
-    while t.elapsed() < Duration::from_millis(ms) {
-        // Every rank: the barrier's waits stay short (below a peer-check period).
-        std::thread::sleep(Duration::from_millis(20));
-        w.barrier()?;
-    }
-    Ok(())
-}
-
-/// Another user's process: holds (`WEFT_CLAIM_HOLD`) or knocks on (`WEFT_CLAIM_KNOCK`) the
-/// abstract socket that claims a rank of a job.
-fn stranger() -> Res {
-    use std::os::linux::net::SocketAddrExt;
-    use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-    let var = |v: &str| std::env::var(v).ok();
-    if let Some(name) = var("WEFT_CLAIM_HOLD") {
-        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
-        let _l = UnixListener::bind_addr(&addr).map_err(|e| format!("bind @{name}: {e}"))?;
-        println!("holding");
-        std::thread::sleep(Duration::from_secs(10));
-    } else if let Some(name) = var("WEFT_CLAIM_KNOCK") {
-        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
-        for _ in 0..50 {
-            UnixStream::connect_addr(&addr).map_err(|e| format!("connect @{name}: {e}"))?;
-        }
-    }
-    Ok(())
-}
-
-/// Rank 0 allocates a segment 2 s after rank 1, which publishes its part and waits.
-fn alloc_late() -> Res {
-    let w = World::init()?;
-    if w.rank() == 0 {
-        std::thread::sleep(Duration::from_secs(2));
-    }
-    w.alloc_segment::<u64>(1 << 20)?;
-    w.barrier().map_err(Failure::from)
-}
-
-/// Asks the RPC pool for more than the (small) `/dev/shm` holds: an error, not a SIGBUS.
-fn pool_beyond_shm() -> Res {
-    let w = World::init()?;
-    match weft::RmaVec::<u8>::with_capacity(&w, 48 << 20) {
-        Err(e) if e.to_string().contains("full") => {}
-        r => {
-            return Err(
-                format!("48 MiB of the pool on a 16 MiB /dev/shm: {:?}", r.map(|v| v.capacity())).into()
-            )
-        }
-    }
-    // Smaller blocks still work.
-    let v = weft::RmaVec::<u8>::from_slice(&w, &[7u8; 4096])?;
-    ck(v.iter().all(|&b| b == 7), || "a 4 KiB block after the refusal".into())?;
-    w.barrier().map_err(Failure::from)
-}
-
-fn late_rank() -> Res {
-    if std::env::var("WEFT_RANK").as_deref() == Ok("1") {
-        std::thread::sleep(Duration::from_secs(30));
-    }
-    init_only()
-}
-
 /// When one rank dies of a signal and the other then fails because of it, the launcher names
 /// the first, also when it sees both ended in one look (here: the launcher is stopped while
 /// they end).
-fn first_failure_named() -> Trial {
+pub(crate) fn first_failure_named() -> Trial {
     let check = |out: &Output| -> Trial {
         let err = String::from_utf8_lossy(&out.stderr);
         if out.status.code() != Some(128 + 7) || !err.contains("rank 1") || !err.contains("SIGBUS") {
@@ -1084,7 +657,7 @@ fn first_failure_named() -> Trial {
 /// All a rank wrote reaches the launcher's output, even a 4 MB line with no newline read by
 /// a consumer that starts late (the launcher used to let go of its forwarding 500 ms after
 /// the ranks ended, dropping what it held), and the launcher holds at most a piece of it.
-fn output_all_forwarded() -> Trial {
+pub(crate) fn output_all_forwarded() -> Trial {
     let job = weft()
         .args(["run", "-n", "1", "--", "sh", "-c", "head -c 4000000 /dev/zero | tr '\\0' x"])
         .stdout(Stdio::piped())
@@ -1101,43 +674,4 @@ fn output_all_forwarded() -> Trial {
         return Err(format!("the line came in {pieces} prefixed pieces").into());
     }
     Ok(())
-}
-
-fn main() {
-    let programs: [common::Program; 8] = [
-        ("pool_beyond_shm", pool_beyond_shm),
-        ("alloc_late", alloc_late),
-        ("stranger", stranger),
-        ("init_only", init_only),
-        ("barrier_loop", barrier_loop),
-        ("stopped_rank", stopped_rank),
-        ("sigbus_rank", sigbus_rank),
-        ("late_rank", late_rank),
-    ];
-    common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
-    let args = libtest_mimic::Arguments::from_args();
-    let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 19] = [
-        ("output_all_forwarded", output_all_forwarded),
-        ("bad_settings", bad_settings),
-        ("same_rank_twice", same_rank_twice),
-        ("same_rank_late", same_rank_late),
-        ("claim_strangers", claim_strangers),
-        ("public_names_reveal_nothing", public_names_reveal_nothing),
-        ("dead_peer_files_removed", dead_peer_files_removed),
-        ("full_shm_is_an_error", full_shm_is_an_error),
-        ("other_jobs_left_alone", other_jobs_left_alone),
-        ("pid_namespace_with_host_proc", pid_namespace_with_host_proc),
-        ("timeout_status_and_leftovers", timeout_status_and_leftovers),
-        ("startup_mismatch_cleans_up", startup_mismatch_cleans_up),
-        ("squatted_names", squatted_names),
-        ("job_ids_unguessable", job_ids_unguessable),
-        ("stopped_rank_named", stopped_rank_named),
-        ("rank_children_stopped", rank_children_stopped),
-        ("interrupt_stops_everything", interrupt_stops_everything),
-        ("launcher_killed", launcher_killed),
-        ("first_failure_named", first_failure_named),
-    ];
-    trials.extend(checks.into_iter().map(|(name, f)| libtest_mimic::Trial::test(name, f)));
-    libtest_mimic::run(&args, trials).exit();
 }
