@@ -18,7 +18,9 @@
 //! println!("rank {} got {}", world.rank(), seg.local().read(0));
 //! # Ok::<(), weft::Error>(())
 //! ```
+#[doc(inline)]
 pub use weft_fabric as fabric;
+#[doc(inline)]
 pub use weft_rpc as rpc;
 pub use weft_rpc::{remote, EndpointRpcExt, RmaVec, RpcExt, SerializeBuffer};
 pub use weft_runtime::*;
