@@ -8,6 +8,10 @@ weft::remote! {
     fn asyncp_echo(x: u64) -> u64 { x }
 }
 weft::remote! {
+    /// An `async` function: it runs from the progress hook, not inside the handler.
+    async fn asyncp_async_echo(x: u64) -> u64 { x }
+}
+weft::remote! {
     /// Holds the target's serving thread for `ms` milliseconds.
     fn asyncp_nap(ms: u64) -> u64 { std::thread::sleep(Duration::from_millis(ms)); ms }
 }
@@ -37,6 +41,16 @@ pub(crate) fn busy_target_serves() -> Res {
         ck(got == (0..100).collect::<Vec<_>>(), || "results out of order".into())?;
         ck(wall < Duration::from_millis(200), || {
             format!("100 calls to a rank outside weft took {wall:?} (its sleep: {asleep:?})")
+        })?;
+        // Functions that run later (async, so queued by the handler) are served as well.
+        let t1 = Instant::now();
+        let calls: Vec<_> = (0..20u64).map(|i| w.call(0, asyncp_async_echo, (i,))).collect();
+        for (i, c) in calls.into_iter().enumerate() {
+            ck(weft::block_on(c)? == i as u64, || "async echo differs".into())?;
+        }
+        let wall = t1.elapsed();
+        ck(wall < Duration::from_millis(150), || {
+            format!("20 async calls to a rank outside weft took {wall:?} (its sleep: {asleep:?})")
         })?;
     }
     w.barrier()?;

@@ -155,6 +155,9 @@ impl Comm {
     }
 
     pub(crate) fn check_request(&self, h: AmHandler) -> Result<()> {
+        if self.stop.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(FINALIZED);
+        }
         if in_handler().is_some() {
             return Err(Error::Misuse("requests cannot be sent from inside an AM handler (reply instead)"));
         }
@@ -266,6 +269,9 @@ impl EventSink for Comm {
         self.ops.complete(token, value, result.map_err(Error::from));
     }
 }
+
+/// What a call on a world whose `World` was dropped (finalized) returns.
+pub(crate) const FINALIZED: Error = Error::Misuse("this world was finalized (its World was dropped)");
 
 /// Handlers the runtime itself registers before the program's (ids `0..COUNT`).
 pub(crate) mod internal {

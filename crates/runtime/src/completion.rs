@@ -25,6 +25,11 @@ pub(crate) struct Counts {
     held: Box<[AtomicU64]>,
     /// Per destination: how many of ours it has said it handled.
     confirmed: Box<[AtomicU64]>,
+    /// Per destination: this protocol's own requests sent to it (asks, late answers).
+    protocol: Box<[AtomicU64]>,
+    /// Per destination: requests other than the protocol's known handled (no ask needed
+    /// while nothing new was sent).
+    settled: Box<[AtomicU64]>,
     /// Questions not answered yet: (source, count).
     asked: Mutex<Vec<(u32, u64)>>,
     /// Whether `asked` holds any (one load per progress call otherwise).
@@ -43,6 +48,8 @@ impl Counts {
         Counts {
             held: (0..n).map(|_| AtomicU64::new(0)).collect(),
             confirmed: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            protocol: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            settled: (0..n).map(|_| AtomicU64::new(0)).collect(),
             asked: Mutex::new(Vec::new()),
             any_asked: AtomicBool::new(false),
         }
@@ -59,6 +66,10 @@ impl Drop for Held {
     fn drop(&mut self) {
         if let Some(h) = self.comm.counts.held.get(self.src as usize) {
             h.fetch_sub(1, Ordering::AcqRel);
+        }
+        // A question may wait on this request: have it looked at.
+        if self.comm.counts.asked() {
+            self.comm.want_progress();
         }
     }
 }
@@ -84,12 +95,13 @@ impl AmMsg<'_> {
 }
 
 impl Comm {
-    /// Requests from `src` handled and not held: a lower bound (the handled count is read
-    /// before the holds, and a handler takes its hold before its request is counted).
-    fn completed_from(&self, src: u32) -> u64 {
-        let handled = self.fabric.requests_handled(src);
+    /// Whether the first `want` requests from `src` have all been handled and finished: as
+    /// many handled, none held (a held request may be any of them: requests after them count
+    /// in `handled` too), and nothing from `src` waiting or being delivered (its paths are
+    /// FIFO, so every request sent before the question has left them).
+    fn done_from(&self, src: u32, want: u64) -> bool {
         let held = self.counts.held.get(src as usize).map_or(0, |h| h.load(Ordering::Acquire));
-        handled.saturating_sub(held)
+        held == 0 && self.fabric.requests_handled(src) >= want && self.fabric.peer_drained(src)
     }
 
     /// Returns once every request AM this rank sent before the call, by any of its threads,
@@ -111,44 +123,54 @@ impl Comm {
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```
     pub fn wait_all(&self) -> Result<()> {
+        if crate::am::in_handler().is_some() {
+            // Its peers' questions are requests, which a handler's waits do not deliver.
+            return Err(crate::Error::Misuse("wait_all cannot run inside an AM handler"));
+        }
         self.sync_nbi()?;
         let c = &self.counts;
         let mut waiting = Vec::new();
         for dst in 0..self.size() {
+            let d = dst as usize;
             let sent = self.fabric.requests_sent(dst);
-            if sent > c.confirmed[dst as usize].load(Ordering::Acquire) {
+            let own = sent.saturating_sub(c.protocol[d].load(Ordering::Acquire));
+            if own > c.settled[d].load(Ordering::Acquire) {
+                c.protocol[d].fetch_add(1, Ordering::AcqRel);
                 self.send_am(dst, internal::DONE_ASK, AmClass::Request, &[sent], AmPayload::Short)?;
-                waiting.push((dst, sent));
+                waiting.push((dst, sent, own));
             }
         }
-        for (dst, sent) in waiting {
+        for (dst, sent, own) in waiting {
             self.wait(Deps::Rank(dst), "wait_all (AMs handled at their targets)", || {
                 c.confirmed[dst as usize].load(Ordering::Acquire) >= sent
             })?;
+            c.settled[dst as usize].fetch_max(own, Ordering::AcqRel);
         }
         Ok(())
     }
 
     /// "weft.done.ask" [count]: answer once that many requests from the asker were handled.
     pub(crate) fn on_done_ask(&self, m: &AmMsg<'_>) {
-        let Some(&want) = m.args().first() else {
-            return self.note_malformed("done.ask", m.src());
-        };
-        if self.completed_from(m.src()) >= want {
+        // A malformed question is dropped (any rank can send any handler anything).
+        let Some(&want) = m.args().first() else { return };
+        if self.done_from(m.src(), want) {
             let _ = m.reply_short(crate::AmHandler(internal::DONE_OK), &[want]);
             return;
         }
         let mut asked = self.counts.asked.lock().unwrap_or_else(|p| p.into_inner());
-        // One open question per asker: a later one asks for at least as many.
-        asked.retain(|&(s, _)| s != m.src());
-        asked.push((m.src(), want));
+        // One open question per asker, for the most any of its threads asked: its answer
+        // covers the others.
+        match asked.iter_mut().find(|(s, _)| *s == m.src()) {
+            Some((_, w)) => *w = (*w).max(want),
+            None => asked.push((m.src(), want)),
+        }
         self.counts.any_asked.store(true, Ordering::Release);
     }
 
     /// "weft.done.ok" [count]: the target handled that many of ours.
     pub(crate) fn on_done_ok(&self, m: &AmMsg<'_>) {
         let (Some(&n), Some(c)) = (m.args().first(), self.counts.confirmed.get(m.src() as usize)) else {
-            return self.note_malformed("done.ok", m.src());
+            return;
         };
         // A peer that claims more than was sent only ends this rank's wait early for itself.
         c.fetch_max(n.min(self.fabric.requests_sent(m.src())), Ordering::AcqRel);
@@ -163,18 +185,20 @@ impl Comm {
         let ready: Vec<(u32, u64)> = {
             let mut asked = self.counts.asked.lock().unwrap_or_else(|p| p.into_inner());
             let (ready, open): (Vec<_>, Vec<_>) =
-                asked.drain(..).partition(|&(s, want)| self.completed_from(s) >= want);
+                asked.drain(..).partition(|&(s, want)| self.done_from(s, want));
             *asked = open;
             self.counts.any_asked.store(!asked.is_empty(), Ordering::Release);
             ready
         };
+        // Every answer is tried: one to a rank that died must not keep the others back.
+        let mut first_err = None;
         for &(src, want) in &ready {
-            self.send_am(src, internal::DONE_OK, AmClass::Request, &[want], AmPayload::Short)?;
+            self.counts.protocol[src as usize].fetch_add(1, Ordering::AcqRel);
+            if let Err(e) = self.send_am(src, internal::DONE_OK, AmClass::Request, &[want], AmPayload::Short)
+            {
+                first_err.get_or_insert(e);
+            }
         }
-        Ok(ready.len())
-    }
-
-    fn note_malformed(&self, what: &str, src: u32) {
-        self.record_error(crate::Error::Remote(format!("malformed {what} message from rank {src}")));
+        first_err.map_or(Ok(ready.len()), Err)
     }
 }

@@ -25,7 +25,9 @@ pub(crate) struct DistTable {
 const NAME_BYTES: usize = 200;
 
 /// One rank's instance of a distributed object: dereferences to it. Clone it freely (it is
-/// reference counted); send it to other ranks as its id or as an RPC argument.
+/// reference counted); send it to other ranks as its id or as an RPC argument. The world
+/// keeps every object it made until it is dropped (ids are never reused): make objects once,
+/// not per iteration.
 ///
 /// ```no_run
 /// use std::sync::atomic::{AtomicU64, Ordering};
@@ -92,10 +94,13 @@ impl Comm {
         };
         let name = std::any::type_name::<T>();
         let mut mine = id.to_le_bytes().to_vec();
+        // The whole name's hash, then its first bytes (to name both types on a mismatch).
+        mine.extend(fnv(name.as_bytes()).to_le_bytes());
         mine.extend(name.bytes().take(NAME_BYTES));
         let differs = match self.exchange(&mine) {
             Ok(all) => all.into_iter().enumerate().find(|(_, d)| d[..] != mine[..]).map(|(r, theirs)| {
-                let (their_id, their_name) = theirs.split_at(8.min(theirs.len()));
+                let (their_id, rest) = theirs.split_at(8.min(theirs.len()));
+                let their_name = rest.get(8..).unwrap_or_default();
                 Error::Mismatch(format!(
                     "dist: this rank makes object #{id} of type {name}, rank {r} makes #{} of type {}",
                     u64::from_le_bytes(their_id.try_into().unwrap_or([0xff; 8])),
@@ -121,6 +126,11 @@ impl Comm {
         let local = any.and_then(|a| a.downcast::<T>().ok()).ok_or(Error::NoSuchDist { id, wanted })?;
         Ok(Dist { id, local })
     }
+}
+
+/// FNV-1a of `bytes`.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
 }
 
 thread_local! {

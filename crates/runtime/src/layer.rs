@@ -79,6 +79,12 @@ pub trait Layer {
     /// What a layer's future does on returning `Pending` (after storing its waker): make sure
     /// something makes progress and wakes it, as the configured [`crate::Progress`] says.
     fn future_pending(&self, cx: &std::task::Context<'_>);
+    /// Makes progress until `cond` holds, failing with [`crate::Error::PeerFailed`] if `rank`
+    /// dies or leaves the job first (`what` names the wait in hang warnings).
+    fn wait_on(&self, rank: u32, what: &str, cond: &mut dyn FnMut() -> bool) -> Result<()>;
+    /// A layer's hook has work that nothing else will trigger (a task its waker woke): ask
+    /// the progress thread to run the hooks soon.
+    fn want_progress(&self);
 }
 
 impl Layer for Comm {
@@ -112,6 +118,12 @@ impl Layer for Comm {
     }
     fn future_pending(&self, cx: &std::task::Context<'_>) {
         Comm::future_pending(self, cx)
+    }
+    fn want_progress(&self) {
+        Comm::want_progress(self)
+    }
+    fn wait_on(&self, rank: u32, what: &str, cond: &mut dyn FnMut() -> bool) -> Result<()> {
+        self.wait(crate::progress::Deps::Rank(rank), what, cond)
     }
 }
 

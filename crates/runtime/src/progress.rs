@@ -250,6 +250,9 @@ impl Comm {
         set: PollSet,
         mut cond: impl FnMut() -> bool,
     ) -> Result<()> {
+        if self.stop.load(Ordering::Relaxed) {
+            return Err(crate::am::FINALIZED);
+        }
         self.touch();
         // Already done (a send into free space, a message that is already here): no backoff
         // or waiter count to set up.
@@ -449,14 +452,18 @@ impl Comm {
     pub(crate) fn future_pending(&self, cx: &Context<'_>) {
         match self.cfg.progress {
             crate::Progress::Off => cx.waker().wake_by_ref(),
-            crate::Progress::OnDemand => {
-                if !self.wanted.swap(true, Ordering::AcqRel) {
-                    if let Some(t) = self.helper.get() {
-                        t.unpark();
-                    }
-                }
-            }
+            crate::Progress::OnDemand => self.want_progress(),
             crate::Progress::Always => {}
+        }
+    }
+
+    /// Asks the on-demand progress thread to serve now (a future went pending, or a layer's
+    /// hook has work: a woken task). Costs a wake-up call only when the request is new.
+    pub(crate) fn want_progress(&self) {
+        if self.cfg.progress == crate::Progress::OnDemand && !self.wanted.swap(true, Ordering::AcqRel) {
+            if let Some(t) = self.helper.get() {
+                t.unpark();
+            }
         }
     }
 
@@ -505,26 +512,30 @@ impl Comm {
                 continue;
             }
             let lent = self.fabric.borrow_fast_path();
+            let polled = self.fabric.progress(self, PollSet::All);
+            // After delivery: what the handlers queued (calls to run, chunks to pull) goes on
+            // in this same round.
             let hooks = self.run_hooks().unwrap_or_else(|e| {
                 self.record_error(e);
                 0
             });
-            let polled = self.fabric.progress(self, PollSet::All);
             if lent {
                 self.fabric.return_fast_path();
             }
-            match polled {
-                // Traffic flows: answer the next message at once too.
-                Ok(n) if n > 0 => awaited = AWAITED_TICKS,
-                Ok(_) => {}
+            let delivered = match polled {
+                Ok(n) => n,
                 Err(e) => {
                     self.record_error(e.into());
                     return;
                 }
+            };
+            if delivered > 0 {
+                // Traffic flows: answer the next message at once too.
+                awaited = AWAITED_TICKS;
             }
-            // Sleep next on the doorbell unless more is waiting (the loop looks again) or hooks
-            // ran: tasks they woke may want another round.
-            woken = hooks > 0;
+            // Another round at once while anything happened (a handler or a hook may have
+            // left work for the next one); sleep when a round found nothing.
+            woken = delivered + hooks > 0;
         }
     }
 }

@@ -22,5 +22,5 @@
 pub use weft_fabric as fabric;
 #[doc(inline)]
 pub use weft_rpc as rpc;
-pub use weft_rpc::{remote, EndpointRpcExt, RmaVec, RpcExt, SerializeBuffer};
+pub use weft_rpc::{remote, CallFuture, EndpointRpcExt, RmaVec, RpcExt, Sent, SerializeBuffer};
 pub use weft_runtime::*;

@@ -6,9 +6,9 @@ use super::*;
 /// It holds its own reference to the world, so it can be moved anywhere (`tokio::spawn`).
 #[must_use = "a call's result arrives only through its future"]
 pub struct CallFuture<R> {
-    /// The world and the call's slot while the call is in flight (`None` once finished or
-    /// failed early).
-    live: Option<(Arc<Comm>, u64)>,
+    /// The world, the call's slot and the rank called while the call is in flight (`None`
+    /// once finished or failed early).
+    live: Option<(Arc<Comm>, u64, u32)>,
     early: Option<Error>,
     _r: PhantomData<fn() -> R>,
 }
@@ -25,11 +25,13 @@ impl<R: serde::de::DeserializeOwned> CallFuture<R> {
         if let Some(e) = self.early.take() {
             return Err(e);
         }
-        let (comm, id) = self.live.take().ok_or(Error::Misuse("call already finished"))?;
+        let (comm, id, target) = self.live.take().ok_or(Error::Misuse("call already finished"))?;
         let rpc = Rpc::get(&comm)?;
         let mut seen = u64::MAX;
         let mut outcome = None;
-        let waited = comm.wait_until(|| {
+        // The callee must stay in the job until it answered: one that finalizes or dies
+        // first fails the wait.
+        let waited = comm.wait_on(target, "a remote call", &mut || {
             // Look at the table only when some result arrived since the last look, and take
             // the outcome out in that same look.
             let now = rpc.results.load(Ordering::Acquire);
@@ -54,7 +56,7 @@ impl<R: serde::de::DeserializeOwned> CallFuture<R> {
     }
 
     fn finish(&mut self) -> Result<R> {
-        let (comm, id) = self.live.take().ok_or(Error::Misuse("call already finished"))?;
+        let (comm, id, _) = self.live.take().ok_or(Error::Misuse("call already finished"))?;
         let rpc = Rpc::get(&comm)?;
         let outcome = lock(&rpc.calls).remove(id).and_then(|s| s.outcome);
         decode_outcome(&comm, rpc, outcome)
@@ -89,7 +91,7 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
         if let Some(e) = self.early.take() {
             return Poll::Ready(Err(e));
         }
-        let Some((comm, id)) = &self.live else {
+        let Some((comm, id, _)) = &self.live else {
             return Poll::Ready(Err(Error::Misuse("call already finished")));
         };
         if let Err(e) = comm.poll() {
@@ -119,7 +121,7 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
 
 impl<R> Drop for CallFuture<R> {
     fn drop(&mut self) {
-        if let Some((comm, id)) = &self.live {
+        if let Some((comm, id, _)) = &self.live {
             if let Ok(rpc) = Rpc::get(comm) {
                 lock(&rpc.calls).remove(*id);
             }
@@ -131,19 +133,23 @@ impl<R> Drop for CallFuture<R> {
 /// rendezvous: when the target has pulled every chunk) — HPX's `async_cb`. Like the call's
 /// future, it holds its own reference to the world.
 pub struct Sent {
-    state: Option<(Arc<Comm>, Arc<SentState>)>,
+    /// The world, the signal and the target while the arguments are out.
+    state: Option<(Arc<Comm>, Arc<SentState>, u32)>,
 }
 
 impl Sent {
-    fn new(comm: &Comm, state: Option<Arc<SentState>>) -> Self {
-        Sent { state: state.map(|s| (comm.arc(), s)) }
+    fn new(comm: &Comm, state: Option<Arc<SentState>>, rank: u32) -> Self {
+        Sent { state: state.map(|s| (comm.arc(), s, rank)) }
     }
 
-    /// Blocks (making progress) until the arguments may be reused.
+    /// Blocks (making progress) until the arguments may be reused; fails if the target dies
+    /// or leaves the job first.
     pub fn wait(self) -> Result<()> {
         match &self.state {
             None => Ok(()),
-            Some((comm, s)) => comm.wait_until(|| s.done.load(Ordering::Acquire)),
+            Some((comm, s, rank)) => {
+                comm.wait_on(*rank, "a call's arguments", &mut || s.done.load(Ordering::Acquire))
+            }
         }
     }
 }
@@ -151,7 +157,7 @@ impl Sent {
 impl Future for Sent {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
-        let Some((comm, s)) = &self.state else { return Poll::Ready(Ok(())) };
+        let Some((comm, s, _)) = &self.state else { return Poll::Ready(Ok(())) };
         if let Err(e) = comm.poll() {
             return Poll::Ready(Err(e));
         }
@@ -219,9 +225,10 @@ fn start_call<F: RemoteFn>(
     let id = lock(&rpc.calls).insert(CallSlot { target: rank, outcome: None, waker: None });
     let th = threshold.unwrap_or_else(|| rpc.threshold());
     match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Value(args), th) {
-        Ok(sent) => {
-            (Sent::new(comm, sent), CallFuture { live: Some((comm.arc(), id)), early: None, _r: PhantomData })
-        }
+        Ok(sent) => (
+            Sent::new(comm, sent, rank),
+            CallFuture { live: Some((comm.arc(), id, rank)), early: None, _r: PhantomData },
+        ),
         Err(e) => {
             lock(&rpc.calls).remove(id);
             fail(e)
@@ -233,7 +240,7 @@ fn start_post<F: RemoteFn>(comm: &Comm, medium: &mut Medium<'_>, rank: u32, args
     let rpc = Rpc::get(comm)?;
     let th = rpc.threshold();
     let sent = rpc.send_via(comm, medium, rank, call_head(POST, F::ID, 0), Value(args), th)?;
-    Ok(Sent::new(comm, sent))
+    Ok(Sent::new(comm, sent, rank))
 }
 
 /// Calling remote functions through an [`Endpoint`]: the call leaves on the endpoint's own

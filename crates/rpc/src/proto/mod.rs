@@ -222,13 +222,18 @@ struct Task {
 }
 
 /// A task's waker: its flag in the task queue.
-struct TaskWaker(Arc<Flag>);
+/// Wakes a task: sets its flag, then asks the world's progress thread to run the hook that
+/// polls it (nothing else may, where the program's threads are all busy elsewhere).
+struct TaskWaker(Arc<Flag>, std::sync::Weak<Comm>);
 impl Wake for TaskWaker {
     fn wake(self: Arc<Self>) {
-        self.0.wake();
+        self.wake_by_ref();
     }
     fn wake_by_ref(self: &Arc<Self>) {
         self.0.wake();
+        if let Some(c) = self.1.upgrade() {
+            c.want_progress();
+        }
     }
 }
 
@@ -682,7 +687,7 @@ impl Rpc {
     /// Polls a task once (its flag already cleared); finished tasks send their result, others
     /// wait in the queue for their waker.
     fn step(&self, comm: &Comm, flag: Arc<Flag>, mut task: Task) -> Result<()> {
-        let waker = Waker::from(Arc::new(TaskWaker(flag.clone())));
+        let waker = Waker::from(Arc::new(TaskWaker(flag.clone(), Arc::downgrade(&comm.arc()))));
         let mut cx = Context::from_waker(&waker);
         let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             serving(comm, || task.fut.as_mut().poll(&mut cx))

@@ -101,8 +101,13 @@ impl<R> Future for CollHandle<R> {
             }
         }
         // Whatever makes progress (a wait, a poll, the progress thread) drives the team's queue
-        // and wakes this handle (see `Comm::drive_teams`).
+        // and wakes this handle (see `Comm::drive_teams`). Looked at again once the waker is
+        // in place: progress may have finished the collective and taken the wakers between the
+        // look above and the registration.
         self.core.await_progress(cx);
+        if self.ready() {
+            return Poll::Ready(self.take());
+        }
         Poll::Pending
     }
 }
