@@ -204,6 +204,22 @@ impl Core {
     /// none is left.
     fn drive(&self) -> bool {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        self.drive_queue(&mut q)
+    }
+
+    /// [`Core::drive`] unless the queue is being driven already (on this thread further up
+    /// the stack: a collective whose put waits runs the hooks, which drive awaited teams);
+    /// `None` then.
+    fn try_drive(&self) -> Option<bool> {
+        let mut q = match self.queue.try_lock() {
+            Ok(q) => q,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        Some(self.drive_queue(&mut q))
+    }
+
+    fn drive_queue(&self, q: &mut VecDeque<Queued>) -> bool {
         let mut cx = Context::from_waker(Waker::noop());
         while let Some(front) = q.front_mut() {
             if front.as_mut().poll(&mut cx).is_pending() {

@@ -130,7 +130,9 @@ impl Core {
     /// (collectives remain, handles were woken).
     pub(crate) fn drive_awaited(&self) -> (bool, bool) {
         let before = self.queued.load(Ordering::Acquire);
-        let empty = self.drive();
+        let Some(empty) = self.try_drive() else {
+            return (true, false);
+        };
         let moved = empty || self.queued.load(Ordering::Acquire) != before;
         let mut woke = false;
         if moved {
