@@ -174,14 +174,22 @@ impl Comm {
     /// Reads `dst.len()` elements at `src` into `dst`.
     pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
         let out = bytes_of_mut(dst);
-        let (seg, off) = self.resolve(src, out.len())?;
-        if !self.native_rma {
-            let op = self.am_get(src.rank(), seg.id, off, out.len())?;
+        if let Some(op) = self.start_get(src, out)? {
             self.wait_op(&op)?;
             op.copy_out(out, std::iter::empty());
-            return Ok(());
         }
-        Ok(self.fabric.get(seg.remote(src.rank())?, off, out)?)
+        Ok(())
+    }
+
+    /// Starts a get into `out`: done on return with native RMA (`None`), else the AM-based
+    /// operation whose data goes to `out` once complete.
+    fn start_get<T: Pod>(&self, src: GlobalPtr<T>, out: &mut [u8]) -> Result<Option<Arc<OpState>>> {
+        let (seg, off) = self.resolve(src, out.len())?;
+        if !self.native_rma {
+            return Ok(Some(self.am_get(src.rank(), seg.id, off, out.len())?));
+        }
+        self.fabric.get(seg.remote(src.rank())?, off, out)?;
+        Ok(None)
     }
 
     /// Starts a put; `src` may be reused at once, the handle completes when the data is
@@ -197,13 +205,10 @@ impl Comm {
     /// holds its own reference to the world).
     pub fn get_nb<'a, T: Pod>(&self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
         let out = bytes_of_mut(dst);
-        let (seg, off) = self.resolve(src, out.len())?;
-        if !self.native_rma {
-            let op = self.am_get(src.rank(), seg.id, off, out.len())?;
-            return Ok(RmaHandle::pending(self, op, Some(out)));
-        }
-        self.fabric.get(seg.remote(src.rank())?, off, out)?;
-        Ok(RmaHandle::done())
+        Ok(match self.start_get(src, out)? {
+            Some(op) => RmaHandle::pending(self, op, Some(out)),
+            None => RmaHandle::done(),
+        })
     }
 
     /// Starts a put completed by the next [`Comm::sync_nbi`] of this thread; `src` may be

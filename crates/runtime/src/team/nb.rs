@@ -165,20 +165,17 @@ impl crate::Comm {
             let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
             t.iter().filter_map(std::sync::Weak::upgrade).collect()
         };
-        let (mut busy, mut woke) = (Vec::new(), 0);
+        let (mut finished, mut woke) = (Vec::new(), 0);
         for core in &teams {
             let (remain, w) = core.drive_awaited();
-            if remain {
-                busy.push(Arc::downgrade(core));
+            if !remain {
+                finished.push(Arc::as_ptr(core));
             }
             woke += usize::from(w);
         }
         let mut t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
-        // Teams listed meanwhile stay listed.
-        t.retain(|c| {
-            busy.iter().any(|b| b.ptr_eq(c))
-                || !teams.iter().any(|d| std::ptr::eq(c.as_ptr(), Arc::as_ptr(d)))
-        });
+        // Dropped teams and those left with nothing queued go; teams listed meanwhile stay.
+        t.retain(|c| c.strong_count() > 0 && !finished.contains(&c.as_ptr()));
         self.any_awaited_team.store(!t.is_empty(), Ordering::Release);
         woke
     }
