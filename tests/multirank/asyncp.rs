@@ -95,3 +95,80 @@ pub(crate) fn pending_collective_sleeps() -> Res {
     w.barrier()?;
     Ok(())
 }
+
+/// Rank 0 computes in 1 ms spells and posts a call to rank 1 after each, for 400 ms: sending
+/// is not serving, so its progress thread must still answer the calls rank 1 makes meanwhile.
+pub(crate) fn sending_rank_serves() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    w.barrier()?;
+    let spell = Duration::from_millis(400);
+    if w.rank() == 0 {
+        let t0 = Instant::now();
+        while t0.elapsed() < spell {
+            let until = Instant::now() + Duration::from_millis(1);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            w.post(1, asyncp_echo, (1,))?;
+        }
+    } else if w.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(50));
+        let t0 = Instant::now();
+        let calls: Vec<_> = (0..100u64).map(|i| w.call(0, asyncp_echo, (i,))).collect();
+        let got = weft::block_on(async {
+            let mut v = vec![];
+            for c in calls {
+                v.push(c.await?);
+            }
+            Ok::<_, weft::Error>(v)
+        })?;
+        let wall = t0.elapsed();
+        ck(got == (0..100).collect::<Vec<_>>(), || "results out of order".into())?;
+        ck(wall < Duration::from_millis(200), || {
+            format!("100 calls to a rank that computes and sends took {wall:?} (its spell: {spell:?})")
+        })?;
+    }
+    w.barrier()?;
+    Ok(())
+}
+
+weft::remote! {
+    /// Ends the process without answering or finalizing (as a lost node would).
+    fn asyncp_vanish() -> u64 { std::process::exit(0) }
+}
+
+/// Rank 0 awaits a call whose target vanishes while running it: the future fails with
+/// `PeerFailed` within seconds instead of hanging (no wait loop checks an awaited future's
+/// peer: the liveness checks do). Then a get from the gone rank ends as well.
+pub(crate) fn awaited_call_target_vanishes() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    let seg = w.alloc_segment::<u64>(4)?;
+    w.barrier()?;
+    match w.rank() {
+        0 => {
+            let t = Instant::now();
+            let r = weft::block_on(w.call(1, asyncp_vanish, ()));
+            ck(matches!(&r, Err(Error::PeerFailed { rank: 1, .. })), || {
+                format!("call to a vanished rank: {r:?}")
+            })?;
+            ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))?;
+            let mut buf = [0u64; 4];
+            let r = w.get_nb(seg.at(1, 0), &mut buf).and_then(weft::block_on);
+            let am_path = std::env::var("WEFT_RMA").is_ok_and(|v| v == "am");
+            ck(!am_path || r.is_err(), || format!("an AM-path get from a vanished rank gave {r:?}"))?;
+        }
+        // Ends in the call above within milliseconds (polling: with `WEFT_PROGRESS_THREAD=0`
+        // nothing else would run it).
+        1 => {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_secs(20) {
+                w.poll()?;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}

@@ -219,7 +219,8 @@ impl<'de> Visitor<'de> for SourceVisitor {
 /// data can be reused once [`SerializeBuffer::is_unique`] is true again.
 ///
 /// ```
-/// let data = weft_rpc::SerializeBuffer::from(vec![1.0f64; 1 << 20]);
+/// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }
+/// let data = weft::SerializeBuffer::from(vec![1.0f64; 1 << 20]);
 /// let copy = data.clone(); // no copy of the elements
 /// assert_eq!(copy.len(), 1 << 20);
 /// ```
@@ -316,8 +317,9 @@ impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
 /// function by value.
 ///
 /// ```no_run
+/// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }
 /// # let world = weft_runtime::World::init()?;
-/// let mut v = weft_rpc::RmaVec::<f64>::with_capacity(&world, 1024)?;
+/// let mut v = weft::RmaVec::<f64>::with_capacity(&world, 1024)?;
 /// v.extend_from_slice(&[1.0, 2.0])?;
 /// assert_eq!(&v[..], &[1.0, 2.0]);
 /// # Ok::<(), weft_runtime::Error>(())

@@ -54,6 +54,11 @@ impl<T> CallTable<T> {
         Some(v)
     }
 
+    /// The calls in flight.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.entries.iter_mut().filter_map(|e| e.value.as_mut())
+    }
+
     /// Calls in flight.
     #[cfg(test)]
     pub fn len(&self) -> usize {

@@ -7,12 +7,13 @@
 //! [`proto`]).
 //!
 //! ```no_run
-//! use weft_rpc::{remote, RmaVec, RpcExt};
+//! # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }
+//! use weft::{remote, RmaVec, RpcExt};
 //! remote! {
 //!     /// Sums a vector that arrives in the target's registered pool.
 //!     pub fn sum(v: RmaVec<f64>) -> f64 { v.iter().sum() }
 //! }
-//! let world = weft_runtime::World::init()?;
+//! let world = weft::World::init()?;
 //! let v = RmaVec::from_slice(&world, &vec![1.0; 1 << 20])?;
 //! let total = world.call(1 % world.size(), sum, (v,)).wait()?;
 //! assert_eq!(total, (1 << 20) as f64);
@@ -65,6 +66,10 @@ fn install(b: &mut Builder) {
     let rpc = Arc::new(proto::Rpc::new(msg, ack));
     let _ = slot.set(rpc.clone());
     b.extension(rpc.clone());
+    let r = rpc.clone();
+    b.liveness_hook(Arc::new(move |_: &Comm, gone: &dyn Fn(u32) -> Option<weft_runtime::Error>| {
+        r.fail_gone(gone)
+    }));
     b.progress_hook(Arc::new(move |c: &Comm| rpc.progress(c)));
     b.on_start(Box::new(|c: &Comm| {
         WORLD_RANK.store(c.rank(), std::sync::atomic::Ordering::Relaxed);

@@ -208,12 +208,13 @@ pub(crate) fn compare_signatures(mine: &str, theirs: &[u8]) -> Result<(), String
 /// runs from the progress hook and may communicate.
 ///
 /// ```
-/// weft_rpc::remote! {
+/// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }
+/// weft::remote! {
 ///     /// Adds two numbers on whichever rank is asked.
 ///     pub fn add(a: u64, b: u64) -> u64 { a + b }
 /// }
-/// weft_rpc::remote! {
-///     pub async fn total(v: weft_rpc::SerializeBuffer<f64>) -> f64 { v.iter().sum() }
+/// weft::remote! {
+///     pub async fn total(v: weft::SerializeBuffer<f64>) -> f64 { v.iter().sum() }
 /// }
 /// ```
 #[macro_export]

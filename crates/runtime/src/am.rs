@@ -199,7 +199,6 @@ impl Comm {
         if dst >= self.size() || args.len() > self.caps.am_max_args || medium > self.caps.am_max_medium {
             return Err(self.bad_am(dst, args.len(), medium));
         }
-        self.touch();
         let msg = AmOut { handler: h, class, args, payload };
         if self.fabric.am_try_send(dst, &msg)? {
             return Ok(());

@@ -114,6 +114,10 @@ impl Comm {
     /// [`Comm::barrier`] does not wait for AMs in flight; `wait_all` on every rank, then a
     /// barrier, makes every rank's messages handled everywhere.
     ///
+    /// A target answers once nothing from this rank is being delivered or held there, so
+    /// while other threads of this rank keep sending to it without pause, the answer waits
+    /// for a gap in that stream: call it in a quiet phase (as before a barrier).
+    ///
     /// ```no_run
     /// # let mut b = weft_runtime::World::builder();
     /// # let h = b.handler("count", |_| {});

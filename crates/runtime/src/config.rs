@@ -8,7 +8,7 @@
 //! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
 //! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
 //! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
-//! | `WEFT_PROGRESS_THREAD` | `auto`: a thread that sleeps while the program's threads use weft and serves messages and pending futures when none does ([`Progress::OnDemand`]); `1`: a thread that polls all the time; `0`: none (futures poll themselves again at once) | 1 where the fabric needs target progress, else auto |
+//! | `WEFT_PROGRESS_THREAD` | `auto`: a thread that sleeps while the program's threads poll or wait in weft and serves messages and pending futures when none does ([`Progress::OnDemand`]); `1`: a thread that polls all the time; `0`: none (futures poll themselves again at once) | 1 where the fabric needs target progress, else auto |
 //! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when more of the job's ranks run on this node than it has cores (`WEFT_NODE_CPUS`) |
 //! | `WEFT_NODE_CPUS` | cores the ranks of this node share, for that test (set by `weft run` from its own affinity and quota; not a rank's own mask, which a launcher that binds ranks narrows to one core) | the node's online processors |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
@@ -88,8 +88,8 @@ pub enum Progress {
     /// None: only the program's own calls make progress, and a pending weft future asks its
     /// executor to poll it again at once (it spins).
     Off,
-    /// A thread that parks while the program's threads call weft, and otherwise (threads all
-    /// computing, or waiting on futures) sleeps on the rank's doorbell and serves what
+    /// A thread that parks while the program's threads poll or wait in weft, and otherwise
+    /// (threads computing, only sending, or waiting on futures) sleeps on the rank's doorbell and serves what
     /// arrives: AM handlers and remote functions run, pending futures are woken.
     OnDemand,
     /// A thread that polls all the time, standing aside only while a program thread waits.

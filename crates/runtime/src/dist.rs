@@ -30,8 +30,9 @@ const NAME_BYTES: usize = 200;
 /// not per iteration.
 ///
 /// ```no_run
+/// # use weft_runtime as weft;
 /// use std::sync::atomic::{AtomicU64, Ordering};
-/// let mut b = weft_runtime::World::builder();
+/// let mut b = weft::World::builder();
 /// // The handler finds the counter through the id the message carries.
 /// let bump = b.handler("bump", |am| {
 ///     if let Ok(c) = am.comm().dist_of::<AtomicU64>(am.args()[0]) {
@@ -165,8 +166,9 @@ pub fn serving<R>(comm: &Comm, f: impl FnOnce() -> R) -> R {
 /// [`crate::AmMsg::comm`].
 ///
 /// ```no_run
+/// # use weft_runtime as weft;
 /// // Inside a remote function: RMA, AMs and collectives' state through the world.
-/// if let Some(world) = weft_runtime::current() {
+/// if let Some(world) = weft::current() {
 ///     println!("running on rank {} of {}", world.rank(), world.size());
 /// }
 /// ```

@@ -6,10 +6,11 @@
 //! peer's unregistered memory). Both are traits so that they stay out of the world's own API.
 //!
 //! ```no_run
+//! # use weft_runtime as weft;
 //! use std::sync::Arc;
-//! use weft_runtime::layer::{Layer, LayerBuilder};
+//! use weft::layer::{Layer, LayerBuilder};
 //! struct Counter(std::sync::atomic::AtomicU64);
-//! let mut b = weft_runtime::World::builder();
+//! let mut b = weft::World::builder();
 //! b.extension(Arc::new(Counter(0.into())));
 //! let world = b.init()?;
 //! assert!(world.extension_ref::<Counter>().is_some());
@@ -25,6 +26,11 @@ use weft_fabric::pool::{Block, BlockPool};
 /// A progress hook: does some work, returns how many events it handled.
 pub type ProgressHook = Arc<dyn Fn(&Comm) -> Result<usize> + Send + Sync>;
 
+/// A liveness hook: fails what futures of the layer await from ranks that are gone, and wakes
+/// them. The second argument says whether a rank is gone, with the error to give (cached for
+/// the one check). Returns how many it failed.
+pub type LivenessHook = Arc<dyn Fn(&Comm, &dyn Fn(u32) -> Option<Error>) -> usize + Send + Sync>;
+
 /// A collective step run at the end of start-up, on every rank in the same order.
 pub type StartHook = Box<dyn FnOnce(&Comm) -> Result<()> + Send + Sync>;
 
@@ -32,6 +38,7 @@ pub type StartHook = Box<dyn FnOnce(&Comm) -> Result<()> + Send + Sync>;
 pub(crate) struct Extensions {
     pub values: Vec<Arc<dyn Any + Send + Sync>>,
     pub hooks: Vec<ProgressHook>,
+    pub liveness: Vec<LivenessHook>,
     pub on_start: Vec<StartHook>,
 }
 
@@ -43,6 +50,10 @@ pub trait LayerBuilder {
     fn on_start(&mut self, step: StartHook) -> &mut Self;
     /// Adds a hook that runs during progress outside AM handlers (see the module docs).
     fn progress_hook(&mut self, hook: ProgressHook) -> &mut Self;
+    /// Adds a hook that runs at every liveness check (about every `WEFT_PEER_CHECK_MS`, by the
+    /// progress thread and by waiting threads), so that awaited futures whose peer died or
+    /// left fail instead of hanging.
+    fn liveness_hook(&mut self, hook: LivenessHook) -> &mut Self;
 }
 
 impl LayerBuilder for Builder {
@@ -57,6 +68,10 @@ impl LayerBuilder for Builder {
     }
     fn progress_hook(&mut self, hook: ProgressHook) -> &mut Self {
         self.ext.hooks.push(hook);
+        self
+    }
+    fn liveness_hook(&mut self, hook: LivenessHook) -> &mut Self {
+        self.ext.liveness.push(hook);
         self
     }
 }

@@ -16,7 +16,8 @@
 //! with [`Error::PeerFailed`] instead of hanging.
 //!
 //! ```no_run
-//! use weft_runtime::{World, AmHandler};
+//! # use weft_runtime as weft;
+//! use weft::{World, AmHandler};
 //! let mut b = World::builder();
 //! let hello: AmHandler = b.handler("hello", |am| println!("rank {} says {:?}", am.src(), am.args()));
 //! let world = b.init()?;

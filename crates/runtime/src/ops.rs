@@ -92,12 +92,34 @@ impl OpTable {
             op.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
         }
         op.value.store(value, Ordering::Release);
-        if op.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        // Never below zero: an operation failed by `fail_gone` meanwhile is already done.
+        let left = op.remaining.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        if left == Ok(1) {
             self.live.lock().unwrap_or_else(|p| p.into_inner()).remove(&token);
             if let Some(w) = op.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
                 w.wake();
             }
         }
+    }
+    /// Fails every operation in flight whose target `gone` names (with the error it gives) and
+    /// wakes its future. They leave the table, so a late answer finds nothing to complete.
+    pub fn fail_gone(&self, gone: &dyn Fn(u32) -> Option<Error>) -> usize {
+        let mut failed = vec![];
+        self.live.lock().unwrap_or_else(|p| p.into_inner()).retain(|_, op| match gone(op.target) {
+            Some(e) => {
+                failed.push((op.clone(), e));
+                false
+            }
+            None => true,
+        });
+        for (op, e) in &failed {
+            op.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e.clone());
+            op.remaining.store(0, Ordering::Release);
+            if let Some(w) = op.waker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+                w.wake();
+            }
+        }
+        failed.len()
     }
     /// Number of operations in flight.
     pub fn in_flight(&self) -> usize {

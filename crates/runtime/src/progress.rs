@@ -297,6 +297,7 @@ impl Comm {
                     }
                 }
                 self.fabric.check_claim()?;
+                self.fail_awaited();
                 if let Some((rank, e)) = self.check_peers(deps) {
                     // What the peer sent before it left may still be on its way through this
                     // rank (another thread may be delivering it right now): fail only once
@@ -401,6 +402,7 @@ impl Comm {
                         if let Err(e) = self.fabric.check_claim() {
                             self.record_error(e.into());
                         }
+                        self.fail_awaited();
                     }
                 }
                 Ok(_) => backoff.reset(),
@@ -418,19 +420,22 @@ thread_local! {
     static IS_PROGRESS_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// How long the on-demand progress thread parks while application threads call weft, and
-/// sleeps at most on the doorbell while none does.
+/// How long the on-demand progress thread sleeps at most on the doorbell, or between two
+/// looks, while no application thread polls.
 const TICK: Duration = Duration::from_millis(1);
-/// How long the on-demand thread parks while application threads call weft: a watch without
-/// one makes it serve.
+/// How long the on-demand thread parks while application threads poll: a watch without a
+/// poll makes it serve.
 const WATCH: Duration = Duration::from_millis(4);
+/// With [`crate::Progress::Off`], pending polls of futures between two liveness checks.
+const OFF_CHECK_POLLS: u32 = 4096;
 /// Rounds after a future last went pending, or a round delivered something, during which the
 /// on-demand thread sleeps on the doorbell (answering at once) rather than looking every tick.
 const AWAITED_TICKS: u32 = 5;
 
 impl Comm {
-    /// Says that an application thread is in weft (the on-demand progress thread parks). One
-    /// load while the flag is already set.
+    /// Says that an application thread makes progress in weft (the on-demand progress thread
+    /// parks). Only polling paths call it: a thread that sends between spells of computing
+    /// delivers nothing. One load while the flag is already set.
     #[inline(always)]
     pub(crate) fn touch(&self) {
         if !self.active.load(Ordering::Relaxed) {
@@ -451,9 +456,38 @@ impl Comm {
     /// and wake it (see [`crate::Progress`]).
     pub(crate) fn future_pending(&self, cx: &Context<'_>) {
         match self.cfg.progress {
-            crate::Progress::Off => cx.waker().wake_by_ref(),
+            crate::Progress::Off => {
+                // No thread checks the peers of awaited futures: their own polls do, now and
+                // then (they poll again at once, so this is a spin).
+                if self.off_polls.fetch_add(1, Ordering::Relaxed).is_multiple_of(OFF_CHECK_POLLS) {
+                    self.fail_awaited();
+                }
+                cx.waker().wake_by_ref()
+            }
             crate::Progress::OnDemand => self.want_progress(),
             crate::Progress::Always => {}
+        }
+    }
+
+    /// Fails the operations and calls that futures await from ranks that died or left the
+    /// job (once everything they sent is handled) and wakes those futures: nothing else
+    /// would, as no answer will come. Runs at liveness checks (every `peer_check`).
+    pub(crate) fn fail_awaited(&self) {
+        if self.ops.in_flight() == 0 && self.ext.liveness.is_empty() {
+            return;
+        }
+        let verdicts = std::cell::RefCell::new(Vec::<(u32, Option<Error>)>::new());
+        let gone = |r: u32| {
+            if let Some((_, v)) = verdicts.borrow().iter().find(|(q, _)| *q == r) {
+                return v.clone();
+            }
+            let v = if r == self.rank() { None } else { self.failed_peer(Deps::Rank(r)) };
+            verdicts.borrow_mut().push((r, v.clone()));
+            v
+        };
+        self.ops.fail_gone(&gone);
+        for h in &self.ext.liveness {
+            h(self, &gone);
         }
     }
 
@@ -468,7 +502,7 @@ impl Comm {
     }
 
     /// The [`crate::Progress::OnDemand`] thread: parks for a [`WATCH`] at a time while
-    /// application threads call weft (they make progress). Once a watch passed without one,
+    /// application threads poll or wait in weft (they make progress). Once a watch passed without one,
     /// it looks for arrived traffic every [`TICK`] and serves it, on loan of the program's
     /// single-thread fast path ([`weft_fabric::Fabric::borrow_fast_path`]). While a future
     /// waits (it went pending since the last look), or traffic flows, it serves at once and
@@ -483,6 +517,13 @@ impl Comm {
             // Futures count as waiting for a few rounds after one last went pending (so does
             // traffic after a round that delivered some).
             awaited = if wanted { AWAITED_TICKS } else { awaited.saturating_sub(1) };
+            if Instant::now() >= next_check {
+                next_check = Instant::now() + self.cfg.peer_check;
+                if let Err(e) = self.fabric.check_claim() {
+                    self.record_error(e.into());
+                }
+                self.fail_awaited();
+            }
             let active =
                 self.active.swap(false, Ordering::Relaxed) || self.waiting.load(Ordering::Acquire) > 0;
             if !wanted && active {
@@ -491,12 +532,6 @@ impl Comm {
                 std::thread::park_timeout(WATCH);
                 woken = false;
                 continue;
-            }
-            if Instant::now() >= next_check {
-                next_check = Instant::now() + self.cfg.peer_check;
-                if let Err(e) = self.fabric.check_claim() {
-                    self.record_error(e.into());
-                }
             }
             if !wanted && !woken && !self.fabric.has_incoming() {
                 // Nothing arrived. Sleep on the doorbell only while futures wait on this world
@@ -555,10 +590,11 @@ impl Wake for ThreadWaker {
 /// polled, so this needs no other executor; any executor (tokio included) works as well.
 ///
 /// ```no_run
+/// # use weft_runtime as weft;
 /// # let world = weft_runtime::World::init()?;
 /// let seg = world.alloc_segment::<u64>(8)?;
 /// let h = world.put_nb(seg.at(0, 0), &[1, 2, 3])?;
-/// weft_runtime::block_on(h)?;
+/// weft::block_on(h)?;
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```
 pub fn block_on<F: Future>(fut: F) -> F::Output {

@@ -35,8 +35,9 @@ impl Identity {
 /// (`weft info`, `weft bench`) acts as that job's rank instead, or refuses.
 ///
 /// ```
+/// # use weft_runtime as weft;
 /// // A test process started by cargo, not by a launcher:
-/// if !weft_runtime::launched() {
+/// if !weft::launched() {
 ///     println!("not a rank of a launched job: rank 0 of 1 if it calls World::init");
 /// }
 /// ```

@@ -26,7 +26,8 @@ use weft_fabric::{AmClass, AmPayload, Issued};
 /// local slice).
 ///
 /// ```
-/// use weft_runtime::Pieces;
+/// # use weft_runtime as weft;
+/// use weft::Pieces;
 /// // Column 2 of a 4 x 8 row-major matrix: 4 runs of 1 element, 8 apart.
 /// let column = Pieces::Strided { counts: &[1, 4], strides: &[8] };
 /// assert_eq!(column.runs(32).unwrap(), vec![0..1, 8..9, 16..17, 24..25]);
@@ -315,7 +316,8 @@ impl Comm {
     /// visible at the target.
     ///
     /// ```no_run
-    /// use weft_runtime::Pieces;
+    /// # use weft_runtime as weft;
+    /// use weft::Pieces;
     /// # let world = weft_runtime::World::init()?;
     /// // A 4 x 8 row-major matrix on every rank; write this rank's 4 values into column 2 of
     /// // rank 0's matrix.

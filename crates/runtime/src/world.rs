@@ -17,10 +17,11 @@ static NEXT_WORLD_ID: AtomicU64 = AtomicU64::new(1);
 /// Sets up a [`World`]: handlers, then options, then [`Builder::init`].
 ///
 /// ```no_run
-/// let mut b = weft_runtime::World::builder();
+/// # use weft_runtime as weft;
+/// let mut b = weft::World::builder();
 /// let pong = b.handler("pong", |am| println!("pong from rank {}", am.src()));
 /// let ping = b.handler("ping", move |am| am.reply_short(pong, am.args()).expect("reply"));
-/// let world = b.progress(weft_runtime::Progress::Always).init()?;
+/// let world = b.progress(weft::Progress::Always).init()?;
 /// world.am_request_short((world.rank() + 1) % world.size(), ping, &[7])?;
 /// world.barrier()?;
 /// # Ok::<(), weft_runtime::Error>(())
@@ -143,10 +144,13 @@ pub struct Comm {
     pub(crate) any_awaited_team: AtomicBool,
     /// The progress thread, to wake ([`Progress::OnDemand`]).
     pub(crate) helper: std::sync::OnceLock<std::thread::Thread>,
-    /// An application thread called weft since the on-demand thread last looked.
+    /// An application thread made progress (polled or waited) since the on-demand thread last
+    /// looked. Sends alone do not count: a rank that only sends still needs serving.
     pub(crate) active: AtomicBool,
     /// A future went pending since the on-demand thread last looked.
     pub(crate) wanted: AtomicBool,
+    /// Pending polls of futures with [`Progress::Off`], to check their peers now and then.
+    pub(crate) off_polls: std::sync::atomic::AtomicU32,
     /// This world's own handle, for the owned handles its calls return.
     me: std::sync::Weak<Comm>,
 }
@@ -216,6 +220,7 @@ impl World {
             helper: Default::default(),
             active: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
+            off_polls: std::sync::atomic::AtomicU32::new(0),
         });
         crate::dist::register_world(comm.id, Arc::downgrade(&comm));
         // Another process claiming this rank is heard on a fabric thread: the rank's next

@@ -28,7 +28,7 @@ impl<R: serde::de::DeserializeOwned> CallFuture<R> {
         let (comm, id, target) = self.live.take().ok_or(Error::Misuse("call already finished"))?;
         let rpc = Rpc::get(&comm)?;
         let mut seen = u64::MAX;
-        let mut outcome = None;
+        let mut slot = None;
         // The callee must stay in the job until it answered: one that finalizes or dies
         // first fails the wait.
         let waited = comm.wait_on(target, "a remote call", &mut || {
@@ -41,9 +41,9 @@ impl<R: serde::de::DeserializeOwned> CallFuture<R> {
             seen = now;
             let mut calls = lock(&rpc.calls);
             match calls.get_mut(id) {
-                Some(s) if s.outcome.is_none() => false,
+                Some(s) if !s.settled() => false,
                 _ => {
-                    outcome = calls.remove(id).and_then(|s| s.outcome);
+                    slot = calls.remove(id);
                     true
                 }
             }
@@ -52,14 +52,22 @@ impl<R: serde::de::DeserializeOwned> CallFuture<R> {
             lock(&rpc.calls).remove(id);
             return Err(e);
         }
-        decode_outcome(&comm, rpc, outcome)
+        settle(&comm, rpc, slot)
     }
 
     fn finish(&mut self) -> Result<R> {
         let (comm, id, _) = self.live.take().ok_or(Error::Misuse("call already finished"))?;
         let rpc = Rpc::get(&comm)?;
-        let outcome = lock(&rpc.calls).remove(id).and_then(|s| s.outcome);
-        decode_outcome(&comm, rpc, outcome)
+        let slot = lock(&rpc.calls).remove(id);
+        settle(&comm, rpc, slot)
+    }
+}
+
+/// A finished call's result from its slot: the target's failure, or the decoded outcome.
+fn settle<R: serde::de::DeserializeOwned>(comm: &Comm, rpc: &Rpc, slot: Option<CallSlot>) -> Result<R> {
+    match slot {
+        Some(CallSlot { failed: Some(e), .. }) => Err(e),
+        slot => decode_outcome(comm, rpc, slot.and_then(|s| s.outcome)),
     }
 }
 
@@ -104,7 +112,7 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
         let done = {
             let mut calls = lock(&rpc.calls);
             match calls.get_mut(*id) {
-                Some(s) if s.outcome.is_none() => {
+                Some(s) if !s.settled() => {
                     s.waker = Some(cx.waker().clone());
                     false
                 }
@@ -148,7 +156,8 @@ impl Sent {
         match &self.state {
             None => Ok(()),
             Some((comm, s, rank)) => {
-                comm.wait_on(*rank, "a call's arguments", &mut || s.done.load(Ordering::Acquire))
+                comm.wait_on(*rank, "a call's arguments", &mut || s.done.load(Ordering::Acquire))?;
+                s.result()
             }
         }
     }
@@ -162,9 +171,13 @@ impl Future for Sent {
             return Poll::Ready(Err(e));
         }
         if s.done.load(Ordering::Acquire) {
-            return Poll::Ready(Ok(()));
+            return Poll::Ready(s.result());
         }
         *lock(&s.waker) = Some(cx.waker().clone());
+        // Fired between the look and the waker's store: nobody will wake this poll.
+        if s.done.load(Ordering::Acquire) {
+            return Poll::Ready(s.result());
+        }
         comm.future_pending(cx);
         Poll::Pending
     }
@@ -222,7 +235,7 @@ fn start_call<F: RemoteFn>(
         Ok(r) => r,
         Err(e) => return fail(e),
     };
-    let id = lock(&rpc.calls).insert(CallSlot { target: rank, outcome: None, waker: None });
+    let id = lock(&rpc.calls).insert(CallSlot { target: rank, outcome: None, waker: None, failed: None });
     let th = threshold.unwrap_or_else(|| rpc.threshold());
     match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Value(args), th) {
         Ok(sent) => (
@@ -285,5 +298,41 @@ impl EndpointRpcExt for Endpoint<'_> {
         };
         self.sync_nbi()?;
         Ok(sent)
+    }
+}
+
+impl Rpc {
+    /// Fails the calls whose target `gone` names and the transfers whose receiver it names,
+    /// waking their futures, and drops what was kept alive for those transfers.
+    pub(crate) fn fail_gone(&self, gone: &dyn Fn(u32) -> Option<Error>) -> usize {
+        let mut n = 0;
+        let mut calls = lock(&self.calls);
+        for s in calls.values_mut().filter(|s| !s.settled()) {
+            if let Some(e) = gone(s.target) {
+                s.failed = Some(e);
+                n += 1;
+                if let Some(w) = s.waker.take() {
+                    w.wake();
+                }
+            }
+        }
+        drop(calls);
+        if n > 0 {
+            // Blocking waiters look at the table only when this moved.
+            self.results.fetch_add(1, Ordering::AcqRel);
+        }
+        let mut lost = vec![];
+        lock(&self.kept).retain(|_, k| match gone(k.to) {
+            Some(e) => {
+                lost.push((k.sent.clone(), e));
+                false
+            }
+            None => true,
+        });
+        for (sent, e) in &lost {
+            *lock(&sent.lost) = Some(e.clone());
+            sent.fire();
+        }
+        n + lost.len()
     }
 }

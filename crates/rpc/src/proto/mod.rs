@@ -184,6 +184,15 @@ struct CallSlot {
     target: u32,
     outcome: Option<Outcome>,
     waker: Option<Waker>,
+    /// The target died or left before answering (set by the liveness hook).
+    failed: Option<Error>,
+}
+
+impl CallSlot {
+    /// Nothing more will come: a result, or the failure that ends the wait for one.
+    fn settled(&self) -> bool {
+        self.outcome.is_some() || self.failed.is_some()
+    }
 }
 
 /// The "sent" signal of one transfer.
@@ -191,9 +200,16 @@ struct CallSlot {
 struct SentState {
     done: AtomicBool,
     waker: Mutex<Option<Waker>>,
+    /// The receiver died or left before pulling everything (set before `done`).
+    lost: Mutex<Option<Error>>,
 }
 
 impl SentState {
+    /// What the wait for the signal gives once `done` is set.
+    fn result(&self) -> Result<()> {
+        lock(&self.lost).clone().map_or(Ok(()), Err)
+    }
+
     fn fire(&self) {
         self.done.store(true, Ordering::Release);
         if let Some(w) = lock(&self.waker).take() {

@@ -57,8 +57,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Two threads cannot use one endpoint at once; the types refuse it:
 ///
 /// ```compile_fail
+/// # use weft_runtime as weft;
 /// fn needs_sync<T: Sync>(_: &T) {}
-/// fn share(ep: &weft_runtime::Endpoint<'_>) {
+/// fn share(ep: &weft::Endpoint<'_>) {
 ///     needs_sync(ep); // error: `Cell<()>` cannot be shared between threads safely
 /// }
 /// ```
@@ -123,7 +124,6 @@ impl<'c> Endpoint<'c> {
     /// Queues one operation built by `build`; publishes when the posting list is full.
     fn post(&mut self, build: impl FnOnce(&mut Queue)) -> Result<()> {
         let (comm, k) = (self.comm, self.knobs);
-        comm.touch();
         match &mut self.path {
             Path::Own(q, slot) => {
                 build(q);

@@ -11,7 +11,8 @@
 //! per-endpoint features are the paper's Postlist, Unsignaled completions and Inline.
 //!
 //! ```no_run
-//! use weft_runtime::{EndpointConfig, EndpointPolicy, World};
+//! # use weft_runtime as weft;
+//! use weft::{EndpointConfig, EndpointPolicy, World};
 //! let world = World::init()?;
 //! let seg = world.alloc_segment::<u64>(64)?;
 //! let mut set = world.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 2))?;
@@ -19,7 +20,7 @@
 //! std::thread::scope(|s| {
 //!     for mut ep in set.endpoints() {
 //!         let seg = &seg;
-//!         s.spawn(move || -> weft_runtime::Result<()> {
+//!         s.spawn(move || -> weft::Result<()> {
 //!             let i = ep.index();
 //!             ep.put_nbi(seg.at(0, i * 8), &[i as u64])?;
 //!             ep.sync_nbi()

@@ -60,9 +60,10 @@ impl Team {
     /// above. Every member gets the same bits, run after run.
     ///
     /// ```no_run
+    /// # use weft_runtime as weft;
     /// # let world = weft_runtime::World::init()?;
     /// let team = world.world_team()?;
-    /// let max = team.allreduce(&[world.rank() as f64], weft_runtime::ReduceOp::Max)?;
+    /// let max = team.allreduce(&[world.rank() as f64], weft::ReduceOp::Max)?;
     /// assert_eq!(max[0], (world.size() - 1) as f64);
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```
@@ -103,10 +104,11 @@ impl Team {
     /// `MPI_Allreduce` into a buffer the program keeps.
     ///
     /// ```no_run
+    /// # use weft_runtime as weft;
     /// # let world = weft_runtime::World::init()?;
     /// let team = world.world_team()?;
     /// let mut sum = vec![0u64; 4];
-    /// team.allreduce_into(&[1, 2, 3, 4], &mut sum, weft_runtime::ReduceOp::Sum)?;
+    /// team.allreduce_into(&[1, 2, 3, 4], &mut sum, weft::ReduceOp::Sum)?;
     /// assert_eq!(sum[3], 4 * world.size() as u64);
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```

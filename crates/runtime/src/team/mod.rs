@@ -37,11 +37,12 @@ pub use nb::CollHandle;
 /// several teams for collectives that should proceed side by side.
 ///
 /// ```no_run
+/// # use weft_runtime as weft;
 /// # let world = weft_runtime::World::init()?;
 /// let all = world.world_team()?;
 /// // Even and odd world ranks in two teams, ordered by world rank.
 /// let half = all.split(Some(world.rank() % 2), world.rank())?.expect("every rank has a colour");
-/// let total = half.allreduce(&[world.rank() as u64], weft_runtime::ReduceOp::Sum)?;
+/// let total = half.allreduce(&[world.rank() as u64], weft::ReduceOp::Sum)?;
 /// println!("team rank {} of {}: sum of world ranks {}", half.rank(), half.size(), total[0]);
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```

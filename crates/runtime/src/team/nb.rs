@@ -27,9 +27,10 @@ type Slot<R> = Arc<Mutex<Option<Result<R>>>>;
 /// [`CollHandle::test`], or `.await` it (it is a `Future`, usable under any executor).
 ///
 /// ```no_run
+/// # use weft_runtime as weft;
 /// # let world = weft_runtime::World::init()?;
 /// let team = world.world_team()?;
-/// let h = team.allreduce_nb(vec![1.0f64; 1024], weft_runtime::ReduceOp::Sum)?;
+/// let h = team.allreduce_nb(vec![1.0f64; 1024], weft::ReduceOp::Sum)?;
 /// // ... compute; the collective moves when its team's handles are tested or awaited ...
 /// let sum = h.wait()?;
 /// assert_eq!(sum[0], world.size() as f64);
