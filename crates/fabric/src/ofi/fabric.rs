@@ -246,7 +246,6 @@ impl Fabric for OfiFabric {
                 returned: Arc::default(),
                 domain: Arc::new(self.obj.open_domain(&self.names, single_thread)?),
                 single_thread,
-                next_key: AtomicU64::new(1),
             },
         };
         let id = self.next_context.fetch_add(1, Ordering::AcqRel);

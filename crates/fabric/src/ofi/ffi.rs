@@ -48,6 +48,8 @@ pub struct Negotiated {
     pub manual_progress: bool,
     /// The completion queue has a file descriptor to sleep on (`FI_WAIT_FD`).
     pub cq_wait_fd: bool,
+    /// Bytes of a memory key (`mr_key_size`): requested keys are random within them.
+    pub key_size: usize,
 }
 
 impl Negotiated {
@@ -239,6 +241,7 @@ impl Objects {
             delivery_complete: delivery,
             manual_progress: da.data_progress == sys::FI_PROGRESS_MANUAL,
             cq_wait_fd: false,
+            key_size: da.mr_key_size,
         };
         let mut o = Objects {
             fabric: null_mut(),
@@ -320,9 +323,17 @@ impl Objects {
         }
     }
 
-    /// Registers `[addr, addr + len)` for local and remote access.
-    pub fn register(&self, addr: usize, len: usize, requested_key: u64) -> FabricResult<Mr> {
-        register_in(self.domain, self.neg.mr_endpoint().then_some(self.ep), addr, len, requested_key)
+    /// Registers `[addr, addr + len)` for local access, and for peers' reads and writes when
+    /// `access` is [`Access::Remote`].
+    pub fn register(&self, addr: usize, len: usize, access: Access) -> FabricResult<Mr> {
+        register_in(
+            self.domain,
+            self.neg.mr_endpoint().then_some(self.ep),
+            addr,
+            len,
+            access,
+            self.neg.key_size,
+        )
     }
 
     /// Opens an endpoint context: a new domain in this fabric, with an address vector holding
@@ -339,6 +350,7 @@ impl Objects {
             av: null_mut(),
             addrs: Vec::new(),
             mr_endpoint: self.neg.mr_endpoint(),
+            key_size: self.neg.key_size,
             delivery_complete: self.neg.delivery_complete,
             cq_size: self.neg.tx_size + 64,
             info,
@@ -395,36 +407,48 @@ fn av_insert(av: *mut sys::fid_av, addrs: &[Vec<u8>]) -> FabricResult<Vec<u64>> 
     Ok(out)
 }
 
-/// Registers `[addr, addr + len)` in `domain` for local and remote access, bound to `ep`
-/// where the provider wants registrations bound (`FI_MR_ENDPOINT`).
+/// Who may reach a registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Only this process's own operations (staging, receive buffers): no peer can read or
+    /// write it, whatever key it presents.
+    Local,
+    /// Peers' reads and writes too (segments), under the registration's key.
+    Remote,
+}
+
+/// Registers `[addr, addr + len)` in `domain`, bound to `ep` where the provider wants
+/// registrations bound (`FI_MR_ENDPOINT`). The requested key is random within the provider's
+/// `key_size` bytes (a key in use is drawn again), so that nobody outside the job can guess
+/// one: the key is all that guards a remotely accessible region from any process that
+/// reaches the endpoint. Providers that choose keys themselves (`FI_MR_PROV_KEY`) ignore it.
 fn register_in(
     domain: *mut sys::fid_domain,
     ep: Option<*mut sys::fid_ep>,
     addr: usize,
     len: usize,
-    requested_key: u64,
+    access: Access,
+    key_size: usize,
 ) -> FabricResult<Mr> {
-    let access = (sys::FI_READ
-        | sys::FI_WRITE
-        | sys::FI_REMOTE_READ
-        | sys::FI_REMOTE_WRITE
-        | sys::FI_SEND
-        | sys::FI_RECV) as u64;
+    let mut flags = (sys::FI_READ | sys::FI_WRITE | sys::FI_SEND | sys::FI_RECV) as u64;
+    if access == Access::Remote {
+        flags |= (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64;
+    }
+    let mask = if key_size >= 8 { u64::MAX } else { (1u64 << (8 * key_size)) - 1 };
     let mut mr = null_mut();
+    let mut tries = 0;
     // SAFETY: domain (and ep) are open; the range is memory this process mapped and keeps
     // mapped until the Mr is closed (the caller's invariant); out-pointer valid.
     unsafe {
-        let ret = sys::fi_mr_reg(
-            domain,
-            addr as *const c_void,
-            len,
-            access,
-            0,
-            requested_key,
-            0,
-            &mut mr,
-            null_mut(),
-        );
+        let ret = loop {
+            let key = crate::os::random_u64()? & mask;
+            let ret =
+                sys::fi_mr_reg(domain, addr as *const c_void, len, flags, 0, key, 0, &mut mr, null_mut());
+            tries += 1;
+            if ret != -(sys::FI_ENOKEY as i32) || tries >= 8 {
+                break ret;
+            }
+        };
         check(ret as i64, "fi_mr_reg")?;
         let m = Mr(mr);
         if let Some(ep) = ep {
@@ -443,6 +467,7 @@ pub struct Domain {
     /// Every rank's main endpoint in this domain's address vector.
     pub addrs: Vec<u64>,
     mr_endpoint: bool,
+    key_size: usize,
     delivery_complete: bool,
     cq_size: usize,
     info: InfoList,
@@ -479,9 +504,9 @@ impl Domain {
         Ok(t)
     }
 
-    /// Registers `[addr, addr + len)` in this context for `ep`'s local use.
-    pub fn register(&self, ep: &TxEndpoint, addr: usize, len: usize, requested_key: u64) -> FabricResult<Mr> {
-        register_in(self.domain, self.mr_endpoint.then_some(ep.ep), addr, len, requested_key)
+    /// Registers `[addr, addr + len)` in this context for `ep`.
+    pub fn register(&self, ep: &TxEndpoint, addr: usize, len: usize, access: Access) -> FabricResult<Mr> {
+        register_in(self.domain, self.mr_endpoint.then_some(ep.ep), addr, len, access, self.key_size)
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! | weft | libfabric |
 //! |---|---|
-//! | registered region | `mmap` + `fi_mr_reg` (bound to the endpoint under `FI_MR_ENDPOINT`); descriptor = (id, len, base, key), base = virtual address under `FI_MR_VIRT_ADDR`, else 0 |
+//! | registered region | `mmap` + `fi_mr_reg` (bound to the endpoint under `FI_MR_ENDPOINT`) with a random key (the provider's under `FI_MR_PROV_KEY`); descriptor = (id, len, base, key), base = virtual address under `FI_MR_VIRT_ADDR`, else 0. Staging and receive buffers are registered for local access only |
 //! | put / put_from | `fi_writemsg` (`FI_INJECT` up to the inject size, else from a registered staging slot or the registered source), `FI_DELIVERY_COMPLETE` where offered |
 //! | get | `fi_read` into the destination (or a staging slot under `FI_MR_LOCAL`), waited for |
 //! | atomics | `fi_fetch_atomic` / `fi_compare_atomic` on `FI_UINT64` where every op is valid, else the runtime's AM path |
@@ -13,13 +13,16 @@
 //!
 //! Every message carries the job key from the start-up exchange; messages with another key
 //! (another job, a stray connection) or that do not add up are dropped and counted, never
-//! executed.
+//! executed. Memory is guarded by the registration keys: 64 random bits on providers with
+//! 8-byte keys (tcp, verbs), which a process outside the job would have to guess.
 
 mod am;
 mod fabric;
 use am::frame;
 use rma::fi_op;
 mod ffi;
+#[cfg(test)]
+mod outsider;
 mod peers;
 mod rma;
 mod slab;
@@ -32,7 +35,7 @@ use crate::{
     AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
     FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
 };
-use ffi::{Context, Objects, EAGAIN};
+use ffi::{Access, Context, Objects, EAGAIN};
 use slab::Slab;
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -253,25 +256,10 @@ pub struct OfiFabric {
     obj: Objects,
 }
 
-fn random_key() -> u64 {
-    use std::io::Read;
-    let mut b = [0u8; 8];
-    if std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).is_ok() {
-        return u64::from_le_bytes(b) | 1;
-    }
-    (os::now_ns() ^ ((os::pid() as u64) << 32)) | 1
-}
-
-fn register_map(obj: &Objects, len: usize, key: u64) -> FabricResult<Reg> {
+fn register_map(obj: &Objects, len: usize) -> FabricResult<Reg> {
     let map = Arc::new(os::map_anonymous(len.max(1).next_multiple_of(4096))?);
-    let mr = obj.register(map.as_ptr() as usize, map.len(), key)?;
+    let mr = obj.register(map.as_ptr() as usize, map.len(), Access::Local)?;
     Ok(Reg { map, mr })
-}
-
-/// Requested keys of regions (when the provider does not pick them): staging and receive
-/// buffers use 1 and 2, region `id` uses `id + 16`.
-fn region_key(id: u32) -> u64 {
-    id as u64 + 16
 }
 
 impl OfiFabric {
@@ -280,12 +268,12 @@ impl OfiFabric {
         let (rank, size) = (boot.rank(), boot.size());
         let obj = Objects::open(&cfg.wanted)?;
         let atomics = obj.neg.atomics() && obj.atomics_valid();
-        let stage = register_map(&obj, CHUNK * CHUNKS + 64 * SMALLS, 1)?;
+        let stage = register_map(&obj, CHUNK * CHUNKS + 64 * SMALLS)?;
         let base = stage.map.as_ptr() as usize;
-        let rx = register_map(&obj, RX_BYTES * RX_BUFS, 2)?;
+        let rx = register_map(&obj, RX_BYTES * RX_BUFS)?;
         // Start-up exchange: key (rank 0's wins), pid, endpoint name, host identity.
         let name = obj.name()?;
-        let mut mine = random_key().to_le_bytes().to_vec();
+        let mut mine = (os::random_u64()? | 1).to_le_bytes().to_vec();
         mine.extend_from_slice(&os::pid().to_le_bytes());
         mine.extend_from_slice(&(name.len() as u16).to_le_bytes());
         mine.extend_from_slice(&name);
@@ -385,7 +373,7 @@ impl OfiFabric {
                 what: format!("region {id} of {len} bytes registered twice or too long"),
             });
         }
-        let mr = self.obj.register(map.as_ptr() as usize, map.len(), region_key(id))?;
+        let mr = self.obj.register(map.as_ptr() as usize, map.len(), Access::Remote)?;
         let base = if self.obj.neg.virt_addr() { map.as_ptr() as u64 } else { 0 };
         let mut desc = id.to_le_bytes().to_vec();
         desc.extend_from_slice(&(len as u64).to_le_bytes());

@@ -19,7 +19,7 @@
 //! provider may hold a peer's state for every endpoint that ever reached it (libfabric's shm
 //! provider: 256 per rank, after which writes wait for ever).
 
-use super::ffi::{self, Context, Domain, TxEndpoint, EAGAIN};
+use super::ffi::{self, Access, Context, Domain, TxEndpoint, EAGAIN};
 use super::{frame, RX_BYTES, TAG_REQUEST};
 use crate::os::{self, Mapping};
 use crate::{AmClass, AmOut, FabricError, FabricResult, Rank, RemoteRegion, Resource, TxSlot};
@@ -66,8 +66,6 @@ pub(super) struct SlotContext {
     pub domain: Arc<Domain>,
     /// Whether the domain was opened for one thread (`FI_THREAD_DOMAIN`).
     pub single_thread: bool,
-    /// The next registration key of a new slot (unique in the domain).
-    pub next_key: std::sync::atomic::AtomicU64,
 }
 
 /// Closed contexts kept for reuse, with what their slots returned.
@@ -138,8 +136,8 @@ impl OfiTxSlot {
             None => {
                 let tx = ctx.domain.open_endpoint()?;
                 let stage = os::map_anonymous(BUFS * RX_BYTES)?;
-                let key = ctx.next_key.fetch_add(1, Ordering::Relaxed);
-                let stage_mr = ctx.domain.register(&tx, stage.as_ptr() as usize, stage.len(), key)?;
+                let stage_mr =
+                    ctx.domain.register(&tx, stage.as_ptr() as usize, stage.len(), Access::Local)?;
                 SlotParts { stage_mr, tx, stage }
             }
         };
