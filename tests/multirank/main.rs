@@ -29,6 +29,7 @@ use weft::{AmHandler, AtomicOp, Error, World};
 const CASES: &[Case] = &[
     Case { name: "put_get_sizes", run: put_get_sizes, ranks: &[2, 4], env: &[] },
     Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
+    Case { name: "gets_in_flight", run: gets_in_flight, ranks: &[2, 4], env: &[] },
     Case {
         name: "completion_semantics_am_path",
         run: completion_semantics,

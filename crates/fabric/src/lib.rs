@@ -87,6 +87,20 @@ pub trait Fabric: Send + Sync + 'static {
     fn put(&self, dst: &RemoteRegion, offset: usize, src: &[u8], token: u64) -> FabricResult<Issued>;
     /// Reads `dst.len()` bytes at byte `offset` of `src` into `dst`; complete when it returns.
     fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()>;
+    /// Starts a get of `dst.len()` bytes at `offset` of `src` that may complete later, so
+    /// that many can be in flight: either done at return (the bytes in `dst`), or read into
+    /// the fabric's own memory and completed with `on_complete(token)` (then
+    /// [`StagedGet::copy_to`]). The default is [`Fabric::get`].
+    fn get_nb(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: &mut [u8],
+        token: u64,
+    ) -> FabricResult<GetIssued> {
+        let _ = token;
+        self.get(src, offset, dst).map(|_| GetIssued::Done)
+    }
     /// Performs an atomic operation on the 8-byte-aligned `u64` at `offset` of `dst`.
     /// `Issued::Done` carries the previous value.
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued>;

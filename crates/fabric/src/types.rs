@@ -123,6 +123,44 @@ pub enum Issued {
     Pending,
 }
 
+/// How a non-blocking get was issued ([`crate::Fabric::get_nb`]).
+pub enum GetIssued {
+    /// The bytes are in the destination already.
+    Done,
+    /// The fabric reads into memory of its own; once the completion of the get's token came
+    /// through [`crate::EventSink::on_complete`], [`StagedGet::copy_to`] hands them over.
+    Staged(StagedGet),
+}
+
+/// Bytes a fabric fetches into memory of its own for a get that completes later. The memory
+/// goes back to the fabric when both this and the fabric's own reference are gone, so
+/// dropping it early (or forgetting it) never frees memory the network still writes.
+pub struct StagedGet(std::sync::Arc<dyn Staged>);
+
+/// Where a [`StagedGet`]'s bytes wait (a fabric's staging buffer).
+pub trait Staged: Send + Sync {
+    /// Copies the fetched bytes into `dst` (as many as both hold) and returns `true`, or
+    /// returns `false` and copies nothing while the read has not completed.
+    fn copy_to(&self, dst: &mut [u8]) -> bool;
+}
+
+impl StagedGet {
+    /// Wraps a fabric's staging buffer.
+    pub fn new(staged: std::sync::Arc<dyn Staged>) -> Self {
+        StagedGet(staged)
+    }
+    /// See [`Staged::copy_to`].
+    pub fn copy_to(&self, dst: &mut [u8]) -> bool {
+        self.0.copy_to(dst)
+    }
+}
+
+impl std::fmt::Debug for StagedGet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StagedGet")
+    }
+}
+
 /// A remote atomic operation on a `u64`; every variant yields the previous value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AtomicOp {

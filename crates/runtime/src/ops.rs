@@ -24,6 +24,9 @@ pub(crate) struct OpState {
     error: Mutex<Option<Error>>,
     /// Bytes fetched by an AM-based get, copied to the caller's buffer at completion.
     pub data: Mutex<Vec<u8>>,
+    /// Where a fabric's non-blocking gets hold their bytes until completion, each with the
+    /// offset in the caller's buffer it goes to.
+    staged: Mutex<Vec<(usize, weft_fabric::StagedGet)>>,
     waker: Mutex<Option<Waker>>,
     /// The rank whose answer completes the operation.
     pub target: u32,
@@ -37,6 +40,17 @@ impl OpState {
         out: &mut [u8],
         scatter: impl ExactSizeIterator<Item = std::ops::Range<usize>>,
     ) {
+        let staged = std::mem::take(&mut *self.staged.lock().unwrap_or_else(|p| p.into_inner()));
+        for (at, piece) in &staged {
+            // Complete here (the operation is); a piece copies at most what it fetched.
+            if let Some(dst) = out.get_mut(*at..) {
+                piece.copy_to(dst);
+            }
+        }
+        if !staged.is_empty() {
+            // A network's gets (no AM-borne data).
+            return;
+        }
         let data = self.data.lock().unwrap_or_else(|p| p.into_inner());
         if scatter.len() == 0 {
             weft_fabric::copy::copy_slice(out, &data);
@@ -54,9 +68,14 @@ impl OpState {
             value: AtomicU64::new(0),
             error: Mutex::new(None),
             data: Mutex::new(vec![0; data_len]),
+            staged: Mutex::new(Vec::new()),
             waker: Mutex::new(None),
             target,
         })
+    }
+    /// Keeps the fabric's staging of a non-blocking get until [`OpState::copy_out`].
+    pub(crate) fn stage(&self, at: usize, staged: weft_fabric::StagedGet) {
+        self.staged.lock().unwrap_or_else(|p| p.into_inner()).push((at, staged));
     }
     pub fn is_done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0

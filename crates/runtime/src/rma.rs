@@ -15,7 +15,7 @@ use crate::{AtomicHandle, Comm, Error, Pod, Result, RmaHandle, Segment};
 use std::cell::RefCell;
 use std::sync::Arc;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
-use weft_fabric::{AtomicOp, Issued};
+use weft_fabric::{AtomicOp, GetIssued, Issued};
 
 /// How an operation was started: finished already, or with state to wait on.
 pub(crate) enum Started {
@@ -174,22 +174,48 @@ impl Comm {
     /// Reads `dst.len()` elements at `src` into `dst`.
     pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
         let out = bytes_of_mut(dst);
-        if let Some(op) = self.start_get(src, out)? {
+        if let Some(op) = self.start_get(src, out, true)? {
             self.wait_op(&op)?;
             op.copy_out(out, std::iter::empty());
         }
         Ok(())
     }
 
-    /// Starts a get into `out`: done on return with native RMA (`None`), else the AM-based
-    /// operation whose data goes to `out` once complete.
-    fn start_get<T: Pod>(&self, src: GlobalPtr<T>, out: &mut [u8]) -> Result<Option<Arc<OpState>>> {
+    /// Starts a get into `out`: done on return (`None`), or the operation whose data goes to
+    /// `out` once complete (the AM-based path; a network's get in flight unless `blocking`,
+    /// for which the fabric reads straight into `out` and waits).
+    fn start_get<T: Pod>(
+        &self,
+        src: GlobalPtr<T>,
+        out: &mut [u8],
+        blocking: bool,
+    ) -> Result<Option<Arc<OpState>>> {
         let (seg, off) = self.resolve(src, out.len())?;
         if !self.native_rma {
             return Ok(Some(self.am_get(src.rank(), seg.id, off, out.len())?));
         }
-        self.fabric.get(seg.remote(src.rank())?, off, out)?;
-        Ok(None)
+        let region = seg.remote(src.rank())?;
+        if blocking || self.caps.load_store {
+            self.fabric.get(region, off, out)?;
+            return Ok(None);
+        }
+        let state = OpState::new(src.rank(), 1, 0);
+        let token = self.ops.register(&state);
+        match self.fabric.get_nb(region, off, out, token) {
+            Ok(GetIssued::Done) => {
+                self.ops.complete(token, 0, Ok(()));
+                Ok(None)
+            }
+            Ok(GetIssued::Staged(staged)) => {
+                state.stage(0, staged);
+                Ok(Some(state))
+            }
+            Err(e) => {
+                // Forget the token: nothing will complete it.
+                self.ops.complete(token, 0, Err(e.clone().into()));
+                Err(e.into())
+            }
+        }
     }
 
     /// Starts a put; `src` may be reused at once, the handle completes when the data is
@@ -205,7 +231,7 @@ impl Comm {
     /// holds its own reference to the world).
     pub fn get_nb<'a, T: Pod>(&self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
         let out = bytes_of_mut(dst);
-        Ok(match self.start_get(src, out)? {
+        Ok(match self.start_get(src, out, false)? {
             Some(op) => RmaHandle::pending(self, op, Some(out)),
             None => RmaHandle::done(),
         })

@@ -20,7 +20,7 @@ use crate::{AmMsg, Comm, Error, NbiScope, Pod, Result, RmaHandle};
 use std::ops::Range;
 use std::sync::Arc;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
-use weft_fabric::{AmClass, AmPayload, Issued};
+use weft_fabric::{AmClass, AmPayload, GetIssued, Issued};
 
 /// Where one side's elements lie, in elements from a base (a [`GlobalPtr`] or the start of a
 /// local slice).
@@ -419,10 +419,30 @@ impl Comm {
         let out = bytes_of_mut(dst);
         if !self.packed(&plan) {
             let region = plan.seg.remote(plan.rank)?;
-            for c in &plan.copies {
-                self.fabric.get(region, c.remote, &mut out[c.local..c.local + c.len])?;
+            if self.caps.load_store || plan.copies.is_empty() {
+                for c in &plan.copies {
+                    self.fabric.get(region, c.remote, &mut out[c.local..c.local + c.len])?;
+                }
+                return Ok(RmaHandle::done());
             }
-            return Ok(RmaHandle::done());
+            // A network: every piece in flight at once, completing one token.
+            let op = OpState::new(plan.rank, plan.copies.len(), 0);
+            let token = self.ops.register(&op);
+            for (i, c) in plan.copies.iter().enumerate() {
+                match self.fabric.get_nb(region, c.remote, &mut out[c.local..c.local + c.len], token) {
+                    Ok(GetIssued::Done) => self.ops.complete(token, 0, Ok(())),
+                    Ok(GetIssued::Staged(staged)) => op.stage(c.local, staged),
+                    Err(e) => {
+                        // The pieces not issued end here; those in flight read into the
+                        // fabric's staging, never into `out`, and end the token later.
+                        for _ in i..plan.copies.len() {
+                            self.ops.complete(token, 0, Err(e.clone().into()));
+                        }
+                        return Err(e.into());
+                    }
+                }
+            }
+            return Ok(RmaHandle::pending(self, op, Some(out)));
         }
         let msgs = pack(&plan.copies, self.caps.am_max_medium, false);
         if msgs.is_empty() {

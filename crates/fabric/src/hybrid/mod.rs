@@ -23,7 +23,7 @@
 use crate::ofi::OfiFabric;
 use crate::shm::{ShmConfig, ShmFabric};
 use crate::{
-    AmIn, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError, FabricResult, Issued,
+    AmIn, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError, FabricResult, GetIssued, Issued,
     LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource,
 };
 use std::sync::{Arc, Condvar, Mutex};
@@ -328,6 +328,19 @@ impl Fabric for HybridFabric {
         match self.route(src.rank)? {
             Route::Shm(l) => self.parts.shm.get(&as_local(src, l), offset, dst),
             Route::Ofi => self.parts.ofi.get(src, offset, dst),
+        }
+    }
+
+    fn get_nb(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: &mut [u8],
+        token: u64,
+    ) -> FabricResult<GetIssued> {
+        match self.route(src.rank)? {
+            Route::Shm(l) => self.parts.shm.get_nb(&as_local(src, l), offset, dst, token),
+            Route::Ofi => self.parts.ofi.get_nb(src, offset, dst, token),
         }
     }
 

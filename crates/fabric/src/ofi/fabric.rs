@@ -136,6 +136,46 @@ impl Fabric for OfiFabric {
         Ok(())
     }
 
+    fn get_nb(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: &mut [u8],
+        token: u64,
+    ) -> FabricResult<GetIssued> {
+        src.check(offset, dst.len())?;
+        let n = dst.len();
+        let slab = match n {
+            0 => None,
+            1..=GET_SMALL => Some(&self.get_slots[0]),
+            n if n <= GET_MEDIUM => Some(&self.get_slots[1]),
+            _ => None,
+        };
+        let Some((slab, slot)) = slab.and_then(|s| Some((s, s.take()?))) else {
+            // Nothing to read, more than a slot holds, or every slot out: read in place and
+            // wait (never wait for a slot, which only a handle's completion returns).
+            return self.get(src, offset, dst).map(|_| GetIssued::Done);
+        };
+        let stage = Arc::new(StageSlot {
+            _map: self.stage.map.clone(),
+            slab: slab.clone(),
+            slot,
+            len: n,
+            done: AtomicBool::new(false),
+        });
+        let t = Tracker::new(Target::Token(token));
+        t.remaining.fetch_add(1, Ordering::AcqRel);
+        let (fa, raddr, buf) = (self.addrs[src.rank as usize], src.addr + offset as u64, slab.addr(slot));
+        let op = Op::ReadStaged { dst: src.rank, track: t.clone(), stage: stage.clone() };
+        let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
+            self.obj.ep().read(buf, n, self.stage.mr.desc(), fa, raddr, src.key, ctx)
+        });
+        // Never posted: nothing completes the token, and the slot goes back with `stage`.
+        posted?;
+        self.release_guard(&t);
+        Ok(GetIssued::Staged(StagedGet::new(stage)))
+    }
+
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued> {
         if !self.atomics {
             return Err(FabricError::Unsupported { what: "native atomics on this provider" });
@@ -437,8 +477,18 @@ impl Fabric for OfiFabric {
             res("memory registrations (regions)".into(), local.len() as u64, local.iter().map(|r| r.map.len() as u64).sum()),
             res(format!("posted receive buffers of {RX_BYTES} B"), self.rx_slots.count() as u64, self.rx.map.len() as u64),
             res(
-                format!("staging slots ({} of {} KiB, {} of 64 B) in use", CHUNKS, CHUNK / 1024, SMALLS),
-                (self.chunks.in_use() + self.smalls.in_use()) as u64,
+                format!(
+                    "staging slots ({} of {} KiB, {} of 64 B; gets: {} of {} B, {} of {} B) in use",
+                    CHUNKS,
+                    CHUNK / 1024,
+                    SMALLS,
+                    GET_SMALLS,
+                    GET_SMALL,
+                    GET_MEDIUMS,
+                    GET_MEDIUM
+                ),
+                (self.chunks.in_use() + self.smalls.in_use() + self.get_slots.iter().map(|s| s.in_use()).sum::<usize>())
+                    as u64,
                 self.stage.map.len() as u64,
             ),
             res("messages rejected (foreign key or malformed)".into(), self.rejected.load(Ordering::Relaxed), 0),

@@ -5,7 +5,7 @@
 //! |---|---|
 //! | registered region | `mmap` + `fi_mr_reg` (bound to the endpoint under `FI_MR_ENDPOINT`) with a random key (the provider's under `FI_MR_PROV_KEY`); descriptor = (id, len, base, key), base = virtual address under `FI_MR_VIRT_ADDR`, else 0. Staging and receive buffers are registered for local access only |
 //! | put / put_from | `fi_writemsg` (`FI_INJECT` up to the inject size, else from a registered staging slot or the registered source), `FI_DELIVERY_COMPLETE` where offered |
-//! | get | `fi_read` into the destination (or a staging slot under `FI_MR_LOCAL`), waited for |
+//! | get / get_nb | `fi_read` into the destination (or a staging slot under `FI_MR_LOCAL`), waited for; `get_nb` of up to 4 KiB reads into a staging slot of its own, completing by token (copied out at completion), and reads in place and waits when the slots are all out |
 //! | atomics | `fi_fetch_atomic` / `fi_compare_atomic` on `FI_UINT64` where every op is valid, else the runtime's AM path |
 //! | AM | `fi_inject` / `fi_send` of a header + args + payload ([`wire`]) into pre-posted, recycled receive buffers; long AMs write first and rely on `FI_ORDER_SAW`, or carry the payload (or wait for the write) without it |
 //! | completions | one CQ (`FI_CQ_FORMAT_DATA`) for transmits and receives, sized for every outstanding operation so it cannot overrun; sleeping on its wait descriptor (`FI_WAIT_FD`, `fi_trywait`) without holding it |
@@ -33,7 +33,8 @@ use crate::boot::Bootstrap;
 use crate::os::{self, Mapping};
 use crate::{
     AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
-    FabricResult, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, TxSlot,
+    FabricResult, GetIssued, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, Staged,
+    StagedGet, TxSlot,
 };
 use ffi::{Access, Context, Objects, EAGAIN};
 use slab::Slab;
@@ -55,6 +56,16 @@ const CHUNK: usize = 128 * 1024;
 const CHUNKS: usize = 32;
 /// Small slots for atomics' operands and results.
 const SMALLS: usize = 1024;
+/// Staging of non-blocking gets, of their own (a get's slot stays out until its handle
+/// completes, so sharing slots with puts and atomics could starve them): slots of
+/// [`GET_SMALL`] and [`GET_MEDIUM`] bytes. A get that finds none free, or is larger, reads in
+/// place and waits.
+const GET_SMALL: usize = 64;
+const GET_SMALLS: usize = 1024;
+const GET_MEDIUM: usize = 4096;
+const GET_MEDIUMS: usize = 128;
+/// Bytes of the staging region: chunks, small slots, then the gets' slots.
+const STAGE_BYTES: usize = CHUNK * CHUNKS + 64 * SMALLS + GET_SMALL * GET_SMALLS + GET_MEDIUM * GET_MEDIUMS;
 /// Receive buffers posted at any time, each holding one whole AM: the first `REQUEST_BUFS`
 /// for requests (tag [`TAG_REQUEST`]), the others for replies and control messages.
 const RX_BUFS: usize = 64;
@@ -147,11 +158,49 @@ enum Op {
         dst: Rank,
         track: Arc<Tracker>,
     },
+    /// A non-blocking get into a staging slot (see [`StageSlot`]).
+    ReadStaged {
+        dst: Rank,
+        track: Arc<Tracker>,
+        stage: Arc<StageSlot>,
+    },
     Atomic {
         slot: u32,
         dst: Rank,
         track: Arc<Tracker>,
     },
+}
+
+/// The staging slot of a non-blocking get: it returns to its slab when both the operation's
+/// context (dropped at the completion) and the runtime's [`StagedGet`] let go of it.
+struct StageSlot {
+    /// The staging memory stays mapped while a slot of it is out (a handle may outlive the
+    /// fabric).
+    _map: Arc<Mapping>,
+    slab: Arc<Slab>,
+    slot: u32,
+    len: usize,
+    /// Set at the completion: the provider has finished writing the slot.
+    done: AtomicBool,
+}
+
+impl Staged for StageSlot {
+    fn copy_to(&self, dst: &mut [u8]) -> bool {
+        if !self.done.load(Ordering::Acquire) {
+            return false;
+        }
+        let n = dst.len().min(self.len);
+        // SAFETY: the slot holds `len` bytes inside the mapping `_map` keeps alive; the read
+        // into it completed (`done`), so nothing writes it; `dst` is a live exclusive slice.
+        unsafe { crate::copy::copy_bytes(self.slab.addr(self.slot) as *const u8, dst.as_mut_ptr(), n) };
+        true
+    }
+}
+
+impl Drop for StageSlot {
+    fn drop(&mut self) {
+        self.slab.give(self.slot);
+    }
 }
 
 /// What an incoming AM carries, copied out of its receive buffer.
@@ -210,6 +259,8 @@ pub struct OfiFabric {
     stage: Reg,
     chunks: Slab,
     smalls: Slab,
+    /// Non-blocking gets' staging: up to [`GET_SMALL`] and up to [`GET_MEDIUM`] bytes.
+    get_slots: [Arc<Slab>; 2],
     rx: Reg,
     rx_slots: Slab,
     cq_lock: Mutex<()>,
@@ -268,7 +319,7 @@ impl OfiFabric {
         let (rank, size) = (boot.rank(), boot.size());
         let obj = Objects::open(&cfg.wanted)?;
         let atomics = obj.neg.atomics() && obj.atomics_valid();
-        let stage = register_map(&obj, CHUNK * CHUNKS + 64 * SMALLS)?;
+        let stage = register_map(&obj, STAGE_BYTES)?;
         let base = stage.map.as_ptr() as usize;
         let rx = register_map(&obj, RX_BYTES * RX_BUFS)?;
         // Start-up exchange: key (rank 0's wins), pid, endpoint name, host identity.
@@ -314,6 +365,14 @@ impl OfiFabric {
             regions: RwLock::new(Vec::new()),
             chunks: Slab::new(base, CHUNK, CHUNKS),
             smalls: Slab::new(base + CHUNK * CHUNKS, 64, SMALLS),
+            get_slots: {
+                let at = base + CHUNK * CHUNKS + 64 * SMALLS;
+                let mediums = at + GET_SMALL * GET_SMALLS;
+                [
+                    Arc::new(Slab::new(at, GET_SMALL, GET_SMALLS)),
+                    Arc::new(Slab::new(mediums, GET_MEDIUM, GET_MEDIUMS)),
+                ]
+            },
             stage,
             rx_slots: Slab::new(rx.map.as_ptr() as usize, RX_BYTES, RX_BUFS),
             rx,
@@ -607,6 +666,10 @@ impl OfiFabric {
                 self.piece_done(dst, &track, res, 0);
             }
             Op::Read { dst, track } => self.piece_done(dst, &track, res, 0),
+            Op::ReadStaged { dst, track, stage } => {
+                stage.done.store(true, Ordering::Release);
+                self.piece_done(dst, &track, res, 0);
+            }
             Op::Atomic { slot, dst, track } => {
                 // SAFETY: the result word lies in the small slot this operation owned; the
                 // provider finished writing it before reporting the completion.
