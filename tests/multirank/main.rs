@@ -50,6 +50,7 @@ const CASES: &[Case] = &[
     Case { name: "vanished_rank", run: vanished_rank, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },
+    Case { name: "rpc_plain_rules", run: rpc_plain_rules, ranks: &[2, 4], env: &[] },
     Case { name: "owned_handles", run: owned_handles, ranks: &[2, 4], env: &[] },
     Case { name: "busy_target_serves", run: busy_target_serves, ranks: &[2, 4], env: &[] },
     Case { name: "sending_rank_serves", run: sending_rank_serves, ranks: &[2, 4], env: &[] },

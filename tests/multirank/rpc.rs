@@ -31,6 +31,48 @@ weft::remote! {
     async fn rpc_bump(by: u64) { POSTED.fetch_add(by, Ordering::SeqCst); }
 }
 pub(crate) static POSTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+weft::remote! {
+    /// A plain function that tries to post: refused whatever its argument's size (small ones
+    /// run in the call's handler, large ones from the hook).
+    fn rpc_plain_posts(to: u32, _pad: Vec<u8>) -> String {
+        use weft::RpcExt;
+        let w = weft::current().expect("a remote function runs in a world");
+        match w.post(to, rpc_bump, (0,)) {
+            Ok(_) => "posted".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+weft::remote! {
+    /// The same as an `async` function: it may communicate.
+    async fn rpc_async_posts(to: u32, _pad: Vec<u8>) -> String {
+        use weft::RpcExt;
+        let w = weft::current().expect("a remote function runs in a world");
+        match w.post(to, rpc_bump, (0,)) {
+            Ok(_) => "posted".into(),
+            Err(e) => e.to_string(),
+        }
+    }
+}
+
+/// What a plain function may do does not depend on its input: posting from one fails with
+/// the same clear error for small and large arguments; an async one may post.
+pub(crate) fn rpc_plain_rules() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    let (me, n) = (w.rank(), w.size());
+    let peer = (me + 1) % n;
+    for pad in [0usize, 1 << 20] {
+        let r = w.call(peer, rpc_plain_posts, (me, vec![7u8; pad])).wait()?;
+        ck(r.contains("plain remote function") && r.contains("async fn"), || {
+            format!("a plain function posting with {pad} B of arguments: {r:?}")
+        })?;
+        let r = w.call(peer, rpc_async_posts, (me, vec![7u8; pad])).wait()?;
+        ck(r == "posted", || format!("an async function posting with {pad} B of arguments: {r:?}"))?;
+    }
+    w.wait_all()?;
+    w.barrier().map_err(Failure::from)
+}
 
 pub(crate) fn rpc_calls() -> Res {
     use weft::RpcExt;

@@ -24,9 +24,11 @@ pub trait RemoteFn: Copy + Send + Sync + 'static {
     const ID: u64 = fn_id(Self::NAME);
     /// A plain (not `async`) function: when its call arrives eagerly and nothing is queued
     /// before it, it runs at once inside the message's handler and its result goes back as
-    /// the AM reply (as HPX's direct actions), without a trip through the RPC queue. Inside a
-    /// handler a function must not send requests or wait for other ranks; write it as an
-    /// `async fn` to do that.
+    /// the AM reply (as HPX's direct actions), without a trip through the RPC queue. So it
+    /// follows a handler's rules wherever it runs (in the handler or, for large or queued
+    /// calls, from the progress hook): sending requests (calls, posts, AMs), collectives and
+    /// `wait_all` fail with `Error::Misuse`, and its waits (a blocking get, say) deliver
+    /// replies only. Write it as an `async fn` to communicate.
     const PLAIN: bool = false;
     /// Runs the function.
     fn run(args: Self::Args) -> BoxFuture<Self::Output>;
@@ -204,8 +206,8 @@ pub(crate) fn compare_signatures(mine: &str, theirs: &[u8]) -> Result<(), String
 /// Declares functions other ranks can call, registered on every rank at link time with ids
 /// derived from their path (no numbering). Each becomes a unit struct of the same name that
 /// implements [`RemoteFn`]; pass it to `call`/`post`. A plain `fn` may run inside the handler
-/// of its call (quick, no requests or waits inside: see [`RemoteFn::PLAIN`]); an `async fn`
-/// runs from the progress hook and may communicate.
+/// of its call (quick, no requests, collectives or `wait_all` inside: see
+/// [`RemoteFn::PLAIN`]); an `async fn` runs from the progress hook and may communicate.
 ///
 /// ```
 /// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }

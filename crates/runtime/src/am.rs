@@ -27,11 +27,38 @@ pub(crate) struct HandlerEntry {
 thread_local! {
     /// The class of the handler running on this thread, if any.
     static IN_HANDLER: Cell<Option<AmClass>> = const { Cell::new(None) };
+    /// Why this thread runs under a handler's rules outside a handler, for the errors of what
+    /// they refuse (see [`as_handler`]).
+    static RESTRICTED: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
 
 #[inline]
 pub(crate) fn in_handler() -> Option<AmClass> {
     IN_HANDLER.with(|h| h.get())
+}
+
+/// The error for `what`, refused under a handler's rules: the restriction's own message where
+/// code runs under [`as_handler`], else `in_handler` (what an AM handler hears).
+#[cold]
+pub(crate) fn refused(in_handler: &'static str) -> Error {
+    Error::Misuse(RESTRICTED.with(|r| r.get()).unwrap_or(in_handler))
+}
+
+/// Runs `f` under the rules of a request handler (no requests, collectives, barriers or
+/// `wait_all`; waits deliver replies only), wherever it runs; what those rules refuse fails
+/// with `Misuse(why)`. For a layer's code that runs inside handlers at some times and from
+/// hooks at others (the RPC layer's plain functions), so that it behaves the same either way.
+pub fn as_handler<R>(why: &'static str, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<AmClass>, Option<&'static str>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_HANDLER.with(|c| c.set(self.0));
+            RESTRICTED.with(|c| c.set(self.1));
+        }
+    }
+    let outer = IN_HANDLER.with(|c| c.replace(Some(c.get().unwrap_or(AmClass::Request))));
+    let _restore = Restore(outer, RESTRICTED.with(|c| c.replace(Some(why))));
+    f()
 }
 
 /// What this thread may handle while it waits: inside a handler only replies (so handlers
@@ -159,7 +186,7 @@ impl Comm {
             return Err(FINALIZED);
         }
         if in_handler().is_some() {
-            return Err(Error::Misuse("requests cannot be sent from inside an AM handler (reply instead)"));
+            return Err(refused("requests cannot be sent from inside an AM handler (reply instead)"));
         }
         if h.0 as usize >= self.handlers.len() {
             return Err(Error::UnknownHandler { id: h.0, src: self.rank() });

@@ -253,7 +253,7 @@ impl Comm {
     /// ```
     pub fn barrier(&self) -> Result<()> {
         if crate::am::in_handler().is_some() {
-            return Err(Error::Misuse("barrier inside an AM handler"));
+            return Err(crate::am::refused("barrier inside an AM handler"));
         }
         // What went wrong since (a refused message) is heard here, even where the barrier's
         // messages are all in and it would not wait.

@@ -129,7 +129,7 @@ impl Comm {
     pub fn wait_all(&self) -> Result<()> {
         if crate::am::in_handler().is_some() {
             // Its peers' questions are requests, which a handler's waits do not deliver.
-            return Err(crate::Error::Misuse("wait_all cannot run inside an AM handler"));
+            return Err(crate::am::refused("wait_all cannot run inside an AM handler"));
         }
         self.sync_nbi()?;
         let c = &self.counts;

@@ -17,6 +17,7 @@
 //! # Ok::<(), weft_runtime::Error>(())
 //! ```
 
+pub use crate::am::as_handler;
 pub use crate::dist::serving;
 use crate::{Builder, Comm, Error, Result, Segment};
 use std::any::Any;

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll, Wake, Waker};
 use weft_fabric::pod::AlignedBuf;
 use weft_fabric::pool::BlockPool;
-use weft_runtime::layer::{serving, Layer, RmaPool};
+use weft_runtime::layer::{as_handler, serving, Layer, RmaPool};
 use weft_runtime::{AmHandler, AmMsg, Comm, Endpoint, Error, GlobalPtr, Held, Result};
 
 /// A call's outcome as delivered: success, the result's index, its pulled chunks.
@@ -64,6 +64,10 @@ thread_local! {
     /// An index buffer to encode eager messages into, reused (the message copies it).
     static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
+/// What a plain remote function hears when it tries what only `async` ones may.
+const PLAIN_RULE: &str = "a plain remote function cannot send requests (calls, posts, AMs), run collectives \
+     or wait_all (it may run inside its call's AM handler): declare it `async fn` to communicate";
+
 /// Largest scratch buffer kept for reuse.
 const SCRATCH_KEEP: usize = 64 << 10;
 
@@ -676,8 +680,15 @@ impl Rpc {
     ) -> std::result::Result<Started, String> {
         let rank = comm.rank();
         let pool = self.pool.get().map(|p| p.blocks().clone());
+        let start = || serving(comm, || with_decode_pool(pool, || (reg.start)(index, source)));
         let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            serving(comm, || with_decode_pool(pool, || (reg.start)(index, source)))
+            // A plain function may run in its call's handler or from the hook: it follows a
+            // handler's rules in both, so that what it may do does not depend on its input.
+            if reg.plain {
+                as_handler(PLAIN_RULE, start)
+            } else {
+                start()
+            }
         }));
         match started {
             Ok(Ok(s)) => Ok(s),

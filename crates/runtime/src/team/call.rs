@@ -238,7 +238,7 @@ impl Core {
     fn refuse(&self) -> Error {
         match self.poisoned() {
             Some(e) => e,
-            None => Error::Misuse("team collective inside an AM handler"),
+            None => crate::am::refused("team collective inside an AM handler"),
         }
     }
 
