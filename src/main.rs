@@ -79,6 +79,19 @@ enum RankCmd {
         threads: usize,
     },
     Bench(cli::bench::BenchArgs),
+    /// One rank of the `scale` suite's jobs: start-up only, or measuring (rank 0 writes OUT).
+    #[command(name = "__scale")]
+    Scale {
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// One MPI process of the `scale` suite's Open MPI twin.
+    #[cfg(feature = "mpi")]
+    #[command(name = "__mpi-scale")]
+    MpiScale {
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
     /// One MPI process of the `coll` suite's Open MPI comparison; rank 0 writes OUT.
     #[cfg(feature = "mpi")]
     #[command(name = "__mpi-coll")]
@@ -146,7 +159,7 @@ fn main() -> ExitCode {
         },
         Cmd::Plot { input, out } => match cli::plot::plot(&input, &out) {
             Ok(files) if files.is_empty() => {
-                fail(format!("{}: no msgrate, dgemm or stencil rows", input.display()))
+                fail(format!("{}: no msgrate, dgemm, stencil or scale rows", input.display()))
             }
             Ok(files) => {
                 files.iter().for_each(|f| println!("{}", f.display()));
@@ -158,6 +171,11 @@ fn main() -> ExitCode {
             let r = match what {
                 RankCmd::Info { segment_kib, threads } => cli::info::rank_main(segment_kib, threads),
                 RankCmd::Bench(b) => cli::bench::rank_main(&b),
+                RankCmd::Scale { out } => cli::bench::scale::weft_rank(out.as_deref()),
+                #[cfg(feature = "mpi")]
+                RankCmd::MpiScale { out } => {
+                    cli::bench::scale::mpi_rank(out.as_deref()).map_err(weft::Error::Config)
+                }
                 #[cfg(feature = "mpi")]
                 RankCmd::MpiColl { out } => cli::bench::coll_mpi::worker(&out).map_err(weft::Error::Config),
             };

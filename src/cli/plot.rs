@@ -204,6 +204,18 @@ pub fn plot(input: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
         "microseconds per iteration",
         by_category_with_limit(&rows, "stencil", "ranks", "no exchange"),
     ));
+    for (kind, file, title, y) in [
+        ("startup", "scale-startup.png", "Start-up: init + barrier + exit, ranks of one node", "ms"),
+        ("shm", "scale-shm.png", "/dev/shm per rank", "KiB"),
+        ("rtt", "scale-rtt.png", "Round trip rank 0 - rank N-1", "microseconds"),
+        ("barrier", "scale-barrier.png", "Barrier", "microseconds"),
+    ] {
+        let mine = |r: &Value| (text(r, "kind") == kind).then(|| "weft".to_string());
+        let mut series = collect(&rows, "scale", "ranks", value, mine);
+        let peer = |r: &Value| (text(r, "kind") == kind).then(|| text(r, "limit_name").to_string());
+        series.extend(collect(&rows, "scale", "ranks", |r| num(r, "limit"), peer));
+        figures.push((file, title, "ranks", y, series));
+    }
     let mut written = vec![];
     for (file, title, x, y, s) in figures {
         if s.is_empty() {

@@ -202,6 +202,41 @@ fn bound_ranks_keep_spinning() -> Result<(), libtest_mimic::Failed> {
     Ok(())
 }
 
+/// `weft bench scale` on 2 and 3 ranks: every row there, with numbers a run could produce
+/// (shared memory grows with the ranks: rings per peer), and a bad rank list refused.
+fn bench_scale_runs() -> Result<(), libtest_mimic::Failed> {
+    let weft = env!("CARGO_BIN_EXE_weft");
+    let out =
+        Command::new(weft).args(["bench", "scale", "--json"]).env("WEFT_SCALE_RANKS", "2,3").output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains("\"suite\":\"scale\"")).collect();
+    if !out.status.success() || rows.len() != 8 {
+        return Err(format!("weft bench scale gave {} rows: {}", rows.len(), common::text(&out)).into());
+    }
+    let value = |kind: &str, n: u32| -> Option<f64> {
+        let row = rows
+            .iter()
+            .find(|r| r.contains(&format!("\"kind\":\"{kind}\"")) && r.contains(&format!("\"ranks\":{n}")))?;
+        let v = row.split("\"value\":").nth(1)?.split([',', '}']).next()?;
+        v.parse().ok()
+    };
+    for n in [2, 3] {
+        for kind in ["startup", "shm", "rtt", "barrier"] {
+            if !value(kind, n).is_some_and(|v| v > 0.0 && v.is_finite()) {
+                return Err(format!("scale {kind} at {n} ranks: {:?}\n{text}", value(kind, n)).into());
+            }
+        }
+    }
+    if value("shm", 3) <= value("shm", 2) {
+        return Err(format!("shared memory per rank did not grow from 2 to 3 ranks:\n{text}").into());
+    }
+    let out = Command::new(weft).args(["bench", "scale"]).env("WEFT_SCALE_RANKS", "2,x").output()?;
+    if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("WEFT_SCALE_RANKS") {
+        return Err(format!("a bad WEFT_SCALE_RANKS: {}", common::text(&out)).into());
+    }
+    Ok(())
+}
+
 fn launcher_errors() -> Result<(), libtest_mimic::Failed> {
     let weft = env!("CARGO_BIN_EXE_weft");
     let out = Command::new(weft).args(["run", "-n", "2"]).output()?;
@@ -248,6 +283,7 @@ fn main() {
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_2ranks", || killed_rank_reported(2)));
     trials.push(libtest_mimic::Trial::test("killed_rank_reported_4ranks", || killed_rank_reported(4)));
     trials.push(libtest_mimic::Trial::test("launcher_errors", launcher_errors));
+    trials.push(libtest_mimic::Trial::test("bench_scale_runs", bench_scale_runs));
     trials.push(libtest_mimic::Trial::test("bound_ranks_keep_spinning", bound_ranks_keep_spinning));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -564,6 +564,24 @@ pub fn mem_available() -> Option<u64> {
     kib.checked_mul(1024)
 }
 
+/// Bytes in use on the file system holding `path` (`statvfs`: blocks less free blocks), as
+/// `df` counts them: for `/dev/shm`, the shared memory of every job on the node.
+pub fn fs_used_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path; `st` is writable space for one statvfs, which the
+    // call fills when it returns 0.
+    let st = unsafe {
+        if libc::statvfs(c.as_ptr(), st.as_mut_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        st.assume_init()
+    };
+    let used = (st.f_blocks as u64).saturating_sub(st.f_bfree as u64);
+    Ok(used.saturating_mul(st.f_frsize as u64))
+}
+
 /// Processors online on this node (`sysconf(_SC_NPROCESSORS_ONLN)`), whatever this process's
 /// own affinity mask allows; `None` if the system does not say.
 pub fn online_cpus() -> Option<usize> {

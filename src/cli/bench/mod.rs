@@ -12,6 +12,7 @@ mod net;
 pub(crate) mod report;
 mod rma;
 mod rpc;
+pub mod scale;
 mod serialize;
 mod stencil;
 
@@ -59,11 +60,15 @@ pub enum Suite {
     /// NAS FT (class `--class`): exchange, slabs and pencils, one-sided and two-sided, each
     /// beside the bulk exchange of the same model. Not in the default set (seconds to minutes).
     Ft,
+    /// Ranks of one node, N = 2..64 (`WEFT_SCALE_RANKS=2,4,...`): start-up of `weft run`,
+    /// /dev/shm per rank, round trip rank 0 - N-1 and barrier, each beside `mpirun` running
+    /// the same programs (with `--features mpi`). Ignores `-n`. Not in the default set.
+    Scale,
 }
 
 #[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
-    /// Suites to run (default: all but ft, msgrate, dgemm, stencil and net).
+    /// Suites to run (default: all but ft, msgrate, dgemm, stencil, net and scale).
     #[arg(value_enum)]
     pub suites: Vec<Suite>,
     /// Number of ranks.
@@ -107,8 +112,28 @@ impl BenchArgs {
     }
 }
 
-/// Starts the ranks of a benchmark run.
+/// Starts the ranks of a benchmark run (the `scale` suite starts its own jobs, after the
+/// other suites).
 pub fn launch(args: &BenchArgs) -> Result<i32, String> {
+    let scale = args.suites.contains(&Suite::Scale);
+    let suites: Vec<Suite> = args.suites.iter().copied().filter(|&s| s != Suite::Scale).collect();
+    let mut code = 0;
+    if !scale || !suites.is_empty() {
+        code = launch_ranks(&BenchArgs { suites, ..args.clone() })?;
+    }
+    if scale && code == 0 {
+        let rows = scale::run()?;
+        if args.json {
+            print_json(&rows);
+        } else {
+            println!("weft bench scale: ranks of one node on {}; ratio = weft / Open MPI", hostname());
+            print_table(&rows);
+        }
+    }
+    Ok(code)
+}
+
+fn launch_ranks(args: &BenchArgs) -> Result<i32, String> {
     let mut a: Vec<std::ffi::OsString> =
         vec!["__rank".into(), "bench".into(), "-n".into(), args.n.to_string().into()];
     a.extend(args.suites.iter().map(|s| format!("{s:?}").to_lowercase().into()));
@@ -197,7 +222,10 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             .iter()
             .copied()
             .filter(|&s| {
-                !matches!(s, Suite::Ft | Suite::Msgrate | Suite::Dgemm | Suite::Stencil | Suite::Net)
+                !matches!(
+                    s,
+                    Suite::Ft | Suite::Msgrate | Suite::Dgemm | Suite::Stencil | Suite::Net | Suite::Scale
+                )
             })
             .collect()
     } else {
@@ -219,6 +247,8 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Stencil => rows.extend(stencil::run(&ctx)?),
             Suite::Net => rows.extend(net::run(&ctx)?),
             Suite::Ft => ft_rows = ft::run(&ctx, &ft, args.class)?,
+            // Started by the launcher side (`launch`), never inside the ranks.
+            Suite::Scale => {}
         }
     }
     ctx.progress.done();
