@@ -146,8 +146,16 @@ pub(crate) fn awaited_call_target_vanishes() -> Res {
     let w = World::init()?;
     let seg = w.alloc_segment::<u64>(4)?;
     w.barrier()?;
+    // Every other rank says it left the barrier before rank 0 calls: a call that ends rank 1
+    // while it still waits in the barrier (handlers run in every wait) would rightly fail the
+    // barrier of a rank that needs rank 1's last message.
+    if w.rank() != 0 {
+        w.fetch_add(seg.at(0, 0), 1)?;
+    }
     match w.rank() {
         0 => {
+            let others = u64::from(w.size() - 1);
+            w.wait_until(|| seg.local().atomic(0).load(std::sync::atomic::Ordering::Acquire) == others)?;
             let t = Instant::now();
             let r = weft::block_on(w.call(1, asyncp_vanish, ()));
             ck(matches!(&r, Err(Error::PeerFailed { rank: 1, .. })), || {
@@ -171,4 +179,78 @@ pub(crate) fn awaited_call_target_vanishes() -> Res {
         _ => {}
     }
     Ok(())
+}
+
+/// Runs `fut` on this thread, parking until its waker fires (no periodic re-poll, unlike
+/// `weft::block_on`: what an executor with nothing else to do does); `None` after `limit`.
+fn park_on<F: std::future::Future>(fut: F, limit: Duration) -> Option<F::Output> {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = std::task::Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    let end = Instant::now() + limit;
+    loop {
+        if let std::task::Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return Some(v);
+        }
+        let now = Instant::now();
+        if now >= end {
+            return None;
+        }
+        std::thread::park_timeout(end - now);
+    }
+}
+
+/// A 1 MiB allreduce awaited by an executor that polls only when woken, while the others
+/// call the blocking form: the progress thread drives it to the end (its data comes as puts,
+/// which need not wake anyone).
+pub(crate) fn awaited_large_collective() -> Res {
+    let w = World::init()?;
+    let team = w.world_team()?;
+    let words = 1 << 17;
+    for round in 0..3 {
+        let want = (w.size() as u64) * (round + 1);
+        let got = if w.rank() == 0 {
+            let h = team.allreduce_nb(vec![round + 1; words], weft::ReduceOp::Sum)?;
+            park_on(h, Duration::from_secs(10))
+                .ok_or_else(|| format!("round {round}: still pending after 10 s"))??
+        } else {
+            team.allreduce(&vec![round + 1; words], weft::ReduceOp::Sum)?
+        };
+        ck(got.len() == words && got.iter().all(|&x| x == want), || format!("round {round}: wrong sum"))?;
+    }
+    w.barrier().map_err(Failure::from)
+}
+
+/// A collective awaited (parked executor) while a member vanishes: the future fails with
+/// `PeerFailed` within seconds. Then a future awaited when the World is dropped ends with
+/// the finalized error.
+pub(crate) fn awaited_collective_member_vanishes() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    let team = w.world_team()?;
+    w.barrier()?;
+    if w.rank() == 1 {
+        // Out of the barrier, so every message of it was sent: the others finish it.
+        std::process::exit(0);
+    }
+    if w.rank() != 0 {
+        return Ok(());
+    }
+    let t = Instant::now();
+    let h = team.allreduce_nb(vec![1u64; 8], weft::ReduceOp::Sum)?;
+    let r = park_on(h, Duration::from_secs(10)).ok_or("the collective was still pending after 10 s")?;
+    ck(matches!(&r, Err(Error::PeerFailed { .. })), || format!("collective with a vanished member: {r:?}"))?;
+    ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))?;
+    // A call's future that outlives its World (to rank 0 itself, which will not answer now).
+    let fut = w.call(0, asyncp_nap, (1000,));
+    drop(team);
+    drop(w);
+    let r = park_on(fut, Duration::from_secs(10)).ok_or("a future outliving its World stayed pending")?;
+    ck(r.is_err(), || format!("a call future after finalize gave {r:?}"))
 }

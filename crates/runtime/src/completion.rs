@@ -27,6 +27,11 @@ pub(crate) struct Counts {
     confirmed: Box<[AtomicU64]>,
     /// Per destination: this protocol's own requests sent to it (asks, late answers).
     protocol: Box<[AtomicU64]>,
+    /// Per destination: held while one of the protocol's requests is sent and counted, and
+    /// while `wait_all` reads the fabric's sent count with `protocol`, so that the two agree
+    /// (another thread's ask between the two reads made this rank's own count one short,
+    /// and `wait_all` return before its last request ran).
+    sending: Box<[Mutex<()>]>,
     /// Per destination: requests other than the protocol's known handled (no ask needed
     /// while nothing new was sent).
     settled: Box<[AtomicU64]>,
@@ -49,6 +54,7 @@ impl Counts {
             held: (0..n).map(|_| AtomicU64::new(0)).collect(),
             confirmed: (0..n).map(|_| AtomicU64::new(0)).collect(),
             protocol: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            sending: (0..n).map(|_| Mutex::new(())).collect(),
             settled: (0..n).map(|_| AtomicU64::new(0)).collect(),
             asked: Mutex::new(Vec::new()),
             any_asked: AtomicBool::new(false),
@@ -118,6 +124,11 @@ impl Comm {
     /// while other threads of this rank keep sending to it without pause, the answer waits
     /// for a gap in that stream: call it in a quiet phase (as before a barrier).
     ///
+    /// A target answers only once it holds none of this rank's requests ([`AmMsg::hold`]):
+    /// an `async` remote function counts as held while it runs. So two such functions that
+    /// call `wait_all` toward each other's ranks wait for each other for ever (the hang
+    /// warning names the ranks); end the function first, or wait on an answer of your own.
+    ///
     /// ```no_run
     /// # let mut b = weft_runtime::World::builder();
     /// # let h = b.handler("count", |_| {});
@@ -136,11 +147,12 @@ impl Comm {
         let mut waiting = Vec::new();
         for dst in 0..self.size() {
             let d = dst as usize;
+            let _sending = c.sending[d].lock().unwrap_or_else(|p| p.into_inner());
             let sent = self.fabric.requests_sent(dst);
             let own = sent.saturating_sub(c.protocol[d].load(Ordering::Acquire));
             if own > c.settled[d].load(Ordering::Acquire) {
-                c.protocol[d].fetch_add(1, Ordering::AcqRel);
                 self.send_am(dst, internal::DONE_ASK, AmClass::Request, &[sent], AmPayload::Short)?;
+                c.protocol[d].fetch_add(1, Ordering::AcqRel);
                 waiting.push((dst, sent, own));
             }
         }
@@ -161,14 +173,9 @@ impl Comm {
             let _ = m.reply_short(crate::AmHandler(internal::DONE_OK), &[want]);
             return;
         }
-        let mut asked = self.counts.asked.lock().unwrap_or_else(|p| p.into_inner());
         // One open question per asker, for the most any of its threads asked: its answer
         // covers the others.
-        match asked.iter_mut().find(|(s, _)| *s == m.src()) {
-            Some((_, w)) => *w = (*w).max(want),
-            None => asked.push((m.src(), want)),
-        }
-        self.counts.any_asked.store(true, Ordering::Release);
+        self.reask(m.src(), want);
     }
 
     /// "weft.done.ok" [count]: the target handled that many of ours.
@@ -195,14 +202,34 @@ impl Comm {
             ready
         };
         // Every answer is tried: one to a rank that died must not keep the others back.
-        let mut first_err = None;
+        let (mut first_err, mut answered) = (None, 0);
         for &(src, want) in &ready {
-            self.counts.protocol[src as usize].fetch_add(1, Ordering::AcqRel);
-            if let Err(e) = self.send_am(src, internal::DONE_OK, AmClass::Request, &[want], AmPayload::Short)
-            {
-                first_err.get_or_insert(e);
+            // A send of this thread toward `src` is under way further up the stack (its wait
+            // for ring space runs the hooks): answer at a later round.
+            let Ok(_sending) = self.counts.sending[src as usize].try_lock() else {
+                self.reask(src, want);
+                continue;
+            };
+            match self.send_am(src, internal::DONE_OK, AmClass::Request, &[want], AmPayload::Short) {
+                Ok(()) => {
+                    self.counts.protocol[src as usize].fetch_add(1, Ordering::AcqRel);
+                    answered += 1;
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
             }
         }
-        first_err.map_or(Ok(ready.len()), Err)
+        first_err.map_or(Ok(answered), Err)
+    }
+
+    /// Keeps the question of `src` for `want` open (again).
+    fn reask(&self, src: u32, want: u64) {
+        let mut asked = self.counts.asked.lock().unwrap_or_else(|p| p.into_inner());
+        match asked.iter_mut().find(|(s, _)| *s == src) {
+            Some((_, w)) => *w = (*w).max(want),
+            None => asked.push((src, want)),
+        }
+        self.counts.any_asked.store(true, Ordering::Release);
     }
 }

@@ -178,6 +178,11 @@ impl Comm {
     /// Replies come first: a call that handled replies may leave arrived requests to the
     /// next call (poll in a loop, as every wait does).
     pub fn poll(&self) -> Result<usize> {
+        if self.stop.load(Ordering::Relaxed) {
+            // Finalized: futures polled afterwards end with the error instead of pending
+            // for ever (no progress thread runs any more).
+            return Err(crate::am::FINALIZED);
+        }
         self.touch();
         let n = self.fabric.progress(self, crate::am::poll_set())?;
         self.take_error()?;
@@ -288,6 +293,10 @@ impl Comm {
                 waiting = Some(Waiting::enter(self));
             }
             if backoff.snooze(self) {
+                if self.stop.load(Ordering::Relaxed) {
+                    // The World was dropped while this thread waited.
+                    return Err(crate::am::FINALIZED);
+                }
                 if let Some(waited) = backoff.overdue(self.cfg.hang_warn) {
                     self.warn_hang(deps, what, waited);
                 }
@@ -473,6 +482,7 @@ impl Comm {
     /// job (once everything they sent is handled) and wakes those futures: nothing else
     /// would, as no answer will come. Runs at liveness checks (every `peer_check`).
     pub(crate) fn fail_awaited(&self) {
+        self.wake_failed_teams();
         if self.ops.in_flight() == 0 && self.ext.liveness.is_empty() {
             return;
         }
@@ -489,6 +499,17 @@ impl Comm {
         for h in &self.ext.liveness {
             h(self, &gone);
         }
+    }
+
+    /// Ends every awaited operation, call and collective with `e` and wakes their futures
+    /// (the World was dropped: nothing will progress them any more).
+    pub(crate) fn fail_all_awaited(&self, e: Error) {
+        let gone = |_: u32| Some(e.clone());
+        self.ops.fail_gone(&gone);
+        for h in &self.ext.liveness {
+            h(self, &gone);
+        }
+        self.wake_awaited_teams();
     }
 
     /// Asks the on-demand progress thread to serve now (a future went pending, or a layer's
@@ -514,9 +535,12 @@ impl Comm {
         let (mut woken, mut awaited) = (false, 0u32);
         while !self.stop.load(Ordering::Acquire) {
             let wanted = self.wanted.swap(false, Ordering::AcqRel);
+            // Awaited collectives move on puts, which need not ring the doorbell: drive them
+            // at least every tick while any is awaited.
+            let teams = self.any_awaited_team.load(Ordering::Acquire);
             // Futures count as waiting for a few rounds after one last went pending (so does
             // traffic after a round that delivered some).
-            awaited = if wanted { AWAITED_TICKS } else { awaited.saturating_sub(1) };
+            awaited = if wanted || teams { AWAITED_TICKS } else { awaited.saturating_sub(1) };
             if Instant::now() >= next_check {
                 next_check = Instant::now() + self.cfg.peer_check;
                 if let Err(e) = self.fabric.check_claim() {
@@ -544,7 +568,9 @@ impl Comm {
                     std::thread::park_timeout(TICK);
                     woken = self.fabric.wait_incoming(Duration::ZERO);
                 }
-                continue;
+                if !teams {
+                    continue;
+                }
             }
             let lent = self.fabric.borrow_fast_path();
             let polled = self.fabric.progress(self, PollSet::All);

@@ -266,6 +266,8 @@ impl Drop for World {
     fn drop(&mut self) {
         let _ = self.comm.sync_nbi();
         self.comm.stop.store(true, Ordering::Release);
+        // Futures still awaited anywhere end now (their polls would find nothing to drive).
+        self.comm.fail_all_awaited(crate::am::FINALIZED);
         self.comm.fabric.notify(self.comm.rank());
         if let Some(t) = self.progress.take() {
             t.thread().unpark();

@@ -62,7 +62,8 @@ pub enum Suite {
     Ft,
     /// Ranks of one node, N = 2..64 (`WEFT_SCALE_RANKS=2,4,...`): start-up of `weft run`,
     /// /dev/shm per rank, round trip rank 0 - N-1 and barrier, each beside `mpirun` running
-    /// the same programs (with `--features mpi`). Ignores `-n`. Not in the default set.
+    /// the same programs (with `--features mpi`). Ignores `-n`. The /dev/shm figure counts
+    /// the whole node's: run it on a quiet node. Not in the default set.
     Scale,
 }
 

@@ -39,11 +39,19 @@ pub(super) struct SlotInboxes {
     count: AtomicUsize,
     /// The slot doorbell value of the last complete scan.
     seen: AtomicU32,
+    /// Requests handled by inboxes since removed, per source: the counts outlive them (a
+    /// sender's counts of what it sent through the slots do).
+    closed: std::sync::Mutex<Vec<(Rank, u64)>>,
 }
 
 impl SlotInboxes {
     pub fn new() -> Self {
-        SlotInboxes { list: RwLock::new(Vec::new()), count: AtomicUsize::new(0), seen: AtomicU32::new(0) }
+        SlotInboxes {
+            list: RwLock::new(Vec::new()),
+            count: AtomicUsize::new(0),
+            seen: AtomicU32::new(0),
+            closed: std::sync::Mutex::new(Vec::new()),
+        }
     }
 
     /// Delivers from the slot inboxes with `drain` if the doorbell `bell` moved since the
@@ -88,9 +96,12 @@ impl SlotInboxes {
     }
 
     /// Runs `f` on the inboxes (none: no lock taken).
-    /// Requests handled from `src`'s slots.
+    /// Requests handled from `src`'s slots, those of removed inboxes included.
     pub fn handled_from(&self, src: Rank) -> u64 {
-        self.with(0, |l| {
+        let closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+        let gone = closed.iter().find(|(s, _)| *s == src).map_or(0, |(_, n)| *n);
+        drop(closed);
+        gone + self.with(0, |l| {
             l.iter()
                 .flat_map(|(_, i)| i.rings.iter())
                 .filter(|(s, _)| *s == src)
@@ -130,8 +141,15 @@ impl SlotInboxes {
         if l[at].1.rings.iter().any(|(_, r)| r.rx.try_lock(bias).is_none_or(|rx| rx.ready())) {
             return Ok(false);
         }
-        l.swap_remove(at);
+        let (_, inbox) = l.swap_remove(at);
         self.count.store(l.len(), Ordering::Release);
+        let mut closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+        for (src, ring) in &inbox.rings {
+            match closed.iter_mut().find(|(s, _)| s == src) {
+                Some((_, n)) => *n += ring.handled(),
+                None => closed.push((*src, ring.handled())),
+            }
+        }
         Ok(true)
     }
 }

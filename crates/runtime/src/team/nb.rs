@@ -155,6 +155,38 @@ impl crate::Comm {
         self.any_awaited_team.store(true, Ordering::Release);
     }
 
+    /// Wakes the handles awaiting teams a member of which is gone (their polls then report
+    /// it): nothing else would, as no message will come. Run at liveness checks.
+    pub(crate) fn wake_failed_teams(&self) {
+        if !self.any_awaited_team.load(Ordering::Acquire) {
+            return;
+        }
+        let teams: Vec<Arc<Core>> = {
+            let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
+            t.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for core in teams {
+            let deps = |w: u32| core.needs(w);
+            let deps = Deps::Team { needed: &deps, check: &|| core.check() };
+            if self.failed_peer(deps).is_some() {
+                let woken = std::mem::take(&mut *core.wakers.lock().unwrap_or_else(|p| p.into_inner()));
+                woken.into_iter().for_each(std::task::Waker::wake);
+            }
+        }
+    }
+
+    /// Wakes every handle a future awaits on a team (their polls see the world finalized).
+    pub(crate) fn wake_awaited_teams(&self) {
+        let teams: Vec<Arc<Core>> = {
+            let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
+            t.iter().filter_map(std::sync::Weak::upgrade).collect()
+        };
+        for core in teams {
+            let woken = std::mem::take(&mut *core.wakers.lock().unwrap_or_else(|p| p.into_inner()));
+            woken.into_iter().for_each(std::task::Waker::wake);
+        }
+    }
+
     /// Drives the queues of the teams whose handles futures await, waking those handles;
     /// forgets teams with nothing left queued. Run with the progress hooks. Returns how many
     /// teams woke handles (0 when nothing moved: a progress thread may sleep).
@@ -175,8 +207,15 @@ impl crate::Comm {
             woke += usize::from(w);
         }
         let mut t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
-        // Dropped teams and those left with nothing queued go; teams listed meanwhile stay.
-        t.retain(|c| c.strong_count() > 0 && !finished.contains(&c.as_ptr()));
+        // Dropped teams and those left with nothing queued go; teams listed meanwhile stay,
+        // and so do finished ones that queued a collective since (its handle, which found
+        // the team still listed, did not list it again). `await_team` takes this lock too,
+        // after its collective was queued: the two cannot miss each other.
+        t.retain(|c| {
+            c.upgrade().is_some_and(|core| {
+                !finished.contains(&Arc::as_ptr(&core)) || core.queued.load(Ordering::Acquire) > 0
+            })
+        });
         self.any_awaited_team.store(!t.is_empty(), Ordering::Release);
         woke
     }
