@@ -21,7 +21,7 @@ fn print(info: &Info, cfg: &weft::Config) {
     );
     println!("RMA and atomics   {}", if info.rma_over_am { "over active messages" } else { "native" });
     println!("progress thread   {:?}", info.progress);
-    println!("AM ring size      {}", kib(cfg.ring_bytes as u64));
+    println!("AM ring size      {}", kib(cfg.rings.ring_bytes(cfg.size) as u64));
     println!("wait policy       spin {:?}, then yield 1 ms, then sleep on the doorbell (≤ 2 ms)", cfg.spin);
     println!("AM handlers       {}", info.handlers.join(", "));
     println!("segments          {}", info.segments.len());

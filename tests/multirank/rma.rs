@@ -384,7 +384,7 @@ pub(crate) fn gets_in_flight() -> Res {
     ck(again == [want(8), want(9), want(10), want(11)], || format!("get after a forgotten one: {again:?}"))?;
     // Timed over the tcp provider, the network here. (libfabric's shm provider serves a read
     // in the target's progress: 200 at once took longer there than one by one.)
-    if !w.caps().load_store && std::env::var("WEFT_OFI_PROVIDER").is_ok_and(|p| p == "tcp") {
+    if w.info().fabric == "ofi" && std::env::var("WEFT_OFI_PROVIDER").is_ok_and(|p| p == "tcp") {
         let best = |f: &mut dyn FnMut() -> Res| -> Result<Duration, Failure> {
             let mut best = Duration::MAX;
             for _ in 0..3 {

@@ -87,6 +87,13 @@ pub trait Fabric: Send + Sync + 'static {
     fn put(&self, dst: &RemoteRegion, offset: usize, src: &[u8], token: u64) -> FabricResult<Issued>;
     /// Reads `dst.len()` bytes at byte `offset` of `src` into `dst`; complete when it returns.
     fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()>;
+    /// Whether a get from `rank` is done when [`Fabric::get`] returns anyway (a copy from
+    /// mapped memory): [`Fabric::get_nb`] then gains nothing and its caller may skip the
+    /// bookkeeping of a completion.
+    fn gets_at_once(&self, rank: Rank) -> bool {
+        let _ = rank;
+        self.caps().load_store
+    }
     /// Starts a get of `dst.len()` bytes at `offset` of `src` that may complete later, so
     /// that many can be in flight: either done at return (the bytes in `dst`), or read into
     /// the fabric's own memory and completed with `on_complete(token)` (then

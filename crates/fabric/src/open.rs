@@ -34,8 +34,8 @@ pub struct OpenConfig<'a> {
     pub rank: Rank,
     /// Ranks in the job.
     pub size: u32,
-    /// Bytes of each shared-memory AM ring.
-    pub ring_bytes: usize,
+    /// Size of the shared-memory AM rings.
+    pub rings: crate::RingSize,
     /// How long start-up (and a libfabric operation) waits.
     pub init_timeout: Duration,
     /// The start-up channel of a launcher other than `weft run` (PMIx), if any.
@@ -52,7 +52,7 @@ pub struct OpenConfig<'a> {
 ///     job: "example",
 ///     rank: 0,
 ///     size: 1,
-///     ring_bytes: 256 << 10,
+///     rings: weft_fabric::RingSize::Fixed(256 << 10),
 ///     init_timeout: std::time::Duration::from_secs(60),
 ///     bootstrap: None,
 /// };
@@ -66,7 +66,7 @@ pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
             job: cfg.job.to_string(),
             rank: cfg.rank,
             size: cfg.size,
-            ring_bytes: cfg.ring_bytes,
+            rings: cfg.rings,
             init_timeout: cfg.init_timeout,
         })?)),
         #[cfg(feature = "ofi")]
@@ -109,7 +109,6 @@ fn open_ofi(
     if !same_host_shm || !ofi.hosts_shared() {
         return Ok(Box::new(ofi));
     }
-    let hybrid =
-        HybridConfig { job: cfg.job.to_string(), ring_bytes: cfg.ring_bytes, init_timeout: cfg.init_timeout };
+    let hybrid = HybridConfig { job: cfg.job.to_string(), rings: cfg.rings, init_timeout: cfg.init_timeout };
     Ok(Box::new(HybridFabric::init(ofi, hybrid)?))
 }

@@ -123,6 +123,40 @@ pub enum Issued {
     Pending,
 }
 
+/// How big each shared-memory AM ring is (one per peer, direction and class, so a rank's
+/// inbox holds `2 × ranks` of them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RingSize {
+    /// Every ring this many bytes, whatever the ranks (`WEFT_AM_RING_KIB`).
+    Fixed(usize),
+    /// The rings of one inbox share `inbox` bytes (`WEFT_AM_INBOX_KIB`): each gets its share,
+    /// at most `max` and at least [`RingSize::MIN`], so that a rank's shared memory stays
+    /// flat as the ranks of a node grow instead of growing with each peer.
+    Budget {
+        /// Bytes of all of one inbox's rings.
+        inbox: usize,
+        /// Bytes of one ring at most (few ranks).
+        max: usize,
+    },
+}
+
+impl RingSize {
+    /// The smallest ring a budget gives (it still carries 4 KiB medium payloads).
+    pub const MIN: usize = 16 << 10;
+
+    /// Bytes of each ring among `ranks` ranks of a node (before rounding to slots).
+    pub fn ring_bytes(self, ranks: u32) -> usize {
+        match self {
+            RingSize::Fixed(b) => b,
+            RingSize::Budget { inbox, max } => {
+                let share = inbox / (2 * ranks.max(1) as usize);
+                let pow2 = if share == 0 { 0 } else { 1usize << share.ilog2() };
+                pow2.min(max).max(Self::MIN)
+            }
+        }
+    }
+}
+
 /// How a non-blocking get was issued ([`crate::Fabric::get_nb`]).
 pub enum GetIssued {
     /// The bytes are in the destination already.
@@ -342,4 +376,24 @@ pub struct Resource {
     pub count: u64,
     /// Bytes of memory they take.
     pub bytes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RingSize;
+
+    #[test]
+    fn a_budget_keeps_an_inbox_flat() {
+        let b = RingSize::Budget { inbox: 4 << 20, max: 256 << 10 };
+        assert_eq!(b.ring_bytes(2), 256 << 10, "few ranks: the largest rings");
+        assert_eq!(b.ring_bytes(8), 256 << 10);
+        assert_eq!(b.ring_bytes(9), 128 << 10, "rounded down to a power of two");
+        assert_eq!(b.ring_bytes(64), 32 << 10);
+        assert_eq!(b.ring_bytes(1024), RingSize::MIN, "never below the smallest ring");
+        assert_eq!(b.ring_bytes(0), 256 << 10);
+        for n in [8u32, 16, 64, 128] {
+            assert!(2 * n as usize * b.ring_bytes(n) <= 4 << 20, "{n} ranks exceed the budget");
+        }
+        assert_eq!(RingSize::Fixed(64 << 10).ring_bytes(1000), 64 << 10);
+    }
 }

@@ -7,7 +7,8 @@
 //! | `WEFT_OFI_PROVIDER` | libfabric provider for `ofi` (`tcp`, `shm`, `verbs`, `efa`, `cxi`, ...) | the first that offers RDM messages and RMA |
 //! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
 //! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
-//! | `WEFT_AM_RING_KIB` | KiB of each active-message ring (one per peer and direction, requests and replies), rounded down to a power of two | 256 |
+//! | `WEFT_AM_INBOX_KIB` | KiB of shared memory a rank's inbox gives its active-message rings (two per rank of the node, requests and replies): each ring gets its share, a power of two from 16 to 256 KiB, so the share per rank stays flat as a node's ranks grow | 4096 (256 KiB rings up to 8 ranks, 32 KiB at 64) |
+//! | `WEFT_AM_RING_KIB` | instead: KiB of each ring, whatever the ranks, rounded down to a power of two | unset |
 //! | `WEFT_PROGRESS_THREAD` | `auto`: a thread that sleeps while the program's threads poll or wait in weft and serves messages and pending futures when none does ([`Progress::OnDemand`]); `1`: a thread that polls all the time; `0`: none (futures poll themselves again at once) | 1 where the fabric needs target progress, else auto |
 //! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when more of the job's ranks run on this node than it has cores (`WEFT_NODE_CPUS`) |
 //! | `WEFT_NODE_CPUS` | cores the ranks of this node share, for that test (set by `weft run` from its own affinity and quota; not a rank's own mask, which a launcher that binds ranks narrows to one core) | the node's online processors |
@@ -47,8 +48,8 @@ pub struct Config {
     pub job: String,
     /// The fabric.
     pub fabric: FabricChoice,
-    /// Bytes of each AM ring.
-    pub ring_bytes: usize,
+    /// Size of the shared-memory AM rings.
+    pub rings: weft_fabric::RingSize,
     /// Which progress thread runs. Unless set by the builder or `WEFT_PROGRESS_THREAD`, it
     /// polls all the time exactly when the fabric needs the target's CPU to complete
     /// one-sided operations ([`weft_fabric::Caps::target_progress`]), so that puts and gets
@@ -95,6 +96,12 @@ pub enum Progress {
     /// A thread that polls all the time, standing aside only while a program thread waits.
     Always,
 }
+
+/// Default budget of a rank's shared-memory inbox rings (`WEFT_AM_INBOX_KIB`): full-size
+/// rings up to 8 ranks on a node, smaller ones beyond, so a rank's share stays flat.
+const DEFAULT_INBOX_KIB: u64 = 4096;
+/// Largest ring a budget gives.
+const MAX_RING_KIB: usize = 256;
 
 /// Values set on a [`crate::Builder`]; `None` means "environment, then default".
 #[derive(Clone, Debug, Default)]
@@ -211,13 +218,27 @@ impl Config {
             )),
         };
         let ring_kib = match o.ring_kib {
-            Some(v) => v as u64,
-            None => parse("WEFT_AM_RING_KIB", "a number of KiB")?.unwrap_or(256),
+            Some(v) => Some(v as u64),
+            None => parse("WEFT_AM_RING_KIB", "a number of KiB")?,
         };
-        let ring_kib = positive("WEFT_AM_RING_KIB", ring_kib)?;
-        if !(16..=64 * 1024).contains(&ring_kib) {
-            return Err(Error::Config(format!("WEFT_AM_RING_KIB={ring_kib}: expected 16 to 65536")));
-        }
+        let inbox_kib = parse("WEFT_AM_INBOX_KIB", "a number of KiB")?.unwrap_or(DEFAULT_INBOX_KIB);
+        let rings = match ring_kib {
+            Some(kib) => {
+                let kib = positive("WEFT_AM_RING_KIB", kib)?;
+                if !(16..=64 * 1024).contains(&kib) {
+                    return Err(Error::Config(format!("WEFT_AM_RING_KIB={kib}: expected 16 to 65536")));
+                }
+                weft_fabric::RingSize::Fixed(kib as usize * 1024)
+            }
+            None => {
+                if !(64..=1 << 20).contains(&inbox_kib) {
+                    return Err(Error::Config(format!(
+                        "WEFT_AM_INBOX_KIB={inbox_kib}: expected 64 to 1048576"
+                    )));
+                }
+                weft_fabric::RingSize::Budget { inbox: inbox_kib as usize * 1024, max: MAX_RING_KIB * 1024 }
+            }
+        };
         let rma = match (o.rma, var("WEFT_RMA").as_deref()) {
             (Some(r), _) => r,
             (None, None | Some("native")) => RmaPath::Native,
@@ -285,7 +306,7 @@ impl Config {
             size,
             job,
             fabric,
-            ring_bytes: ring_kib as usize * 1024,
+            rings,
             progress: progress.unwrap_or(Progress::OnDemand),
             progress_chosen: progress.is_some(),
             spin: Duration::from_micros(spin_us),

@@ -195,7 +195,7 @@ impl Comm {
             return Ok(Some(self.am_get(src.rank(), seg.id, off, out.len())?));
         }
         let region = seg.remote(src.rank())?;
-        if blocking || self.caps.load_store {
+        if blocking || self.caps.load_store || self.fabric.gets_at_once(src.rank()) {
             self.fabric.get(region, off, out)?;
             return Ok(None);
         }

@@ -419,7 +419,7 @@ impl Comm {
         let out = bytes_of_mut(dst);
         if !self.packed(&plan) {
             let region = plan.seg.remote(plan.rank)?;
-            if self.caps.load_store || plan.copies.is_empty() {
+            if self.caps.load_store || plan.copies.is_empty() || self.fabric.gets_at_once(plan.rank) {
                 for c in &plan.copies {
                     self.fabric.get(region, c.remote, &mut out[c.local..c.local + c.len])?;
                 }

@@ -67,7 +67,8 @@ impl Builder {
         self.overrides.progress = Some(p);
         self
     }
-    /// Size of each AM ring in KiB (overrides `WEFT_AM_RING_KIB`).
+    /// Size of each AM ring in KiB, whatever the ranks (overrides `WEFT_AM_RING_KIB` and the
+    /// `WEFT_AM_INBOX_KIB` budget).
     pub fn am_ring_kib(&mut self, kib: usize) -> &mut Self {
         self.overrides.ring_kib = Some(kib);
         self
@@ -110,7 +111,7 @@ fn open_fabric(cfg: &Config, startup: &Startup) -> Result<Box<dyn Fabric>> {
         job: &cfg.job,
         rank: cfg.rank,
         size: cfg.size,
-        ring_bytes: cfg.ring_bytes,
+        rings: cfg.rings,
         init_timeout: cfg.init_timeout,
         bootstrap: startup.bootstrap(),
     })?)

@@ -77,8 +77,8 @@ pub struct HybridFabric {
 pub struct HybridConfig {
     /// Job id, unique on the host.
     pub job: String,
-    /// Bytes of each AM ring between neighbours.
-    pub ring_bytes: usize,
+    /// Size of the AM rings between neighbours.
+    pub rings: crate::RingSize,
     /// How long start-up waits for the neighbours.
     pub init_timeout: Duration,
 }
@@ -167,7 +167,7 @@ impl HybridFabric {
             job: format!("{}-h{}", cfg.job, global[0]),
             rank: local,
             size: global.len() as u32,
-            ring_bytes: cfg.ring_bytes,
+            rings: cfg.rings,
             init_timeout: cfg.init_timeout,
         })?;
         ofi.leave_same_host_peers();
@@ -286,6 +286,10 @@ impl Fabric for HybridFabric {
     }
 
     fn native_atomics_to(&self, rank: Rank) -> bool {
+        matches!(self.route(rank), Ok(Route::Shm(_)))
+    }
+
+    fn gets_at_once(&self, rank: Rank) -> bool {
         matches!(self.route(rank), Ok(Route::Shm(_)))
     }
 

@@ -45,8 +45,9 @@ pub struct ShmConfig {
     pub rank: Rank,
     /// Ranks in the job (all on this node).
     pub size: u32,
-    /// Bytes of each AM ring (rounded down to a power-of-two number of 64-byte slots, at least 64).
-    pub ring_bytes: usize,
+    /// Size of each AM ring (rounded down to a power-of-two number of 64-byte slots, at least
+    /// 64).
+    pub rings: crate::RingSize,
     /// How long start-up waits for every rank to appear.
     pub init_timeout: Duration,
 }
@@ -157,7 +158,7 @@ impl ShmFabric {
         }
         // First of all: a second process started as this rank fails here, and tells us.
         let claim = Claim::take(&cfg.job, cfg.rank)?;
-        let slots = ring_slots(cfg.ring_bytes);
+        let slots = ring_slots(cfg.rings.ring_bytes(cfg.size));
         let max_medium = max_medium_for(slots);
         let inbox_bytes = control::CONTROL_BYTES + 2 * cfg.size as usize * ring::ring_bytes(slots);
         // Declared before the inbox's guard, so dropped after it: the directory is empty then.
@@ -198,7 +199,7 @@ impl ShmFabric {
             };
             if map.len() != inbox_bytes {
                 return Err(FabricError::Mismatch {
-                    what: format!("rank {r}'s inbox is {} bytes, ours {inbox_bytes} (different WEFT_AM_RING_KIB or size?)", map.len()),
+                    what: format!("rank {r}'s inbox is {} bytes, ours {inbox_bytes} (different WEFT_AM_RING_KIB, WEFT_AM_INBOX_KIB or size?)", map.len()),
                 });
             }
             // SAFETY: the map holds at least CONTROL_BYTES bytes, published after init.
