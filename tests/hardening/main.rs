@@ -32,8 +32,9 @@ const CASES: &[Case] = &[
 ];
 
 fn main() {
-    let programs: [common::Program; 8] = [
+    let programs: [common::Program; 9] = [
         ("pool_beyond_shm", pool_beyond_shm),
+        ("huge_segment", huge_segment),
         ("alloc_late", alloc_late),
         ("stranger", stranger),
         ("init_only", init_only),

@@ -400,3 +400,27 @@ pub(crate) fn late_rank() -> Res {
     }
     init_only()
 }
+
+/// A 1 TiB segment on a 64 MiB /dev/shm: refused at once on every rank with an error that
+/// says what is available, nothing of it left behind, and the world still usable.
+pub(crate) fn huge_segment() -> Res {
+    let w = World::init()?;
+    let shm = std::path::Path::new("/dev/shm");
+    let before = weft::fabric::os::fs_used_bytes(shm)?;
+    let t = Instant::now();
+    let r = w.alloc_segment::<u8>(1 << 40);
+    let took = t.elapsed();
+    let Err(e) = r else { return Err("a 1 TiB segment was allocated".into()) };
+    ck(took < Duration::from_secs(1), || format!("the refusal took {took:?}"))?;
+    let text = e.to_string();
+    ck(text.contains("1099511627776") || text.contains("TiB") || text.contains("/dev/shm"), || {
+        format!("the error does not name the request or the space: {text}")
+    })?;
+    let after = weft::fabric::os::fs_used_bytes(shm)?;
+    ck(after <= before + (1 << 20), || {
+        format!("/dev/shm grew by {} bytes for a refused segment", after - before)
+    })?;
+    let small = w.alloc_segment::<u64>(1024)?;
+    w.put(small.at((w.rank() + 1) % w.size(), 0), &[7u64])?;
+    w.barrier().map_err(Failure::from)
+}

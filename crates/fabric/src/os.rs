@@ -62,10 +62,18 @@ impl Mapping {
         }
         match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::EINVAL) => Ok(()),
-            errno => Err(FabricError::Os {
-                what: format!("backing {} bytes of shared memory (is {SHM_DIR} full?)", end - start),
-                errno: errno.unwrap_or(0),
-            }),
+            errno => {
+                let space = match fs_space(std::path::Path::new(SHM_DIR)) {
+                    Ok((size, free)) => {
+                        format!("full? {free} bytes free of {size}, shared by every job on the node")
+                    }
+                    Err(_) => "full?".to_string(),
+                };
+                Err(FabricError::Os {
+                    what: format!("backing {} bytes of shared memory ({SHM_DIR}: {space})", end - start),
+                    errno: errno.unwrap_or(0),
+                })
+            }
         }
     }
 }
@@ -567,6 +575,11 @@ pub fn mem_available() -> Option<u64> {
 /// Bytes in use on the file system holding `path` (`statvfs`: blocks less free blocks), as
 /// `df` counts them: for `/dev/shm`, the shared memory of every job on the node.
 pub fn fs_used_bytes(path: &std::path::Path) -> std::io::Result<u64> {
+    fs_space(path).map(|(size, free)| size.saturating_sub(free))
+}
+
+/// Bytes of the file system holding `path` in all, and free (`statvfs`).
+pub fn fs_space(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "a NUL byte in the path"))?;
     let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
@@ -578,8 +591,8 @@ pub fn fs_used_bytes(path: &std::path::Path) -> std::io::Result<u64> {
         }
         st.assume_init()
     };
-    let used = (st.f_blocks as u64).saturating_sub(st.f_bfree as u64);
-    Ok(used.saturating_mul(st.f_frsize as u64))
+    let unit = st.f_frsize as u64;
+    Ok(((st.f_blocks as u64).saturating_mul(unit), (st.f_bavail as u64).saturating_mul(unit)))
 }
 
 /// Processors online on this node (`sysconf(_SC_NPROCESSORS_ONLN)`), whatever this process's
