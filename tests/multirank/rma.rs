@@ -375,6 +375,18 @@ pub(crate) fn gets_in_flight() -> Res {
             ck(bad.is_none(), || format!("{count} gets of {len} words: get {k} wrong at word {bad:?}"))?;
         }
     }
+    // Gets into vectors their handles own, waited for on another thread (they move).
+    let handles: Vec<_> =
+        (0..50usize).map(|k| w.get_vec_nb(seg.at(from, k * 13), 40)).collect::<Result<_, _>>()?;
+    let got =
+        std::thread::spawn(move || handles.into_iter().map(|h| h.wait()).collect::<Result<Vec<_>, _>>())
+            .join()
+            .map_err(|_| "the thread waiting on the handles panicked")??;
+    for (k, v) in got.iter().enumerate() {
+        ck(v.len() == 40 && v.iter().enumerate().all(|(j, &x)| x == want(k * 13 + j)), || {
+            format!("get_vec_nb {k}: {:?}", &v[..v.len().min(4)])
+        })?;
+    }
     // A handle forgotten while in flight: its staging stays with the fabric, nothing else
     // is written.
     let mut lost = [0u64; 4];

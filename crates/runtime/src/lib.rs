@@ -56,7 +56,7 @@ pub use config::{Config, FabricChoice, Progress, RmaPath};
 pub use dist::{current, Dist};
 pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};
 pub use error::{Error, Result};
-pub use ops::{AtomicHandle, RmaHandle};
+pub use ops::{AtomicHandle, GetVec, RmaHandle};
 pub use progress::block_on;
 pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};

@@ -7,7 +7,7 @@
 //! [`OpState`] and a token.
 
 use crate::progress::Deps;
-use crate::{Comm, Error, Result};
+use crate::{Comm, Error, Pod, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
@@ -357,3 +357,80 @@ impl Future for AtomicHandle {
         }
     }
 }
+
+/// Handle of a non-blocking get into a vector it owns ([`Comm::get_vec_nb`]): `.await` it,
+/// [`GetVec::wait`] for it or test it; it gives the vector. Owning its destination and its
+/// world, it can move anywhere (`tokio::spawn`), unlike [`RmaHandle`] of a get, which
+/// borrows the caller's buffer. Dropped unfinished, it lets the operation end unseen.
+///
+/// ```no_run
+/// # use weft_runtime as weft;
+/// # let world = weft::World::init()?;
+/// let seg = world.alloc_segment::<u64>(1024)?;
+/// let h = world.get_vec_nb(seg.at(0, 0), 16)?;
+/// let v: Vec<u64> = weft::block_on(h)?;
+/// assert_eq!(v.len(), 16);
+/// # Ok::<(), weft::Error>(())
+/// ```
+#[must_use = "a get handle does nothing unless waited on, tested or awaited"]
+pub struct GetVec<T: Pod> {
+    /// The world and the operation while it is in flight.
+    op: Option<(Arc<Comm>, Arc<OpState>)>,
+    buf: Vec<T>,
+}
+
+impl<T: Pod> GetVec<T> {
+    pub(crate) fn new(comm: &Comm, op: Option<Arc<OpState>>, buf: Vec<T>) -> Self {
+        GetVec { op: op.map(|op| (comm.arc(), op)), buf }
+    }
+    /// The data, once the operation is complete.
+    fn finish(&mut self) -> Result<Vec<T>> {
+        if let Some((_, op)) = self.op.take() {
+            op.outcome()?;
+            op.copy_out(weft_fabric::pod::bytes_of_mut(&mut self.buf), std::iter::empty());
+        }
+        Ok(std::mem::take(&mut self.buf))
+    }
+    /// Blocks (making progress) until the data is here; gives it.
+    pub fn wait(mut self) -> Result<Vec<T>> {
+        if let Some((comm, op)) = &self.op {
+            comm.wait_op(op)?;
+        }
+        self.finish()
+    }
+    /// Makes progress once; `Some(data)` when complete (the handle is spent then).
+    pub fn test(&mut self) -> Result<Option<Vec<T>>> {
+        match &self.op {
+            Some((comm, op)) => {
+                comm.poll()?;
+                if !op.is_done() {
+                    return Ok(None);
+                }
+                self.finish().map(Some)
+            }
+            None => Ok(Some(std::mem::take(&mut self.buf))),
+        }
+    }
+}
+
+impl<T: Pod> Future for GetVec<T> {
+    type Output = Result<Vec<T>>;
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<T>>> {
+        let this = &mut *self;
+        match &this.op {
+            None => Poll::Ready(Ok(std::mem::take(&mut this.buf))),
+            Some((comm, op)) => match comm.poll_op(op, cx) {
+                Poll::Ready(Ok(_)) => Poll::Ready(this.finish()),
+                Poll::Ready(Err(e)) => {
+                    this.op = None;
+                    Poll::Ready(Err(e))
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+// Nothing points into the handle (the vector's bytes are on the heap), so it may move while
+// polled, whatever `T`.
+impl<T: Pod> Unpin for GetVec<T> {}

@@ -237,6 +237,15 @@ impl Comm {
         })
     }
 
+    /// Starts a get of `len` elements into a vector the handle owns and gives back (see
+    /// [`crate::GetVec`]): the form of [`Comm::get_nb`] for futures that move, as into
+    /// `tokio::spawn`.
+    pub fn get_vec_nb<T: Pod>(&self, src: GlobalPtr<T>, len: usize) -> Result<crate::GetVec<T>> {
+        let mut buf = vec![T::zeroed(); len];
+        let op = self.start_get(src, bytes_of_mut(&mut buf), false)?;
+        Ok(crate::GetVec::new(self, op, buf))
+    }
+
     /// Starts a put completed by the next [`Comm::sync_nbi`] of this thread; `src` may be
     /// reused at once.
     pub fn put_nbi<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<()> {
