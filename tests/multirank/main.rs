@@ -63,6 +63,12 @@ const CASES: &[Case] = &[
         env: &[],
     },
     Case {
+        name: "awaited_collective_member_vanishes_am_path",
+        run: awaited_collective_member_vanishes,
+        ranks: &[2],
+        env: &[("WEFT_RMA", "am")],
+    },
+    Case {
         name: "wait_all_after_endpoints_close",
         run: wait_all_after_endpoints_close,
         ranks: &[2, 4],

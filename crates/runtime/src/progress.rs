@@ -482,6 +482,18 @@ impl Comm {
     /// job (once everything they sent is handled) and wakes those futures: nothing else
     /// would, as no answer will come. Runs at liveness checks (every `peer_check`).
     pub(crate) fn fail_awaited(&self) {
+        // Not again from inside itself (a check that waits runs the liveness checks).
+        thread_local! { static CHECKING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) }; }
+        if CHECKING.with(|c| c.replace(true)) {
+            return;
+        }
+        struct Done;
+        impl Drop for Done {
+            fn drop(&mut self) {
+                CHECKING.with(|c| c.set(false));
+            }
+        }
+        let _done = Done;
         self.wake_failed_teams();
         if self.ops.in_flight() == 0 && self.ext.liveness.is_empty() {
             return;

@@ -166,9 +166,10 @@ impl crate::Comm {
             t.iter().filter_map(std::sync::Weak::upgrade).collect()
         };
         for core in teams {
-            let deps = |w: u32| core.needs(w);
-            let deps = Deps::Team { needed: &deps, check: &|| core.check() };
-            if self.failed_peer(deps).is_some() {
+            // Liveness only: the team's own check reads peers' memory, which on the AM path
+            // is a wait of its own (and would run this again); the woken handle checks it.
+            let needed = |w: u32| core.needs(w);
+            if self.failed_peer(Deps::Needed(&needed)).is_some() {
                 let woken = std::mem::take(&mut *core.wakers.lock().unwrap_or_else(|p| p.into_inner()));
                 woken.into_iter().for_each(std::task::Waker::wake);
             }
