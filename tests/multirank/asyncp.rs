@@ -16,6 +16,24 @@ weft::remote! {
     fn asyncp_nap(ms: u64) -> u64 { std::thread::sleep(Duration::from_millis(ms)); ms }
 }
 
+/// Calls rank 0 100 times at once and awaits them all: the results come back in order within
+/// 200 ms (`whom` describes rank 0 for the failure message).
+fn hundred_calls_to_0(w: &World, whom: &str) -> Res {
+    use weft::RpcExt;
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..100u64).map(|i| w.call(0, asyncp_echo, (i,))).collect();
+    let got = weft::block_on(async {
+        let mut v = vec![];
+        for c in calls {
+            v.push(c.await?);
+        }
+        Ok::<_, weft::Error>(v)
+    })?;
+    let wall = t0.elapsed();
+    ck(got == (0..100).collect::<Vec<_>>(), || "results out of order".into())?;
+    ck(wall < Duration::from_millis(200), || format!("100 calls to {whom} took {wall:?}"))
+}
+
 /// Rank 0's main thread sleeps 400 ms without calling weft while the others call it: the calls
 /// are answered within a bounded time: its progress thread serves them.
 pub(crate) fn busy_target_serves() -> Res {
@@ -26,22 +44,9 @@ pub(crate) fn busy_target_serves() -> Res {
     if w.rank() == 0 {
         std::thread::sleep(asleep);
     } else {
-        // Let rank 0 get to its sleep, then call it 100 times at once and await them all.
+        // Let rank 0 get to its sleep first.
         std::thread::sleep(Duration::from_millis(50));
-        let t0 = Instant::now();
-        let calls: Vec<_> = (0..100u64).map(|i| w.call(0, asyncp_echo, (i,))).collect();
-        let got = weft::block_on(async {
-            let mut v = vec![];
-            for c in calls {
-                v.push(c.await?);
-            }
-            Ok::<_, weft::Error>(v)
-        })?;
-        let wall = t0.elapsed();
-        ck(got == (0..100).collect::<Vec<_>>(), || "results out of order".into())?;
-        ck(wall < Duration::from_millis(200), || {
-            format!("100 calls to a rank outside weft took {wall:?} (its sleep: {asleep:?})")
-        })?;
+        hundred_calls_to_0(&w, &format!("a rank outside weft (its sleep: {asleep:?})"))?;
         // Functions that run later (async, so queued by the handler) are served as well.
         let t1 = Instant::now();
         let calls: Vec<_> = (0..20u64).map(|i| w.call(0, asyncp_async_echo, (i,))).collect();
@@ -114,20 +119,7 @@ pub(crate) fn sending_rank_serves() -> Res {
         }
     } else if w.rank() == 1 {
         std::thread::sleep(Duration::from_millis(50));
-        let t0 = Instant::now();
-        let calls: Vec<_> = (0..100u64).map(|i| w.call(0, asyncp_echo, (i,))).collect();
-        let got = weft::block_on(async {
-            let mut v = vec![];
-            for c in calls {
-                v.push(c.await?);
-            }
-            Ok::<_, weft::Error>(v)
-        })?;
-        let wall = t0.elapsed();
-        ck(got == (0..100).collect::<Vec<_>>(), || "results out of order".into())?;
-        ck(wall < Duration::from_millis(200), || {
-            format!("100 calls to a rank that computes and sends took {wall:?} (its spell: {spell:?})")
-        })?;
+        hundred_calls_to_0(&w, &format!("a rank that computes and sends (its spell: {spell:?})"))?;
     }
     w.barrier()?;
     Ok(())

@@ -203,6 +203,20 @@ impl Comm {
     }
 }
 
+/// Polls a handle's operation in flight: ready once it completed (or there is none); a
+/// failure ends it (the handle then holds no operation).
+fn poll_in_flight(op: &mut Option<(Arc<Comm>, Arc<OpState>)>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+    let Some((comm, o)) = op else { return Poll::Ready(Ok(())) };
+    match comm.poll_op(o, cx) {
+        Poll::Ready(Ok(_)) => Poll::Ready(Ok(())),
+        Poll::Ready(Err(e)) => {
+            *op = None;
+            Poll::Ready(Err(e))
+        }
+        Poll::Pending => Poll::Pending,
+    }
+}
+
 /// Handle of a non-blocking put or get. Complete it with [`RmaHandle::wait`], check it with
 /// [`RmaHandle::test`], or `.await` it (it is a `Future`). Dropping an unfinished handle waits
 /// for it, so a get's destination is never left half-written.
@@ -288,17 +302,7 @@ impl Future for RmaHandle<'_> {
     type Output = Result<()>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = &mut *self;
-        match &this.op {
-            None => Poll::Ready(Ok(())),
-            Some((comm, op)) => match comm.poll_op(op, cx) {
-                Poll::Ready(Ok(_)) => Poll::Ready(this.finish()),
-                Poll::Ready(Err(e)) => {
-                    this.op = None;
-                    Poll::Ready(Err(e))
-                }
-                Poll::Pending => Poll::Pending,
-            },
-        }
+        poll_in_flight(&mut this.op, cx).map(|r| r.and_then(|()| this.finish()))
     }
 }
 
@@ -417,17 +421,7 @@ impl<T: Pod> Future for GetVec<T> {
     type Output = Result<Vec<T>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<T>>> {
         let this = &mut *self;
-        match &this.op {
-            None => Poll::Ready(Ok(std::mem::take(&mut this.buf))),
-            Some((comm, op)) => match comm.poll_op(op, cx) {
-                Poll::Ready(Ok(_)) => Poll::Ready(this.finish()),
-                Poll::Ready(Err(e)) => {
-                    this.op = None;
-                    Poll::Ready(Err(e))
-                }
-                Poll::Pending => Poll::Pending,
-            },
-        }
+        poll_in_flight(&mut this.op, cx).map(|r| r.and_then(|()| this.finish()))
     }
 }
 

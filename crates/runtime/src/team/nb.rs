@@ -135,13 +135,15 @@ impl Core {
             return (true, false);
         };
         let moved = empty || self.queued.load(Ordering::Acquire) != before;
-        let mut woke = false;
-        if moved {
-            let woken = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|p| p.into_inner()));
-            woke = !woken.is_empty();
-            woken.into_iter().for_each(std::task::Waker::wake);
-        }
-        (!empty, woke)
+        (!empty, moved && self.wake_awaiting())
+    }
+
+    /// Wakes the handles awaiting this team; whether there were any.
+    fn wake_awaiting(&self) -> bool {
+        let woken = std::mem::take(&mut *self.wakers.lock().unwrap_or_else(|p| p.into_inner()));
+        let any = !woken.is_empty();
+        woken.into_iter().for_each(std::task::Waker::wake);
+        any
     }
 }
 
@@ -155,36 +157,34 @@ impl crate::Comm {
         self.any_awaited_team.store(true, Ordering::Release);
     }
 
+    /// The teams listed as awaited that still exist.
+    fn awaited_cores(&self) -> Vec<Arc<Core>> {
+        let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter().filter_map(std::sync::Weak::upgrade).collect()
+    }
+
     /// Wakes the handles awaiting teams a member of which is gone (their polls then report
     /// it): nothing else would, as no message will come. Run at liveness checks.
     pub(crate) fn wake_failed_teams(&self) {
         if !self.any_awaited_team.load(Ordering::Acquire) {
             return;
         }
-        let teams: Vec<Arc<Core>> = {
-            let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
-            t.iter().filter_map(std::sync::Weak::upgrade).collect()
-        };
+        let teams = self.awaited_cores();
         for core in teams {
             // Liveness only: the team's own check reads peers' memory, which on the AM path
             // is a wait of its own (and would run this again); the woken handle checks it.
             let needed = |w: u32| core.needs(w);
             if self.failed_peer(Deps::Needed(&needed)).is_some() {
-                let woken = std::mem::take(&mut *core.wakers.lock().unwrap_or_else(|p| p.into_inner()));
-                woken.into_iter().for_each(std::task::Waker::wake);
+                core.wake_awaiting();
             }
         }
     }
 
     /// Wakes every handle a future awaits on a team (their polls see the world finalized).
     pub(crate) fn wake_awaited_teams(&self) {
-        let teams: Vec<Arc<Core>> = {
-            let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
-            t.iter().filter_map(std::sync::Weak::upgrade).collect()
-        };
+        let teams = self.awaited_cores();
         for core in teams {
-            let woken = std::mem::take(&mut *core.wakers.lock().unwrap_or_else(|p| p.into_inner()));
-            woken.into_iter().for_each(std::task::Waker::wake);
+            core.wake_awaiting();
         }
     }
 
@@ -195,10 +195,7 @@ impl crate::Comm {
         if !self.any_awaited_team.load(Ordering::Acquire) {
             return 0;
         }
-        let teams: Vec<Arc<Core>> = {
-            let t = self.awaited_teams.lock().unwrap_or_else(|p| p.into_inner());
-            t.iter().filter_map(std::sync::Weak::upgrade).collect()
-        };
+        let teams = self.awaited_cores();
         let (mut finished, mut woke) = (Vec::new(), 0);
         for core in &teams {
             let (remain, w) = core.drive_awaited();
