@@ -121,6 +121,56 @@ fn forged_messages() -> Res {
     world.barrier().map_err(Failure::from)
 }
 
+/// Resident memory of this process in KiB, but for mapped files (`RssShmem` + `RssAnon`).
+fn rss_kib() -> Result<u64, String> {
+    let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .ok_or_else(|| format!("no {name} in /proc/self/status"))
+    };
+    Ok(field("RssShmem:")? + field("RssAnon:")?)
+}
+
+/// 20 FT runs in one process (every variant and model in turn): each verifies, and segments
+/// and resident memory stay flat from one round to the next.
+fn repeated_runs() -> Res {
+    let mut b = weft::World::builder();
+    let ft = Ft::register(&mut b);
+    let world = b.init().map_err(|e| Failure(e.to_string()))?;
+    let combos: Vec<(Variant, Model)> =
+        Variant::ALL.iter().flat_map(|&v| Model::ALL.iter().map(move |&m| (v, m))).collect();
+    // The most segments and KiB resident after any run of the first two rounds: later runs
+    // must not hold more (glibc keeps some of a run's heap for the next one, depending on
+    // which variants ran before, so later runs are compared with the peak).
+    let mut peak = (0, 0);
+    for run in 0..20 {
+        let (variant, model) = combos[run % combos.len()];
+        let report =
+            ft.run(&world, &Options::new(Class::S, variant, model)).map_err(|e| Failure(e.to_string()))?;
+        if report.verification != Verification::Successful {
+            return Err(format!("run {run} ({variant} {model}): {:?}", report.verification).into());
+        }
+        world.barrier()?;
+        let now = (world.info().segments.len(), rss_kib()?);
+        if run < 2 * combos.len() {
+            peak = (peak.0.max(now.0), peak.1.max(now.1));
+        } else if now.0 > peak.0 || now.1 > peak.1 + 256 {
+            return Err(format!(
+                "run {run} ({variant} {model}): {} segments, {} KiB resident; at most {} and {} KiB in the first {} runs",
+                now.0,
+                now.1,
+                peak.0,
+                peak.1,
+                2 * combos.len()
+            )
+            .into());
+        }
+    }
+    Ok(world.barrier()?)
+}
+
 fn launch(case: &str, n: u32) -> Output {
     launch_with(case, n, &[])
 }
@@ -161,7 +211,11 @@ fn ranks_must_divide() -> Result<(), libtest_mimic::Failed> {
 
 fn main() {
     if let Ok(case) = std::env::var("WEFT_FT_CASE") {
-        common::exit_with(if case == "forged" { forged_messages() } else { rank(&case) });
+        common::exit_with(match case.as_str() {
+            "forged" => forged_messages(),
+            "repeated" => repeated_runs(),
+            _ => rank(&case),
+        });
     }
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = vec![];
@@ -194,5 +248,6 @@ fn main() {
     }
     trials.push(libtest_mimic::Trial::test("ft_ranks_must_divide_the_grid", ranks_must_divide));
     trials.push(libtest_mimic::Trial::test("ft_two_sided_forged_messages", || verify("forged".into(), 2)));
+    trials.push(libtest_mimic::Trial::test("ft_20_runs_keep_memory_flat", || verify("repeated".into(), 2)));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -9,6 +9,7 @@ mod common;
 mod life;
 mod rma;
 mod rpc;
+mod segs;
 mod state;
 
 use am::*;
@@ -18,6 +19,7 @@ use common::{ck, Case, Failure, Res};
 use life::*;
 use rma::*;
 use rpc::*;
+use segs::*;
 use state::*;
 
 use std::process::Command;
@@ -45,6 +47,7 @@ const CASES: &[Case] = &[
     Case { name: "am_kinds", run: am_kinds, ranks: &[2, 4], env: &[] },
     Case { name: "am_flood", run: am_flood, ranks: &[2, 4], env: &[("WEFT_AM_RING_KIB", "16")] },
     Case { name: "bad_input", run: bad_input, ranks: &[2, 4], env: &[] },
+    Case { name: "segments_recycled", run: segments_recycled, ranks: &[2, 4], env: &[] },
     Case { name: "handler_mismatch", run: handler_mismatch, ranks: &[2], env: &[] },
     Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
     Case { name: "idle_waits_sleep", run: idle_waits_sleep, ranks: &[2, 4], env: &[] },

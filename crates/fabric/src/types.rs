@@ -41,6 +41,8 @@ pub struct LocalRegion {
     pub len: usize,
     /// What a peer passes to [`crate::Fabric::attach`] to reach this region.
     pub desc: Vec<u8>,
+    /// Its memory may be given back while it stays registered (see [`LocalRegion::discard`]).
+    discardable: bool,
     _keep: std::sync::Arc<crate::os::Mapping>,
 }
 
@@ -53,7 +55,38 @@ impl std::fmt::Debug for LocalRegion {
 impl LocalRegion {
     /// Describes registered memory backed by `mapping`; used by fabric implementations.
     pub fn new(id: u32, mapping: std::sync::Arc<crate::os::Mapping>, desc: Vec<u8>) -> Self {
-        LocalRegion { id, addr: mapping.as_ptr() as usize, len: mapping.len(), desc, _keep: mapping }
+        let (addr, len) = (mapping.as_ptr() as usize, mapping.len());
+        LocalRegion { id, addr, len, desc, discardable: false, _keep: mapping }
+    }
+    /// Marks whether the region's memory may be given back while it stays registered (no
+    /// device has pinned it); set by the fabric that registered it.
+    pub fn with_discard(mut self, discardable: bool) -> Self {
+        self.discardable = discardable;
+        self
+    }
+    /// True if [`LocalRegion::discard`] gives memory back.
+    pub fn discardable(&self) -> bool {
+        self.discardable
+    }
+    /// Gives the region's memory back to the system where that is safe (see
+    /// [`crate::os::Mapping::discard`]); the region stays mapped and registered, reading
+    /// zeros. Returns whether it did. For memory no one accesses any more.
+    pub fn discard(&self) -> crate::FabricResult<bool> {
+        if !self.discardable {
+            return Ok(false);
+        }
+        self._keep.discard().map(|_| true)
+    }
+    /// Makes a region ready for reuse: all zeros, and backed by memory now where the system
+    /// has it (an error, not a later SIGBUS, where it has not). Nobody may access it meanwhile.
+    pub fn rearm(&self) -> crate::FabricResult<()> {
+        if self.discard()? {
+            return self._keep.back(0, self.len);
+        }
+        // SAFETY: the region is `len` bytes of this live mapping, and the caller guarantees
+        // that no one reads or writes it meanwhile.
+        unsafe { std::ptr::write_bytes(self.as_ptr(), 0, self.len) };
+        Ok(())
     }
     /// The memory behind the region.
     pub(crate) fn mapping(&self) -> &std::sync::Arc<crate::os::Mapping> {

@@ -65,7 +65,10 @@ impl Comm {
         if !off.is_multiple_of(size) {
             return Err(format!("rank {me}: offset {off} is not {size}-byte aligned"));
         }
-        if off.checked_add(len).is_none_or(|e| e > s.bytes) {
+        if !s.live() {
+            return Err(format!("rank {me}: segment {seg} was dropped"));
+        }
+        if off.checked_add(len).is_none_or(|e| e > s.size()) {
             return Err(format!(
                 "rank {me}: {len} bytes at offset {off} is outside segment {seg} of {} bytes",
                 s.bytes

@@ -2,6 +2,7 @@
 
 use crate::{Comm, Error, Pod, Result};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use weft_fabric::pod::LocalView;
 use weft_fabric::{LocalRegion, RemoteRegion};
@@ -12,15 +13,45 @@ pub(crate) type ExchangeFn<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>> + 'a;
 /// Most segments a world can allocate.
 pub const MAX_SEGMENTS: usize = 4096;
 
+/// Laid out in order: what every access reads (`size`, `remote`) comes first.
+#[repr(C)]
 pub(crate) struct SegInfo {
+    /// `bytes` while a [`Segment`] of this rank holds it, 0 once dropped (until a later
+    /// allocation among the same ranks reuses it, see [`Comm::alloc_segment_among`]): the
+    /// bound every access checks, so a dropped segment costs no check of its own.
+    size: AtomicUsize,
+    /// By world rank; `None` where the rank does not hold the segment (team segments).
+    pub remote: Vec<Option<RemoteRegion>>,
     pub id: u32,
     pub bytes: usize,
     pub local: LocalRegion,
-    /// By world rank; `None` where the rank does not hold the segment (team segments).
-    pub remote: Vec<Option<RemoteRegion>>,
+    /// A [`Segment`] of this rank holds it (tells a dropped segment from an empty one).
+    live: AtomicBool,
 }
 
 impl SegInfo {
+    /// Bytes accesses may reach: `bytes`, or 0 once dropped.
+    #[inline]
+    pub fn size(&self) -> usize {
+        self.size.load(Ordering::Relaxed)
+    }
+    /// True while a [`Segment`] of this rank holds it.
+    pub fn live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
+    }
+    fn set_live(&self, live: bool) {
+        self.size.store(if live { self.bytes } else { 0 }, Ordering::Relaxed);
+        self.live.store(live, Ordering::Release);
+    }
+    /// True if this rank's [`Segment`] is dropped and the segment fits an allocation of
+    /// `bytes` bytes held by `members` (world ranks, sorted or not).
+    fn reusable_for(&self, bytes: usize, members: &[u32]) -> bool {
+        !self.live()
+            && self.bytes == bytes
+            && self.remote.iter().filter(|r| r.is_some()).count() == members.len()
+            && members.iter().all(|&m| matches!(self.remote.get(m as usize), Some(Some(_))))
+    }
+
     #[inline]
     pub fn remote(&self, rank: u32) -> Result<&RemoteRegion> {
         // A match, not `ok_or`: an eagerly built error is dropped on every successful call.
@@ -51,13 +82,63 @@ impl SegmentTable {
     pub fn get(&self, id: u32) -> Option<&Arc<SegInfo>> {
         self.slots.get(id as usize)?.get()
     }
+    /// Id and bytes of every segment a [`Segment`] of this rank holds.
     pub fn list(&self) -> Vec<(u32, usize)> {
-        self.slots.iter().filter_map(|s| s.get()).map(|s| (s.id, s.bytes)).collect()
+        let live = self.slots.iter().filter_map(|s| s.get()).filter(|s| s.live());
+        live.map(|s| (s.id, s.bytes)).collect()
+    }
+    /// Ids of dropped segments an allocation of `bytes` among `members` may reuse, lowest
+    /// first (at most [`REUSE_CANDIDATES`]).
+    fn reusable(&self, bytes: usize, members: &[u32]) -> Vec<u32> {
+        let ids = *self.count.lock().unwrap_or_else(|p| p.into_inner());
+        let slots = self.slots.iter().take(ids as usize).filter_map(|s| s.get());
+        slots.filter(|s| s.reusable_for(bytes, members)).map(|s| s.id).take(REUSE_CANDIDATES).collect()
     }
 }
 
+/// First byte of a member's part of an allocation's exchange: a fresh allocation (or, in a
+/// reuse's second exchange, success).
+const FRESH: u8 = 0;
+/// First byte of an offer of dropped segments for reuse.
+const REUSE: u8 = 1;
+
+/// The lowest segment id every member offered for reuse, if any (every part is an offer).
+/// Members that disagree on the size are an error, as for a fresh allocation.
+fn common_offer(all: &[Vec<u8>], bytes: usize, elem: usize, members: &[u32]) -> Result<Option<u32>> {
+    let mut common: Option<Vec<u32>> = None;
+    for (d, &r) in all.iter().zip(members) {
+        let word = |a: usize| d.get(a..a + 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+        let (Some(theirs), Some(their_elem)) = (word(1), word(9)) else {
+            return Err(Error::Mismatch(format!("rank {r} sent a malformed segment offer")));
+        };
+        if theirs != bytes as u64 || their_elem != elem as u64 {
+            return Err(Error::Mismatch(format!(
+                "segment allocation: {bytes} bytes ({elem}-byte elements) here, rank {r} allocates {theirs} bytes ({their_elem}-byte elements)"
+            )));
+        }
+        let ids: Vec<u32> =
+            d[17..].chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap_or_default())).collect();
+        common = Some(match common {
+            None => ids,
+            Some(c) => c.into_iter().filter(|i| ids.contains(i)).collect(),
+        });
+    }
+    Ok(common.and_then(|c| c.into_iter().min()))
+}
+
+/// Most dropped segments one allocation offers its peers for reuse.
+const REUSE_CANDIDATES: usize = 16;
+
 /// A collectively allocated array of `len` elements of `T` on every rank, reachable by every
-/// rank through [`GlobalPtr`]s. The memory lives until the segment and the world are dropped.
+/// rank through [`GlobalPtr`]s.
+///
+/// Dropping it gives this rank's memory back at once (where the fabric allows: shared memory,
+/// software libfabric providers; memory a NIC may have pinned stays until reused) and makes
+/// this rank's own accesses to it [`Error::NoSuchSegment`]. Drop it on every rank once no
+/// rank accesses it any more (after a barrier, say): a peer's put into a dropped part is lost.
+/// A later allocation of the same size among the same ranks reuses its id and mappings,
+/// zeroed, once every member has dropped it and completed its operations, so allocating and
+/// dropping in a loop keeps memory and segment ids flat.
 ///
 /// ```no_run
 /// # let world = weft_runtime::World::init()?;
@@ -76,6 +157,14 @@ pub struct Segment<T: Pod> {
 impl<T: Pod> std::fmt::Debug for Segment<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Segment(id {}, {} × {})", self.info.id, self.len, std::any::type_name::<T>())
+    }
+}
+
+impl<T: Pod> Drop for Segment<T> {
+    fn drop(&mut self) {
+        self.info.set_live(false);
+        // Nothing to report where it fails: the memory then stays until reused.
+        let _ = self.info.local.discard();
     }
 }
 
@@ -213,24 +302,34 @@ impl Comm {
             len,
             max: isize::MAX as usize / elem.max(1),
         })?;
-        let proposed = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
-        // Registration may fail on one rank only (memory): everyone learns it in the exchange.
-        let registered =
-            if sparse { self.fabric.register_sparse(bytes) } else { self.fabric.register(bytes) };
-        let mut mine = Vec::with_capacity(40);
-        mine.extend_from_slice(&(proposed as u64).to_le_bytes());
-        mine.extend_from_slice(&(bytes as u64).to_le_bytes());
-        mine.extend_from_slice(&(elem as u64).to_le_bytes());
-        match &registered {
-            Ok(r) => mine.extend_from_slice(&r.desc),
-            Err(e) => mine.extend_from_slice(format!("ERR{e}").as_bytes()),
+        // A dropped segment of this size among these ranks is offered for reuse; where every
+        // member offers it, nothing is registered or attached.
+        let offered = if self.quiet_for_reuse() { self.segments.reusable(bytes, members) } else { vec![] };
+        let mut fresh = None;
+        let mut all = if offered.is_empty() {
+            exchange(&self.fresh_proposal(bytes, elem, sparse, &mut fresh))?
+        } else {
+            let mut mine = vec![REUSE];
+            mine.extend_from_slice(&(bytes as u64).to_le_bytes());
+            mine.extend_from_slice(&(elem as u64).to_le_bytes());
+            offered.iter().for_each(|id| mine.extend_from_slice(&id.to_le_bytes()));
+            exchange(&mine)?
+        };
+        if all.iter().all(|d| d.first() == Some(&REUSE)) {
+            if let Some(id) = common_offer(&all, bytes, elem, members)? {
+                return self.reuse(id, len, exchange);
+            }
         }
-        let all = exchange(&mine)?;
+        if all.iter().any(|d| d.first() != Some(&FRESH)) {
+            // Some members offered segments but not all the same: allocate afresh after all.
+            all = exchange(&self.fresh_proposal(bytes, elem, sparse, &mut fresh))?;
+        }
+        let registered = fresh.expect("a fresh proposal registered its region");
         // The id: the largest any member proposed (members that allocated elsewhere meanwhile
         // have moved on further than the others).
         let id = all
             .iter()
-            .filter_map(|d| d.get(..8))
+            .filter_map(|d| d.get(1..9))
             .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
             .max()
             .unwrap_or(0);
@@ -243,13 +342,14 @@ impl Comm {
             let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
             *c = (*c).max(id + 1);
         }
-        let descs: Vec<&[u8]> = all.iter().map(|d| d.get(8..).unwrap_or_default()).collect();
+        let descs: Vec<&[u8]> = all.iter().map(|d| d.get(9..).unwrap_or_default()).collect();
         let region = registered?;
         let result = self.attach_all(id, bytes, elem, members, &descs, &region);
         // Publish locally *before* the barrier: a peer that leaves the barrier first may at once
         // send AM-based accesses to this segment, which this rank handles while still inside it.
         let info = result.and_then(|remote| {
-            let info = Arc::new(SegInfo { id, bytes, local: region.clone(), remote });
+            let (size, live) = (AtomicUsize::new(bytes), AtomicBool::new(true));
+            let info = Arc::new(SegInfo { id, bytes, local: region.clone(), remote, size, live });
             self.segments.slots[id as usize].set(info.clone()).map_err(|_| {
                 Error::Misuse("segment allocations of one rank must not run concurrently on several threads")
             })?;
@@ -261,6 +361,71 @@ impl Comm {
         let info = info?;
         sealed?;
         Ok(Segment { info, len, _t: PhantomData })
+    }
+
+    /// This rank's part of a fresh allocation's exchange: the id it proposes, the size, and
+    /// the descriptor of a region it registers now (once: `fresh` keeps it) or its error.
+    fn fresh_proposal(
+        &self,
+        bytes: usize,
+        elem: usize,
+        sparse: bool,
+        fresh: &mut Option<Result<LocalRegion>>,
+    ) -> Vec<u8> {
+        // Registration may fail on one rank only (memory): everyone learns it in the exchange.
+        let registered = fresh.get_or_insert_with(|| {
+            let r = if sparse { self.fabric.register_sparse(bytes) } else { self.fabric.register(bytes) };
+            r.map_err(Error::from)
+        });
+        let proposed = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
+        let mut mine = Vec::with_capacity(48);
+        mine.push(FRESH);
+        mine.extend_from_slice(&(proposed as u64).to_le_bytes());
+        mine.extend_from_slice(&(bytes as u64).to_le_bytes());
+        mine.extend_from_slice(&(elem as u64).to_le_bytes());
+        match registered {
+            Ok(r) => mine.extend_from_slice(&r.desc),
+            Err(e) => mine.extend_from_slice(format!("ERR{e}").as_bytes()),
+        }
+        mine
+    }
+
+    /// Reuses dropped segment `id`, which every member offered: zeroes this rank's part and
+    /// tells the others whether that worked (the exchange is the allocation's barrier).
+    fn reuse<T: Pod>(&self, id: u32, len: usize, exchange: &ExchangeFn<'_>) -> Result<Segment<T>> {
+        let info = self.segments.slots[id as usize].get().ok_or(Error::NoSuchSegment(id))?.clone();
+        let rearmed = info.local.rearm();
+        // Published before the exchange, as a fresh segment is before its barrier.
+        info.set_live(rearmed.is_ok());
+        let mine = match &rearmed {
+            Ok(()) => vec![FRESH],
+            Err(e) => format!("-could not reuse segment {id}: {e}").into_bytes(),
+        };
+        let all = exchange(&mine);
+        let failed = all.as_ref().map_or(None, |all| all.iter().position(|d| d.first() != Some(&FRESH)));
+        if rearmed.is_err() || all.is_err() || failed.is_some() {
+            info.set_live(false);
+        }
+        rearmed?;
+        let all = all?;
+        if let Some(r) = failed {
+            let reason = String::from_utf8_lossy(all[r].get(1..).unwrap_or_default()).into_owned();
+            return Err(Error::PeerFailed { rank: r as u32, reason });
+        }
+        Ok(Segment { info, len, _t: PhantomData })
+    }
+
+    /// Completes this rank's operations in flight (briefly): a segment is offered for reuse
+    /// only when none of this rank's accesses to it can still land.
+    fn quiet_for_reuse(&self) -> bool {
+        let end = std::time::Instant::now() + std::time::Duration::from_millis(100);
+        while self.ops.in_flight() > 0 {
+            if std::time::Instant::now() > end || self.poll().is_err() {
+                return false;
+            }
+            std::thread::yield_now();
+        }
+        true
     }
 
     fn attach_all(
@@ -309,7 +474,7 @@ impl Comm {
         let ids = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
         (0..ids).filter_map(|id| self.segments.get(id)).find_map(|seg| {
             let off = start.checked_sub(seg.local.as_ptr() as usize)?;
-            let inside = off.checked_add(bytes.len())? <= seg.bytes;
+            let inside = off.checked_add(bytes.len())? <= seg.size();
             (inside && seg.remote(reader).is_ok()).then_some((seg.id, off))
         })
     }
@@ -334,14 +499,19 @@ impl Comm {
             return Err(Error::Misaligned { offset: p.byte_offset, align });
         }
         match p.byte_offset.checked_add(len) {
-            Some(end) if end <= seg.bytes => Ok(p.byte_offset),
-            _ => Err(Error::OutOfBounds {
-                rank: p.rank,
-                segment: p.seg,
-                offset: p.byte_offset,
-                len,
-                segment_len: seg.bytes,
-            }),
+            Some(end) if end <= seg.size() => Ok(p.byte_offset),
+            _ => Err(Self::outside(seg, p.rank, p.byte_offset, len)),
         }
+    }
+
+    /// The error of an access outside `seg` (or to it once dropped); out of line, as every
+    /// put and get inlines the check that leads here.
+    #[cold]
+    #[inline(never)]
+    fn outside(seg: &SegInfo, rank: u32, offset: usize, len: usize) -> Error {
+        if !seg.live() {
+            return Error::NoSuchSegment(seg.id);
+        }
+        Error::OutOfBounds { rank, segment: seg.id, offset, len, segment_len: seg.bytes }
     }
 }

@@ -150,7 +150,8 @@ impl HybridFabric {
                 return Err(e);
             }
         };
-        Ok(LocalRegion::new(s.id, s.mapping().clone(), join_desc(&s.desc, &o.desc)))
+        let discard = s.discardable() && o.discardable();
+        Ok(LocalRegion::new(s.id, s.mapping().clone(), join_desc(&s.desc, &o.desc)).with_discard(discard))
     }
 
     /// Builds the hybrid over an opened libfabric fabric: meets this host's ranks in shared

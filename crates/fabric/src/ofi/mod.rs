@@ -442,7 +442,15 @@ impl OfiFabric {
             regions.resize_with(id as usize + 1, || None);
         }
         regions[id as usize] = Some(Reg { map: map.clone(), mr });
-        Ok(LocalRegion::new(id, map, desc))
+        Ok(LocalRegion::new(id, map, desc).with_discard(self.pins_nothing()))
+    }
+
+    /// True where the provider reaches registered memory through the process's page tables
+    /// (software providers), so that pages given back and later refaulted stay reachable; a
+    /// NIC that pinned the old pages would keep writing to them.
+    fn pins_nothing(&self) -> bool {
+        const SOFTWARE: [&str; 6] = ["tcp", "sockets", "shm", "udp", "ofi_rxm", "ofi_rxd"];
+        self.obj.neg.provider.split(';').all(|p| SOFTWARE.contains(&p))
     }
 
     /// The ranks on this rank's host (itself included), in rank order: processes that could

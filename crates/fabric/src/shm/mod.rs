@@ -281,7 +281,8 @@ impl ShmFabric {
         regions[id as usize] = Some(map.clone());
         let mut desc = id.to_le_bytes().to_vec();
         desc.extend_from_slice(&(len as u64).to_le_bytes());
-        Ok(LocalRegion::new(id, map, desc))
+        // Reserved memory may be given back (a sparse pool lives as long as the fabric).
+        Ok(LocalRegion::new(id, map, desc).with_discard(fill == os::Fill::Reserved))
     }
 
     /// Unlinks what dead peer `rank` left in the job's directory (its inbox if start-up had not

@@ -74,7 +74,7 @@ pub struct Endpoint<'c> {
     pub(super) cq: Cq,
     pub(super) knobs: Knobs,
     /// The last target resolved, and its segment's size in bytes.
-    pub(super) last: Option<(Target, usize)>,
+    pub(super) last: Option<(Target, &'c crate::segment::SegInfo)>,
     pub(super) _one_thread: PhantomData<Cell<()>>,
 }
 
@@ -107,17 +107,16 @@ impl<'c> Endpoint<'c> {
     /// so a stream of operations to one segment checks only alignment and bounds.
     fn target<T>(&mut self, p: GlobalPtr<T>, len: usize) -> Result<Target> {
         let off = p.byte_offset();
-        if let Some((last, seg_bytes)) =
-            self.last.filter(|(t, _)| t.rank == p.rank() && t.seg == p.segment_id())
-        {
+        if let Some((last, seg)) = self.last.filter(|(t, _)| t.rank == p.rank() && t.seg == p.segment_id()) {
             let aligned = off.is_multiple_of(std::mem::align_of::<T>());
-            if aligned && off.checked_add(len).is_some_and(|end| end <= seg_bytes) {
+            // The size, not the bytes: 0 once the segment is dropped.
+            if aligned && off.checked_add(len).is_some_and(|end| end <= seg.size()) {
                 return Ok(Target { off, ..last });
             }
         }
         let (seg, off) = self.comm.resolve(p, len)?;
         let target = Target { rank: p.rank(), seg: seg.id, region: *seg.remote(p.rank())?, off };
-        self.last = Some((target, seg.bytes));
+        self.last = Some((target, &**seg));
         Ok(target)
     }
 

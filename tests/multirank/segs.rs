@@ -1,0 +1,101 @@
+//! Segment lifetime: dropped segments give their memory back, and allocations reuse them.
+
+use super::*;
+
+/// Resident memory of this process in KiB, but for mapped files: `RssShmem` (pages of
+/// /dev/shm files it maps, its own and its peers') and `RssAnon` (its heap, and segments on
+/// libfabric). Only this process's mappings count, not other jobs'.
+fn rss_kib() -> Result<u64, String> {
+    let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .ok_or_else(|| format!("no {name} in /proc/self/status"))
+    };
+    Ok(field("RssShmem:")? + field("RssAnon:")?)
+}
+
+/// A dropped segment: accesses to it are errors, the next allocation of its size reuses its id
+/// (zeroed); where one rank still holds it, the next allocation is a new segment; team
+/// segments likewise. Then 1000 `world_team()` + drop cycles keep segments and memory flat.
+pub(crate) fn segments_recycled() -> Res {
+    let w = World::init()?;
+    let (me, n) = (w.rank(), w.size());
+    let next = (me + 1) % n;
+    let a = w.alloc_segment::<u64>(1 << 16)?;
+    let id = a.id();
+    for i in 0..1 << 16 {
+        a.local().write(i, 0xA5A5 + i as u64);
+    }
+    let stale = a.at(next, 7);
+    w.put(stale, &[1])?;
+    w.barrier()?;
+    let held = rss_kib()?;
+    drop(a);
+    let freed = held.saturating_sub(rss_kib()?);
+    ck(freed >= 500, || format!("dropping a 512 KiB segment gave back {freed} KiB"))?;
+    let e = w.put(stale, &[1]);
+    ck(matches!(e, Err(Error::NoSuchSegment(s)) if s == id), || {
+        format!("put into a dropped segment: {e:?}")
+    })?;
+    ck(w.info().segments.iter().all(|&(s, _)| s != id), || "a dropped segment is still listed".into())?;
+
+    let b = w.alloc_segment::<u64>(1 << 16)?;
+    ck(b.id() == id, || format!("segment {id} dropped everywhere, but the next one is {}", b.id()))?;
+    let dirty = (0..1 << 16).find(|&i| b.local().read(i) != 0);
+    ck(dirty.is_none(), || format!("reused segment not zeroed at element {dirty:?}"))?;
+    w.barrier()?;
+    w.put(b.at(next, 3), &[me as u64 + 10])?;
+    w.barrier()?;
+    ck(b.local().read(3) == ((me + n - 1) % n) as u64 + 10, || "put into the reused segment".into())?;
+
+    // Rank 0 keeps its segment: the others' offers do not match, so the next one is new.
+    w.barrier()?;
+    let kept = if me == 0 {
+        Some(b)
+    } else {
+        drop(b);
+        None
+    };
+    let c = w.alloc_segment::<u64>(1 << 16)?;
+    ck(c.id() != id, || format!("rank 0 still holds segment {id}, yet it was reused"))?;
+    w.put(c.at(next, 0), &[5])?;
+    w.barrier()?;
+    ck(c.local().read(0) == 5, || "put into a new segment beside a kept one".into())?;
+    if let Some(k) = &kept {
+        ck(k.local().read(3) == (n - 1) as u64 + 10, || "the kept segment changed".into())?;
+    }
+    drop((kept, c));
+    w.barrier()?;
+
+    // Team segments and team scratch: flat over 1000 teams.
+    let segs = w.info().segments.len();
+    let mut base = 0;
+    let t0 = Instant::now();
+    for i in 0..1000 {
+        let t = w.world_team()?;
+        let s = t.allreduce(&[1u64], weft::ReduceOp::Sum)?;
+        ck(s[0] == n as u64, || format!("team {i}: sum {}", s[0]))?;
+        if i % 100 == 0 {
+            let ts = t.alloc_segment::<u8>(100_000)?;
+            w.put(ts.at(next, 99_999), &[1u8])?;
+            t.barrier()?;
+        }
+        drop(t);
+        // The AM rings' pages fill in over the first few hundred teams (they are bounded).
+        if i == 500 {
+            base = rss_kib()?;
+        }
+    }
+    let (now, after) = (w.info().segments.len(), rss_kib()?);
+    ck(now == segs, || format!("{segs} segments before 1000 teams, {now} after"))?;
+    // Over libfabric, staging and receive buffers (tens of MiB, registered at start-up) take
+    // their pages at first touch, over some 100k messages: a slack for that.
+    let slack = if w.info().fabric == "shm" { 512 } else { 2048 };
+    ck(after <= base + slack, || {
+        format!("resident memory {base} KiB after 500 teams, {after} KiB after 1000")
+    })?;
+    eprintln!("rank {me}: 1000 teams in {:.2?}, resident {base} -> {after} KiB", t0.elapsed());
+    Ok(w.barrier()?)
+}
