@@ -209,6 +209,8 @@ pub fn plot(input: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
         ("shm", "scale-shm.png", "/dev/shm per rank", "KiB"),
         ("rtt", "scale-rtt.png", "Round trip rank 0 - rank N-1", "microseconds"),
         ("barrier", "scale-barrier.png", "Barrier", "microseconds"),
+        ("team_shm", "scale-team-shm.png", "/dev/shm per rank for a team of all ranks", "KiB"),
+        ("team_barrier", "scale-team-barrier.png", "Barrier of a team of all ranks", "microseconds"),
     ] {
         let mine = |r: &Value| (text(r, "kind") == kind).then(|| "weft".to_string());
         let mut series = collect(&rows, "scale", "ranks", value, mine);

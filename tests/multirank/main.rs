@@ -160,6 +160,14 @@ const CASES: &[Case] = &[
         ranks: &[3],
         env: &[("WEFT_COLL_DIRECT_BYTES", "32768")],
     },
+    // The smallest slots (16 KiB: what teams of 256 members get by default): every message
+    // longer than 2 KiB goes in 8 and 16 KiB chunks, through both kinds of algorithms.
+    Case {
+        name: "teams_and_collectives_small_slots",
+        run: teams_and_collectives,
+        ranks: &[2, 4],
+        env: &[("WEFT_COLL_SCRATCH_KIB", "16"), ("WEFT_COLL_DIRECT_BYTES", "100000000")],
+    },
     Case {
         name: "teams_and_collectives_small_algorithms",
         run: teams_and_collectives,
@@ -238,7 +246,7 @@ fn bench_scale_runs() -> Result<(), libtest_mimic::Failed> {
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     let rows: Vec<&str> = text.lines().filter(|l| l.contains("\"suite\":\"scale\"")).collect();
-    if !out.status.success() || rows.len() != 8 {
+    if !out.status.success() || rows.len() != 12 {
         return Err(format!("weft bench scale gave {} rows: {}", rows.len(), common::text(&out)).into());
     }
     let value = |kind: &str, n: u32| -> Option<f64> {
@@ -251,8 +259,8 @@ fn bench_scale_runs() -> Result<(), libtest_mimic::Failed> {
     // The /dev/shm figure is node-wide (other tests' jobs come and go meanwhile): only its
     // presence is checked here.
     for n in [2, 3] {
-        for kind in ["startup", "shm", "rtt", "barrier"] {
-            let least = if kind == "shm" { 0.0 } else { f64::MIN_POSITIVE };
+        for kind in ["startup", "shm", "rtt", "barrier", "team_shm", "team_barrier"] {
+            let least = if kind.ends_with("shm") { f64::MIN } else { f64::MIN_POSITIVE };
             if !value(kind, n).is_some_and(|v| v >= least && v.is_finite()) {
                 return Err(format!("scale {kind} at {n} ranks: {:?}\n{text}", value(kind, n)).into());
             }

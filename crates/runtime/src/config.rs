@@ -20,6 +20,7 @@
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
 //! | `WEFT_COLL_DIRECT_BYTES` | team-collective messages from this many bytes up are read straight from the sender's buffer where the fabric can read peer memory (one copy instead of two, but a system call) | 16777216 |
+//! | `WEFT_COLL_SCRATCH_KIB` | KiB of shared memory each member of a team gives the team's message slots (one per member, a power of two from 16 to 256 KiB), so a rank's share per team stays flat as teams grow; messages longer than a slot go in chunks | 4096 (256 KiB slots up to 16 members, 32 KiB at 128) |
 //! | `WEFT_COLL_TUNE` | `1`: blocking broadcasts, reductions and alltoalls from 64 KiB up (below `WEFT_COLL_DIRECT_BYTES`) time both ways of moving their messages (slots or direct read) and take the faster, trying the other now and then | 1 where the fabric can read peer memory, unless `WEFT_COLL_DIRECT_BYTES` is set |
 
 use crate::startup::Identity;
@@ -75,6 +76,9 @@ pub struct Config {
     pub coll_small_bytes: usize,
     /// Smallest team-collective message read straight from the sender's buffer.
     pub coll_direct_bytes: usize,
+    /// Bytes of a team's message slots on each member (one slot per member, see
+    /// `team/channel.rs`).
+    pub coll_scratch_bytes: usize,
     /// Blocking collectives below `coll_direct_bytes` choose between the slots and the direct
     /// read by timing both (see `team/tune.rs`).
     pub coll_tune: bool,
@@ -100,6 +104,9 @@ pub enum Progress {
 /// Default budget of a rank's shared-memory inbox rings (`WEFT_AM_INBOX_KIB`): full-size
 /// rings up to 8 ranks on a node, smaller ones beyond, so a rank's share stays flat.
 const DEFAULT_INBOX_KIB: u64 = 4096;
+/// Default bytes of a team's message slots on each member (`WEFT_COLL_SCRATCH_KIB`): full
+/// 256 KiB slots up to 16 members, smaller ones beyond, so a rank's share stays flat.
+const DEFAULT_SCRATCH_KIB: u64 = 4096;
 /// Largest ring a budget gives.
 const MAX_RING_KIB: usize = 256;
 
@@ -289,6 +296,12 @@ impl Config {
                 Some(v) => return Err(Error::Config(format!("WEFT_FABRIC={v:?}: expected shm or ofi"))),
             };
         let direct_bytes = parse("WEFT_COLL_DIRECT_BYTES", "a number of bytes")?;
+        let scratch_kib = parse("WEFT_COLL_SCRATCH_KIB", "a number of KiB")?.unwrap_or(DEFAULT_SCRATCH_KIB);
+        if !(16..=1 << 20).contains(&scratch_kib) {
+            return Err(Error::Config(format!(
+                "WEFT_COLL_SCRATCH_KIB={scratch_kib}: expected 16 to 1048576"
+            )));
+        }
         let progress = match o.progress {
             Some(p) => Some(p),
             None => match var("WEFT_PROGRESS_THREAD").as_deref().map(str::trim) {
@@ -327,6 +340,7 @@ impl Config {
             },
             vis_pack_bytes: parse("WEFT_VIS_PACK_BYTES", "a number of bytes")?,
             coll_direct_bytes: direct_bytes.unwrap_or(16 << 20),
+            coll_scratch_bytes: scratch_kib as usize * 1024,
             // A threshold the user chose is kept as chosen.
             coll_tune: parse_bool("WEFT_COLL_TUNE")?.unwrap_or(direct_bytes.is_none()),
         })

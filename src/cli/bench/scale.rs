@@ -7,7 +7,9 @@
 //! - shared memory per rank: what `/dev/shm` holds while the job runs, less what it held
 //!   before, divided by N;
 //! - the empty AM round trip between rank 0 and rank N-1 (MPI: a 0-byte send/receive
-//!   ping-pong), and the barrier, timed inside a second job.
+//!   ping-pong), and the barrier, timed inside a second job;
+//! - in that job, the shared memory a team of every rank adds per rank (MPI: a duplicate of
+//!   `MPI_COMM_WORLD`) and that team's barrier.
 //!
 //! Beyond the cores the ranks are oversubscribed (weft stops spinning in waits then; Open MPI
 //! runs with `--oversubscribe`, which makes its waits yield).
@@ -33,6 +35,13 @@ pub struct Probe {
     pub rtt_ns: f64,
     /// Mean barrier, ns.
     pub barrier_ns: f64,
+    /// Bytes per rank `/dev/shm` holds beyond `shm_bytes` once a team of every rank exists
+    /// (weft's `world_team`; MPI: a duplicate of `MPI_COMM_WORLD`).
+    #[serde(default)]
+    pub team_shm_bytes: f64,
+    /// Mean barrier of that team, ns.
+    #[serde(default)]
+    pub team_barrier_ns: f64,
 }
 
 /// Bytes in use on the file system of `/dev/shm`.
@@ -91,6 +100,19 @@ pub fn weft_rank(out: Option<&Path>) -> Result<(), weft::Error> {
         w.barrier()?;
     }
     probe.barrier_ns = t.elapsed().as_nanos() as f64 / barriers as f64;
+    let team = w.world_team()?;
+    team.barrier()?;
+    if me == 0 {
+        let base: u64 = std::env::var("WEFT_SCALE_SHM_BASE").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let used = shm_used().map_err(weft::Error::Config)?;
+        probe.team_shm_bytes = used.saturating_sub(base) as f64 / w.size() as f64 - probe.shm_bytes;
+    }
+    team.barrier()?;
+    let t = Instant::now();
+    for _ in 0..barriers {
+        team.barrier()?;
+    }
+    probe.team_barrier_ns = t.elapsed().as_nanos() as f64 / barriers as f64;
     if me == 0 {
         write_probe(out, &probe).map_err(weft::Error::Config)?;
     }
@@ -243,6 +265,20 @@ pub fn run() -> Result<Vec<Row>, String> {
             "us",
             peer.map(|(_, q)| q.barrier_ns / 1e3),
         ));
+        rows.push(row(
+            "team_shm",
+            format!("/dev/shm per rank for a team of all, {n} ranks"),
+            p.team_shm_bytes / 1024.0,
+            "KiB",
+            peer.map(|(_, q)| q.team_shm_bytes / 1024.0),
+        ));
+        rows.push(row(
+            "team_barrier",
+            format!("team barrier, {n} ranks"),
+            p.team_barrier_ns / 1e3,
+            "us",
+            peer.map(|(_, q)| q.team_barrier_ns / 1e3),
+        ));
     }
     Ok(rows)
 }
@@ -290,6 +326,18 @@ pub fn mpi_rank(out: Option<&Path>) -> Result<(), String> {
         world.barrier();
     }
     probe.barrier_ns = t.elapsed().as_nanos() as f64 / barriers as f64;
+    let team = world.duplicate();
+    team.barrier();
+    if me == 0 {
+        let base: u64 = std::env::var("WEFT_SCALE_SHM_BASE").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        probe.team_shm_bytes = shm_used()?.saturating_sub(base) as f64 / n as f64 - probe.shm_bytes;
+    }
+    team.barrier();
+    let t = Instant::now();
+    for _ in 0..barriers {
+        team.barrier();
+    }
+    probe.team_barrier_ns = t.elapsed().as_nanos() as f64 / barriers as f64;
     if me == 0 {
         write_probe(out, &probe)?;
     }

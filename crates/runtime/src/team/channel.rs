@@ -63,11 +63,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
 
-/// Bytes of one slot (one per source in every member's scratch).
+/// Bytes of the largest slot (one per source in every member's scratch); a team with more
+/// members than fit in a rank's scratch budget gets smaller ones (see [`Slot::for_team`]).
 pub const SLOT: usize = 256 << 10;
-/// Bytes of a chunk of a long message in a one-way transfer: half a slot, so two are in
-/// flight.
-pub const CHUNK: usize = SLOT / 2;
+/// Bytes of the smallest slot.
+pub const MIN_SLOT: usize = 16 << 10;
 /// `u64` words per flag line: two cache lines, so that messages of up to 96 bytes travel in
 /// one put with signal (a 64 B broadcast or alltoall took a sub-slot put and the flag's put:
 /// 0.9x the time back-to-back this way). Only the words a message uses are written.
@@ -84,12 +84,76 @@ pub const RECORDS: usize = 64;
 pub(crate) const PACKED: usize = 8;
 /// Sub-slots per source's slot.
 pub const SUBS: usize = 8;
-/// Messages up to this many bytes use one of the `SUBS` sub-slots of their source's slot.
-pub const SUB: usize = SLOT / SUBS;
+
+/// The size of a team's slots, the same on every member (it follows from the team's size and
+/// the scratch budget): a power of two from [`MIN_SLOT`] to [`SLOT`]. Messages up to an
+/// eighth of it use a sub-slot; longer ones go in chunks of half of it (one-way transfers, so
+/// two are in flight) or all of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Slot(usize);
+
+impl Slot {
+    /// The largest slot such that the team's `n` slots fit in `budget` bytes (at least
+    /// [`MIN_SLOT`], at most [`SLOT`]): a rank's scratch per team stays flat as teams grow.
+    pub fn for_team(n: usize, budget: usize) -> Slot {
+        let share = (budget / n.max(1)).max(1);
+        let pow2 = 1usize << (usize::BITS - 1 - share.leading_zeros());
+        Slot(pow2.clamp(MIN_SLOT, SLOT))
+    }
+    /// Bytes of one slot.
+    pub fn bytes(self) -> usize {
+        self.0
+    }
+    /// Bytes of one sub-slot.
+    fn sub(self) -> usize {
+        self.0 / SUBS
+    }
+    /// Where a message of `len` bytes travels.
+    fn kind(self, len: usize) -> Kind {
+        if len <= INLINE {
+            Kind::Inline
+        } else if len <= self.sub() {
+            Kind::Sub
+        } else {
+            Kind::Whole
+        }
+    }
+    /// Byte offset, in a source's slot, of the sub-slot of message number `m = count + 1`.
+    fn sub_slot(self, count: u64) -> usize {
+        (count as usize % SUBS) * self.sub()
+    }
+    /// Bytes of one chunk of a long message.
+    fn chunk_bytes(self, pipelined: bool) -> usize {
+        if pipelined {
+            self.0 / 2
+        } else {
+            self.0
+        }
+    }
+    /// Byte offset, in a source's slot, of chunk `j` of a long message.
+    fn chunk_at(self, j: u64, pipelined: bool) -> usize {
+        if pipelined {
+            (j as usize % 2) * self.chunk_bytes(true)
+        } else {
+            0
+        }
+    }
+    /// Bytes of chunk `j` of a message of `len` bytes.
+    fn chunk_range(self, j: u64, len: usize, pipelined: bool) -> std::ops::Range<usize> {
+        let at = j as usize * self.chunk_bytes(pipelined);
+        at..(at + self.chunk_bytes(pipelined)).min(len)
+    }
+    /// Chunks of a message of `len` bytes (an empty message is one empty chunk: it still
+    /// tells the receiver the sender got there).
+    fn chunks(self, len: usize, pipelined: bool) -> u64 {
+        len.div_ceil(self.chunk_bytes(pipelined)).max(1) as u64
+    }
+}
 
 pub(crate) struct Channels {
     flags: Segment<u64>,
     slots: Segment<u8>,
+    slot: Slot,
     /// Per member. Atomics rather than a lock: a team runs one collective at a time, so only
     /// one thread steps its channels, and a lock cost as much as a small message (plain loads
     /// and stores here; concurrent misuse gives wrong data, never undefined behaviour).
@@ -173,23 +237,6 @@ enum Kind {
     Whole,
 }
 
-impl Kind {
-    fn of(len: usize) -> Kind {
-        if len <= INLINE {
-            Kind::Inline
-        } else if len <= SUB {
-            Kind::Sub
-        } else {
-            Kind::Whole
-        }
-    }
-}
-
-/// Byte offset, in a source's slot, of the sub-slot of message number `m = count + 1`.
-fn sub_slot(count: u64) -> usize {
-    (count as usize % SUBS) * SUB
-}
-
 /// Tag bit of a one-way transfer (long messages pipelined through the slot's halves).
 const PIPELINED: u64 = 1 << 32;
 
@@ -197,30 +244,6 @@ const PIPELINED: u64 = 1 << 32;
 /// transfer given it keeps it even where it moves messages both ways.
 pub(crate) fn one_way(tag: u64) -> u64 {
     tag | PIPELINED
-}
-
-/// Bytes of one chunk of a long message.
-fn chunk_bytes(pipelined: bool) -> usize {
-    if pipelined {
-        CHUNK
-    } else {
-        SLOT
-    }
-}
-
-/// Byte offset, in a source's slot, of chunk `j` of a long message.
-fn chunk_at(j: u64, pipelined: bool) -> usize {
-    if pipelined {
-        (j as usize % 2) * CHUNK
-    } else {
-        0
-    }
-}
-
-/// Bytes of chunk `j` of a message of `len` bytes.
-fn chunk_range(j: u64, len: usize, pipelined: bool) -> std::ops::Range<usize> {
-    let at = j as usize * chunk_bytes(pipelined);
-    at..(at + chunk_bytes(pipelined)).min(len)
 }
 
 /// Word, in a member's flag segment, of the line that message number `count + 1` from team
@@ -290,12 +313,6 @@ fn packed(len: usize) -> bool {
     len <= PACKED
 }
 
-/// Chunks of a message of `len` bytes (an empty message is one empty chunk: it still tells
-/// the receiver the sender got there).
-fn chunks(len: usize, pipelined: bool) -> u64 {
-    len.div_ceil(chunk_bytes(pipelined)).max(1) as u64
-}
-
 impl Channels {
     /// Words of the flag segment for `n` members: the channels, then a line with this
     /// member's running call, a line with its alarm, and one report line per member (see
@@ -344,15 +361,15 @@ impl Channels {
         }
     }
     /// Bytes of the slot segment for `n` members.
-    pub fn slot_bytes(n: usize) -> usize {
-        n * SLOT
+    pub fn slot_bytes(n: usize, slot: Slot) -> usize {
+        n * slot.bytes()
     }
 
     /// Channels over a team's scratch segments (sized by [`Channels::flag_words`] and
     /// [`Channels::slot_bytes`]).
-    pub fn new(flags: Segment<u64>, slots: Segment<u8>, n: usize, direct_from: usize) -> Self {
+    pub fn new(flags: Segment<u64>, slots: Segment<u8>, slot: Slot, n: usize, direct_from: usize) -> Self {
         let state = (0..n).map(|_| PeerCell::default()).collect();
-        Channels { flags, slots, state, direct_from: AtomicUsize::new(direct_from) }
+        Channels { flags, slots, slot, state, direct_from: AtomicUsize::new(direct_from) }
     }
 
     /// Messages sent from now on are read directly from `bytes` up (where the fabric can).
@@ -565,7 +582,7 @@ impl Channels {
         let (comm, me, n) = (&*team.comm, team.me, team.members.len());
         let local = self.flags.local();
         let pipelined = tag & PIPELINED != 0;
-        let total = chunks(i.out.len(), pipelined);
+        let total = self.slot.chunks(i.out.len(), pipelined);
         let (src, want) = (i.from, i.out.len());
         let mismatch = |len: u64, their_tag: u64| {
             team.note_mismatch(src, their_tag);
@@ -624,16 +641,19 @@ impl Channels {
                     comm.read_peer(team.members[src], addr, i.out)?;
                     *done = total;
                 } else {
-                    match Kind::of(want) {
+                    match self.slot.kind(want) {
                         Kind::Inline => {
                             let mut words = [0u64; LINE - 4];
                             local.copy_out(base + 4, &mut words[..want.div_ceil(8)]);
                             i.out.copy_from_slice(&bytes_of(&words)[..want]);
                         }
-                        Kind::Sub => self.slots.local().copy_out(src * SLOT + sub_slot(peer.recvd), i.out),
+                        Kind::Sub => {
+                            let at = src * self.slot.bytes() + self.slot.sub_slot(peer.recvd);
+                            self.slots.local().copy_out(at, i.out)
+                        }
                         Kind::Whole => {
-                            let range = chunk_range(*done, want, pipelined);
-                            let from = src * SLOT + chunk_at(*done, pipelined);
+                            let range = self.slot.chunk_range(*done, want, pipelined);
+                            let from = src * self.slot.bytes() + self.slot.chunk_at(*done, pipelined);
                             self.slots.local().copy_out(from, &mut i.out[range]);
                         }
                     }
@@ -727,7 +747,8 @@ impl Future for Transfer<'_, '_, '_> {
 mod tests {
     use super::super::coll::tag;
     use super::{
-        record_header, unfold_tag, Counters, INLINE_COUNTERS, PACKED, PIPELINED, SEQ_BITS, SEQ_MASK,
+        record_header, unfold_tag, Counters, Kind, Slot, INLINE_COUNTERS, MIN_SLOT, PACKED, PIPELINED,
+        SEQ_BITS, SEQ_MASK, SLOT, SUBS,
     };
 
     #[test]
@@ -756,6 +777,36 @@ mod tests {
         // Different tags or lengths give different headers for one message number.
         assert_ne!(record_header(7, 8, tag::BROADCAST), record_header(7, 8, tag::BROADCAST | PIPELINED));
         assert_ne!(record_header(7, 8, tag::BROADCAST), record_header(7, 0, tag::BROADCAST));
+    }
+
+    #[test]
+    fn slots_shrink_with_the_team_within_the_budget() {
+        let budget = 4096 << 10;
+        let kib = |n| Slot::for_team(n, budget).bytes() >> 10;
+        assert_eq!(
+            [kib(1), kib(2), kib(16), kib(17), kib(64), kib(128), kib(192)],
+            [256, 256, 256, 128, 64, 32, 16]
+        );
+        assert_eq!(Slot::for_team(100_000, budget).bytes(), MIN_SLOT);
+        assert_eq!(Slot::for_team(4, 0).bytes(), MIN_SLOT);
+        assert_eq!(Slot::for_team(2, usize::MAX).bytes(), SLOT);
+        // Chunks cover a message exactly, within the slot, for every slot size.
+        for s in [MIN_SLOT, 32 << 10, SLOT].map(|b| Slot::for_team(1, b)) {
+            for pipelined in [false, true] {
+                for len in [0, 1, s.sub() + 1, s.bytes(), 3 * s.bytes() + 5] {
+                    let mut next = 0;
+                    for j in 0..s.chunks(len, pipelined) {
+                        let r = s.chunk_range(j, len, pipelined);
+                        assert_eq!(r.start, next);
+                        assert!(s.chunk_at(j, pipelined) + r.len() <= s.bytes());
+                        next = r.end;
+                    }
+                    assert_eq!(next, len);
+                }
+            }
+            assert!(s.sub_slot(SUBS as u64 - 1) + s.sub() <= s.bytes());
+            assert!(matches!(s.kind(s.sub()), Kind::Sub) && matches!(s.kind(s.sub() + 1), Kind::Whole));
+        }
     }
 
     #[test]

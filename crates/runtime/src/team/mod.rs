@@ -344,8 +344,9 @@ impl Team {
         let g = Group { id, members: &members, me, check: None };
         let n = members.len();
         let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
-        let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n))?;
-        let channels = Channels::new(flags, slots, n, comm.cfg.coll_direct_bytes);
+        let slot = channel::Slot::for_team(n, comm.cfg.coll_scratch_bytes);
+        let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n, slot))?;
+        let channels = Channels::new(flags, slots, slot, n, comm.cfg.coll_direct_bytes);
         let core = Core {
             comm: comm.arc(),
             id,

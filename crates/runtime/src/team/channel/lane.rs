@@ -85,8 +85,9 @@ impl Lane<'_, '_> {
     pub fn chunks(&self, peer: &mut Peer, done: &mut u64) -> Result<bool> {
         let data = self.o.data;
         let pipelined = self.tag & PIPELINED != 0;
-        let total = chunks(data.len(), pipelined);
-        let kind = Kind::of(data.len());
+        let slot = self.ch.slot;
+        let total = slot.chunks(data.len(), pipelined);
+        let kind = slot.kind(data.len());
         let (me, dst, slots) = (self.me, self.dst, &self.ch.slots);
         while *done < total {
             // A message needs its line; in a sub-slot also the end of the last whole-slot
@@ -102,7 +103,7 @@ impl Lane<'_, '_> {
             if !self.drained_at_least(peer, need)? {
                 break;
             }
-            let chunk = &data[chunk_range(*done, data.len(), pipelined)];
+            let chunk = &data[slot.chunk_range(*done, data.len(), pipelined)];
             match kind {
                 Kind::Inline => {
                     // Header and data in the flag's line: one put with signal.
@@ -112,11 +113,12 @@ impl Lane<'_, '_> {
                     self.publish(peer.sent, &words[..3 + chunk.len().div_ceil(8)])?;
                 }
                 Kind::Sub => {
-                    self.comm.put(slots.at(dst, me * SLOT + sub_slot(peer.sent)), chunk)?;
+                    self.comm.put(slots.at(dst, me * slot.bytes() + slot.sub_slot(peer.sent)), chunk)?;
                     self.publish(peer.sent, &self.header(0))?;
                 }
                 Kind::Whole => {
-                    self.comm.put(slots.at(dst, me * SLOT + chunk_at(*done, pipelined)), chunk)?;
+                    self.comm
+                        .put(slots.at(dst, me * slot.bytes() + slot.chunk_at(*done, pipelined)), chunk)?;
                     self.publish(peer.sent, &self.header(0))?;
                     peer.whole = peer.sent + 1;
                 }
