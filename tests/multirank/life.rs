@@ -147,3 +147,61 @@ pub(crate) fn threads_and_progress() -> Res {
 }
 
 // ---------------------------------------------------------------- rpc
+
+/// A flag set by a put and `notify` just before the waiter announced its sleep wakes it: the
+/// sleep checks the wait's condition again once announced. Rank 0's test, once its wait has
+/// reached its longest sleeps, has rank 1 set the flag and notify, waits for that, and still
+/// answers "not yet" (as a load racing the put can): where the sleep did not check again,
+/// each wait here lasted one whole sleep (2 ms) after the notify.
+pub(crate) fn notify_before_sleep() -> Res {
+    let w = World::init()?;
+    let me = w.rank();
+    if !w.info().caps.load_store {
+        // A notify there is a message the sleep sees; and rank 0's test below, spinning until
+        // rank 1's put lands, would stop the progress such puts need.
+        return Ok(w.barrier()?);
+    }
+    // [data flag, go, notified] on every rank.
+    let flags = w.alloc_segment::<u64>(3)?;
+    let word = |i: usize| flags.local().atomic(i).load(Ordering::Acquire);
+    let mut late = vec![];
+    for round in 1..=5u64 {
+        w.barrier()?;
+        if me == 0 {
+            let start = Instant::now();
+            let mut asked = false;
+            w.wait_until(|| {
+                if start.elapsed() < Duration::from_millis(20) {
+                    return false;
+                }
+                if !asked {
+                    asked = true;
+                    if w.put(flags.at(1, 1), &[round]).is_err() {
+                        return true;
+                    }
+                    while word(2) < round {
+                        std::hint::spin_loop();
+                    }
+                    return false;
+                }
+                word(0) >= round
+            })?;
+            late.push(weft::fabric::os::now_ns().saturating_sub(flags.local().read(0) >> 8) / 1000);
+        } else if me == 1 {
+            w.wait_until(|| word(1) >= round)?;
+            // The stamp, and the round in the low byte: the flag reads as at least `round`.
+            let stamp = weft::fabric::os::now_ns() << 8;
+            w.put(flags.at(0, 0), &[stamp | round])?;
+            w.notify(0)?;
+            w.put(flags.at(0, 2), &[round])?;
+            // Nothing more to rank 0 for a while (its barrier's message would wake it).
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        w.barrier()?;
+    }
+    if me == 0 {
+        late.sort_unstable();
+        ck(late[2] < 1000, || format!("waits ended {late:?} us after the notify"))?;
+    }
+    Ok(w.barrier()?)
+}

@@ -51,6 +51,7 @@ const CASES: &[Case] = &[
     Case { name: "handler_mismatch", run: handler_mismatch, ranks: &[2], env: &[] },
     Case { name: "early_exit", run: early_exit, ranks: &[2, 4], env: &[] },
     Case { name: "idle_waits_sleep", run: idle_waits_sleep, ranks: &[2, 4], env: &[] },
+    Case { name: "notify_before_sleep", run: notify_before_sleep, ranks: &[2], env: &[] },
     Case { name: "vanished_rank", run: vanished_rank, ranks: &[2, 4], env: &[] },
     Case { name: "threads_and_progress", run: threads_and_progress, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_calls", run: rpc_calls, ranks: &[2, 4], env: &[] },

@@ -223,7 +223,12 @@ pub trait Fabric: Send + Sync + 'static {
     /// `timeout` passes. True when it woke for traffic (something may be waiting, such as an
     /// RMA operation the provider carries out during progress, which delivers no event): the
     /// waiter should poll eagerly again.
-    fn wait_incoming(&self, timeout: std::time::Duration) -> bool;
+    ///
+    /// `ready` is the waiter's own condition (a flag a peer's put sets, then notifies): it is
+    /// checked once the sleep is announced, so a notify that came after the waiter last looked
+    /// but before it announced the sleep (and so rang no bell) is not slept through. True if
+    /// `ready` held.
+    fn wait_incoming(&self, timeout: std::time::Duration, ready: &mut dyn FnMut() -> bool) -> bool;
 
     /// Wakes `rank` if one of its threads sleeps in [`Fabric::wait_incoming`]: for one-sided
     /// writes (a flag set by a put) that the rank waits on. Cheap when nobody sleeps.

@@ -104,18 +104,24 @@ impl Backoff {
     /// Waits a little; returns true when it is time to check the peers.
     #[inline]
     pub(crate) fn snooze(&mut self, comm: &Comm) -> bool {
+        self.snooze_until(comm, &mut || false)
+    }
+
+    /// [`Backoff::snooze`] of a wait for `ready`, which a sleep checks again once it is
+    /// announced (see [`weft_fabric::Fabric::wait_incoming`]).
+    pub(crate) fn snooze_until(&mut self, comm: &Comm, ready: &mut dyn FnMut() -> bool) -> bool {
         self.iters = self.iters.wrapping_add(1);
         if self.iters & self.stride_mask != 0 {
             // No PAUSE here: a poll of the rings is delay enough, and PAUSE (tens of ns on
             // current cores) would add to every message's detection latency.
             return false;
         }
-        self.pause(comm)
+        self.pause(comm, ready)
     }
 
     /// The slow part of [`Backoff::snooze`], every `stride`th call.
     #[inline(never)]
-    fn pause(&mut self, comm: &Comm) -> bool {
+    fn pause(&mut self, comm: &Comm, ready: &mut dyn FnMut() -> bool) -> bool {
         comm.touch();
         let now = Instant::now();
         let s = self.slow.get_or_insert_with(|| Slow {
@@ -133,7 +139,7 @@ impl Backoff {
             std::thread::yield_now();
             self.iters = self.iters.wrapping_add(63);
         } else {
-            if comm.fabric.wait_incoming(s.sleep) {
+            if comm.fabric.wait_incoming(s.sleep, ready) {
                 // Woken by traffic: the peers are talking, poll eagerly again.
                 s.reset();
             } else {
@@ -253,11 +259,18 @@ impl Comm {
         deps: Deps<'_>,
         what: &str,
         set: PollSet,
-        mut cond: impl FnMut() -> bool,
+        mut test: impl FnMut() -> bool,
     ) -> Result<()> {
         if self.stop.load(Ordering::Relaxed) {
             return Err(crate::am::FINALIZED);
         }
+        // Tested in the loop and, before a sleep, by the fabric: once it held it is not tested
+        // again (a test may poll a future, which must not be polled once it is ready).
+        let mut met = false;
+        let mut cond = move || {
+            met = met || test();
+            met
+        };
         self.touch();
         // Already done (a send into free space, a message that is already here): no backoff
         // or waiter count to set up.
@@ -292,7 +305,7 @@ impl Comm {
             if waiting.is_none() && set == PollSet::All && (backoff.spun() || !self.caps.load_store) {
                 waiting = Some(Waiting::enter(self));
             }
-            if backoff.snooze(self) {
+            if backoff.snooze_until(self, &mut cond) {
                 if self.stop.load(Ordering::Relaxed) {
                     // The World was dropped while this thread waited.
                     return Err(crate::am::FINALIZED);
@@ -575,10 +588,10 @@ impl Comm {
                 // after a tick, without sleeping (a fabric whose traffic only a poll of its
                 // queue shows answers this look for real).
                 if awaited > 0 {
-                    woken = self.fabric.wait_incoming(TICK);
+                    woken = self.fabric.wait_incoming(TICK, &mut || false);
                 } else {
                     std::thread::park_timeout(TICK);
-                    woken = self.fabric.wait_incoming(Duration::ZERO);
+                    woken = self.fabric.wait_incoming(Duration::ZERO, &mut || false);
                 }
                 if !teams {
                     continue;

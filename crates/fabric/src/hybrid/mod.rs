@@ -424,12 +424,13 @@ impl Fabric for HybridFabric {
         self.parts.shm.has_incoming() || self.parts.ofi.has_incoming()
     }
 
-    fn wait_incoming(&self, timeout: Duration) -> bool {
+    fn wait_incoming(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> bool {
         let p = &self.parts;
         let seen = p.shm.sleep_begin();
         p.sleepers().count += 1;
         p.changed.notify_all();
-        if !self.has_incoming() {
+        let ready = ready();
+        if !ready && !self.has_incoming() {
             p.shm.sleep(seen, timeout);
         }
         {
@@ -439,7 +440,7 @@ impl Fabric for HybridFabric {
         }
         p.changed.notify_all();
         p.shm.sleep_end();
-        self.has_incoming()
+        ready || self.has_incoming()
     }
 
     fn notify(&self, rank: Rank) {

@@ -375,8 +375,10 @@ impl Fabric for OfiFabric {
         !q.replies.is_empty() || !q.requests.is_empty()
     }
 
-    fn wait_incoming(&self, timeout: Duration) -> bool {
-        if self.has_incoming() {
+    fn wait_incoming(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> bool {
+        // A notify here is a message, which the queue's descriptor shows: `ready` needs no
+        // place between announcing and sleeping.
+        if ready() || self.has_incoming() {
             return true;
         }
         // Sleep on the CQ's descriptor without holding the CQ lock, so that threads waiting

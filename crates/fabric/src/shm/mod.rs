@@ -672,13 +672,14 @@ impl Fabric for ShmFabric {
         self.ring_doorbell(rank);
     }
 
-    fn wait_incoming(&self, timeout: Duration) -> bool {
+    fn wait_incoming(&self, timeout: Duration, ready: &mut dyn FnMut() -> bool) -> bool {
         let seen = self.sleep_begin();
-        if !self.has_incoming() {
+        let ready = ready();
+        if !ready && !self.has_incoming() {
             self.sleep(seen, timeout);
         }
         self.sleep_end();
-        self.has_incoming()
+        ready || self.has_incoming()
     }
 
     fn requests_sent(&self, dst: Rank) -> u64 {
