@@ -93,8 +93,16 @@ impl BlockPool {
         let backed = self.backed.load(Ordering::Relaxed);
         if end > backed {
             // Under the lock: one thread backs a range at a time.
-            let to = end.saturating_add(BACK_STEP).min(self.capacity());
-            self.region.mapping().back(backed, to - backed)?;
+            // A step ahead where the system has it, else what this block needs.
+            let ahead = end.saturating_add(BACK_STEP).min(self.capacity());
+            let to = match self.region.mapping().back(backed, ahead - backed) {
+                Ok(()) => ahead,
+                Err(_) if ahead > end => {
+                    self.region.mapping().back(backed, end - backed)?;
+                    end
+                }
+                Err(e) => return Err(e),
+            };
             self.backed.store(to, Ordering::Relaxed);
         }
         free.ranges.remove(&off);

@@ -316,6 +316,11 @@ impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
 /// sender (an RMA chunk), received straight into the target's pool, handed to the remote
 /// function by value.
 ///
+/// Where the pool has no room, or the system no memory to back it (a full `/dev/shm`), the
+/// vector lives on the heap instead ([`RmaVec::in_pool`] says which): it works the same, and
+/// travels as a plain chunk (read in place where the fabric reads peer memory, else copied
+/// into the pool).
+///
 /// ```no_run
 /// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }
 /// # let world = weft_runtime::World::init()?;
@@ -325,22 +330,21 @@ impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
 /// # Ok::<(), weft_runtime::Error>(())
 /// ```
 pub struct RmaVec<T: Pod> {
-    block: Block,
-    len: usize,
+    store: Store<T>,
     _t: PhantomData<T>,
+}
+
+/// Where an [`RmaVec`]'s elements live.
+enum Store<T: Pod> {
+    /// A block of the pool and the elements in use.
+    Pool(Block, usize),
+    /// The heap, where the pool could not take them.
+    Heap(Vec<T>),
 }
 
 impl<T: Pod + fmt::Debug> fmt::Debug for RmaVec<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list().entries(self.iter()).finish()
-    }
-}
-
-fn pool_full(bytes: usize, pool: &BlockPool) -> weft_runtime::Error {
-    weft_runtime::Error::TooLarge {
-        what: "RmaVec allocation in the registered pool (bytes; raise WEFT_RPC_POOL_MIB)",
-        len: bytes,
-        max: pool.capacity() - pool.in_use(),
     }
 }
 
@@ -357,65 +361,108 @@ impl<T: Pod> RmaVec<T> {
         Ok(v)
     }
 
+    /// Room for `cap` elements: in the pool, else on the heap.
     fn alloc_in(pool: &Arc<BlockPool>, cap: usize) -> weft_runtime::Result<Self> {
-        let bytes = cap.checked_mul(std::mem::size_of::<T>()).ok_or_else(|| pool_full(usize::MAX, pool))?;
-        let block =
-            pool.alloc(bytes).map_err(weft_runtime::Error::Fabric)?.ok_or_else(|| pool_full(bytes, pool))?;
-        Ok(RmaVec { block, len: 0, _t: PhantomData })
+        let too_large = || weft_runtime::Error::TooLarge {
+            what: "RmaVec (elements; neither the registered pool nor the heap has room)",
+            len: cap,
+            max: (pool.capacity() - pool.in_use()) / std::mem::size_of::<T>().max(1),
+        };
+        let bytes = cap.checked_mul(std::mem::size_of::<T>()).ok_or_else(too_large)?;
+        if let Ok(Some(block)) = pool.alloc(bytes) {
+            return Ok(RmaVec { store: Store::Pool(block, 0), _t: PhantomData });
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(cap).map_err(|_| too_large())?;
+        Ok(RmaVec { store: Store::Heap(v), _t: PhantomData })
+    }
+
+    /// True if the elements are in the registered pool (sent without a copy), false if they
+    /// are on the heap.
+    pub fn in_pool(&self) -> bool {
+        matches!(self.store, Store::Pool(..))
     }
 
     /// Elements the vector holds without growing.
     pub fn capacity(&self) -> usize {
-        self.block.capacity() / std::mem::size_of::<T>().max(1)
+        match &self.store {
+            Store::Pool(b, _) => b.capacity() / std::mem::size_of::<T>().max(1),
+            Store::Heap(v) => v.capacity(),
+        }
     }
 
-    /// Makes room for `more` elements (moving to a larger block of the pool if needed).
+    /// Makes room for `more` elements (moving to a larger block of the pool, or to the heap,
+    /// if needed).
     pub fn reserve(&mut self, more: usize) -> weft_runtime::Result<()> {
-        let need = self.len.checked_add(more).ok_or_else(|| pool_full(usize::MAX, self.block.pool()))?;
-        if need <= self.capacity() {
+        let len = self.len();
+        let need = len.checked_add(more).ok_or(weft_runtime::Error::TooLarge {
+            what: "RmaVec (elements)",
+            len: usize::MAX,
+            max: usize::MAX - len,
+        })?;
+        let cap = self.capacity();
+        if need <= cap {
             return Ok(());
         }
-        let mut bigger = Self::alloc_in(self.block.pool(), need.max(self.capacity() * 2))?;
-        bigger.block.as_mut_slice::<T>(self.len).copy_from_slice(self);
-        bigger.len = self.len;
-        *self = bigger;
+        match &mut self.store {
+            Store::Pool(block, n) => {
+                let mut bigger = Self::alloc_in(block.pool(), need.max(cap.saturating_mul(2)))?;
+                bigger.extend_from_slice(&block.as_slice::<T>(*n)[..])?;
+                *self = bigger;
+            }
+            Store::Heap(v) => v.try_reserve(more).map_err(|_| weft_runtime::Error::TooLarge {
+                what: "RmaVec on the heap (elements)",
+                len: need,
+                max: v.capacity(),
+            })?,
+        }
         Ok(())
     }
 
     /// Appends one element.
     pub fn push(&mut self, v: T) -> weft_runtime::Result<()> {
-        self.reserve(1)?;
-        self.len += 1;
-        let n = self.len;
-        self.block.as_mut_slice::<T>(n)[n - 1] = v;
-        Ok(())
+        self.extend_from_slice(&[v])
     }
 
     /// Appends a copy of `data`.
     pub fn extend_from_slice(&mut self, data: &[T]) -> weft_runtime::Result<()> {
         self.reserve(data.len())?;
-        let (start, n) = (self.len, self.len + data.len());
-        self.block.as_mut_slice::<T>(n)[start..].copy_from_slice(data);
-        self.len = n;
+        match &mut self.store {
+            Store::Pool(block, n) => {
+                let (start, end) = (*n, *n + data.len());
+                block.as_mut_slice::<T>(end)[start..].copy_from_slice(data);
+                *n = end;
+            }
+            Store::Heap(v) => v.extend_from_slice(data),
+        }
         Ok(())
     }
 
     /// Shortens the vector to `len` elements (no effect if it is shorter).
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        match &mut self.store {
+            Store::Pool(_, n) => *n = (*n).min(len),
+            Store::Heap(v) => v.truncate(len),
+        }
     }
 }
 
 impl<T: Pod> Deref for RmaVec<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        self.block.as_slice::<T>(self.len)
+        match &self.store {
+            Store::Pool(b, n) => b.as_slice::<T>(*n),
+            Store::Heap(v) => v,
+        }
     }
 }
 
 impl<T: Pod> DerefMut for RmaVec<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        self.block.as_mut_slice::<T>(self.len)
+        match &mut self.store {
+            Store::Pool(b, n) => b.as_mut_slice::<T>(*n),
+            Store::Heap(v) => v,
+        }
     }
 }
 
@@ -433,14 +480,22 @@ impl<'de, T: Pod> Deserialize<'de> for RmaVec<T> {
                 pool.as_ref().ok_or_else(|| de::Error::custom("RmaVec decoded outside a weft world"))?;
             let n = elems::<T, D::Error>(b.len())?;
             let mut v = Self::alloc_in(pool, n).map_err(de::Error::custom)?;
-            bytes_of_mut(v.block.as_mut_slice::<T>(n)).copy_from_slice(b);
-            v.len = n;
+            match &mut v.store {
+                Store::Pool(block, len) => {
+                    bytes_of_mut(block.as_mut_slice::<T>(n)).copy_from_slice(b);
+                    *len = n;
+                }
+                Store::Heap(h) => {
+                    h.resize(n, T::zeroed());
+                    bytes_of_mut(h).copy_from_slice(b);
+                }
+            }
             Ok(v)
         };
         match d.deserialize_newtype_struct(CHUNK, SourceVisitor)? {
             Source::Pulled(Received::Block(block)) => {
                 let n = elems::<T, D::Error>(block.len())?;
-                Ok(RmaVec { block, len: n, _t: PhantomData })
+                Ok(RmaVec { store: Store::Pool(block, n), _t: PhantomData })
             }
             Source::Pulled(Received::Heap(h)) => copy_in(h.as_bytes()),
             src => copy_in(src.copied().unwrap_or_default()),
