@@ -35,6 +35,9 @@ fn print(info: &Info, cfg: &weft::Config) {
         total += r.bytes;
     }
     println!("  total{:>71}", kib(total));
+    if let Some(b) = info.shm_in_memory {
+        println!("  in /dev/shm now: this rank's inbox and regions, as far as touched{:>12}", kib(b));
+    }
 }
 
 /// What `threads` endpoints per rank hold under each category (created for real, then

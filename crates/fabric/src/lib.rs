@@ -36,6 +36,7 @@ pub mod reap;
 pub mod shm;
 
 mod error;
+mod memory;
 mod types;
 
 pub use error::{FabricError, FabricResult};
@@ -281,6 +282,12 @@ pub trait Fabric: Send + Sync + 'static {
 
     /// The communication resources this fabric holds (for `weft info`).
     fn resources(&self) -> Vec<Resource>;
+
+    /// Bytes of shared memory this rank created (its inbox and registered regions) that are
+    /// in memory now: what it holds in `/dev/shm` (`None` where it holds none there).
+    fn shm_in_memory(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// One transmit slot of an endpoint: an independent path to every rank for requests, used by

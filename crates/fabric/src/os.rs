@@ -78,31 +78,6 @@ impl Mapping {
     }
 }
 
-impl Mapping {
-    /// Gives the memory behind the mapping back to the system while keeping the mapping:
-    /// later reads see zeros and later writes take fresh pages. Shared (file) memory is
-    /// punched out of its file (`MADV_REMOVE`, which also frees it for the peers that map it);
-    /// private memory is dropped (`MADV_DONTNEED`). Only for memory no device has pinned.
-    pub fn discard(&self) -> FabricResult<()> {
-        if self.len == 0 {
-            return Ok(());
-        }
-        // SAFETY: ptr/len is exactly this live mapping; discarding changes no address that
-        // anyone holds, only the contents (to zeros), which users of a discarded region no
-        // longer rely on.
-        let rc = unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_REMOVE) };
-        if rc == 0 {
-            return Ok(());
-        }
-        // Private mappings refuse MADV_REMOVE.
-        // SAFETY: as above.
-        if unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_DONTNEED) } == 0 {
-            return Ok(());
-        }
-        Err(FabricError::last_os(format!("discarding {} bytes of memory", self.len)))
-    }
-}
-
 impl Drop for Mapping {
     fn drop(&mut self) {
         if self.len > 0 {

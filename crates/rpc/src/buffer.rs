@@ -407,7 +407,7 @@ impl<T: Pod> RmaVec<T> {
         match &mut self.store {
             Store::Pool(block, n) => {
                 let mut bigger = Self::alloc_in(block.pool(), need.max(cap.saturating_mul(2)))?;
-                bigger.extend_from_slice(&block.as_slice::<T>(*n)[..])?;
+                bigger.extend_from_slice(block.as_slice::<T>(*n))?;
                 *self = bigger;
             }
             Store::Heap(v) => v.try_reserve(more).map_err(|_| weft_runtime::Error::TooLarge {

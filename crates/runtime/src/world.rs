@@ -297,6 +297,9 @@ pub struct Info {
     pub handlers: Vec<String>,
     /// Communication resources held by the fabric.
     pub resources: Vec<Resource>,
+    /// Bytes of shared memory this rank created that are in memory now (its inbox and
+    /// regions: what it holds in `/dev/shm`); `None` on fabrics without.
+    pub shm_in_memory: Option<u64>,
     /// The progress thread.
     pub progress: Progress,
     /// Operations in flight that wait for a completion event.
@@ -346,6 +349,7 @@ impl Comm {
             segments: self.segments.list(),
             handlers: self.handlers.iter().map(|h| h.name.clone()).collect(),
             resources: self.fabric.resources(),
+            shm_in_memory: self.fabric.shm_in_memory(),
             progress: self.cfg.progress,
             ops_in_flight: self.ops.in_flight(),
         }

@@ -504,6 +504,10 @@ impl Fabric for HybridFabric {
         self.parts.ofi.finalize();
     }
 
+    fn shm_in_memory(&self) -> Option<u64> {
+        self.parts.shm.shm_in_memory()
+    }
+
     fn resources(&self) -> Vec<Resource> {
         let p = &self.parts;
         let tagged = |tag: &str, v: Vec<Resource>| {

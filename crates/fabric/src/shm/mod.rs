@@ -743,6 +743,12 @@ impl Fabric for ShmFabric {
         }
     }
 
+    fn shm_in_memory(&self) -> Option<u64> {
+        let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
+        let inbox = self.inboxes.get(self.rank as usize).map_or(0, |m| m.resident_bytes());
+        Some(inbox + regions.iter().flatten().map(|m| m.resident_bytes()).sum::<u64>())
+    }
+
     fn resources(&self) -> Vec<Resource> {
         let rb = ring::ring_bytes(self.slots) as u64;
         let n = self.size as u64;

@@ -1,0 +1,48 @@
+//! What the memory behind a [`Mapping`] does: given back while mapped, and how much of it is
+//! in memory.
+
+use crate::os::Mapping;
+use crate::{FabricError, FabricResult};
+
+const PAGE: usize = 4096;
+
+impl Mapping {
+    /// Gives the memory behind the mapping back to the system while keeping the mapping:
+    /// later reads see zeros and later writes take fresh pages. Shared (file) memory is
+    /// punched out of its file (`MADV_REMOVE`, which also frees it for the peers that map it);
+    /// private memory is dropped (`MADV_DONTNEED`). Only for memory no device has pinned.
+    pub fn discard(&self) -> FabricResult<()> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: ptr/len is exactly this live mapping; discarding changes no address that
+        // anyone holds, only the contents (to zeros), which users of a discarded region no
+        // longer rely on.
+        let rc = unsafe { libc::madvise(self.as_ptr().cast(), self.len(), libc::MADV_REMOVE) };
+        if rc == 0 {
+            return Ok(());
+        }
+        // Private mappings refuse MADV_REMOVE.
+        // SAFETY: as above.
+        if unsafe { libc::madvise(self.as_ptr().cast(), self.len(), libc::MADV_DONTNEED) } == 0 {
+            return Ok(());
+        }
+        Err(FabricError::last_os(format!("discarding {} bytes of memory", self.len())))
+    }
+
+    /// Bytes of the mapping in memory now (`mincore`: for shared memory, what it holds in
+    /// `/dev/shm`, whoever touched it). 0 where the kernel does not say.
+    pub fn resident_bytes(&self) -> u64 {
+        if self.is_empty() {
+            return 0;
+        }
+        let mut pages = vec![0u8; self.len().div_ceil(PAGE)];
+        // SAFETY: the range is this live, page-aligned mapping; `pages` has one byte per page
+        // of it, which is all mincore writes.
+        let rc = unsafe { libc::mincore(self.as_ptr().cast(), self.len(), pages.as_mut_ptr()) };
+        if rc != 0 {
+            return 0;
+        }
+        pages.iter().filter(|&&p| p & 1 != 0).count() as u64 * PAGE as u64
+    }
+}
