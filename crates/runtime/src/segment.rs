@@ -13,8 +13,6 @@ pub(crate) type ExchangeFn<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>> + 'a;
 /// Most segments a world can allocate.
 pub const MAX_SEGMENTS: usize = 4096;
 
-/// Laid out in order: what every access reads (`size`, `remote`) comes first.
-#[repr(C)]
 pub(crate) struct SegInfo {
     /// `bytes` while a [`Segment`] of this rank holds it, 0 once dropped (until a later
     /// allocation among the same ranks reuses it, see [`Comm::alloc_segment_among`]): the
