@@ -49,7 +49,13 @@ pub(crate) fn segments_recycled() -> Res {
     ck(w.info().segments.iter().all(|&(s, _)| s != id), || "a dropped segment is still listed".into())?;
 
     let b = w.alloc_segment::<u64>(1 << 16)?;
-    ck(b.id() == id, || format!("segment {id} dropped everywhere, but the next one is {}", b.id()))?;
+    // The same slot (the id's low 12 bits), the next generation.
+    ck(b.id() % 4096 == id % 4096 && b.id() != id, || {
+        format!("segment {id} dropped everywhere, but the next one is {}", b.id())
+    })?;
+    // An address kept from the dropped segment names no segment, not the one reusing its slot.
+    let e = w.put(stale, &[1]);
+    ck(matches!(e, Err(Error::NoSuchSegment(s)) if s == id), || format!("stale address after reuse: {e:?}"))?;
     let dirty = (0..1 << 16).find(|&i| b.local().read(i) != 0);
     ck(dirty.is_none(), || format!("reused segment not zeroed at element {dirty:?}"))?;
     w.barrier()?;
@@ -58,6 +64,7 @@ pub(crate) fn segments_recycled() -> Res {
     ck(b.local().read(3) == ((me + n - 1) % n) as u64 + 10, || "put into the reused segment".into())?;
 
     // Rank 0 keeps its segment: the others' offers do not match, so the next one is new.
+    let b_id = b.id();
     w.barrier()?;
     let kept = if me == 0 {
         Some(b)
@@ -66,7 +73,7 @@ pub(crate) fn segments_recycled() -> Res {
         None
     };
     let c = w.alloc_segment::<u64>(1 << 16)?;
-    ck(c.id() != id, || format!("rank 0 still holds segment {id}, yet it was reused"))?;
+    ck(c.id() % 4096 != b_id % 4096, || format!("rank 0 still holds segment {b_id}, yet it was reused"))?;
     w.put(c.at(next, 0), &[5])?;
     w.barrier()?;
     ck(c.local().read(0) == 5, || "put into a new segment beside a kept one".into())?;

@@ -28,7 +28,7 @@ impl Comm {
         let bytes = bytes_of(src);
         let (seg, off) = self.resolve(dst, bytes.len())?;
         if !self.native_rma {
-            return self.am_put(dst.rank(), seg.id, off, bytes).map(Started::Pending);
+            return self.am_put(dst.rank(), seg.id(), off, bytes).map(Started::Pending);
         }
         let region = seg.remote(dst.rank())?;
         if self.caps.load_store {
@@ -68,7 +68,7 @@ impl Comm {
     fn start_atomic(&self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<Started> {
         let (seg, off) = self.resolve(p, 8)?;
         if !self.native_atomics || !self.fabric.native_atomics_to(p.rank()) {
-            return self.am_atomic(p.rank(), seg.id, off, op).map(Started::Pending);
+            return self.am_atomic(p.rank(), seg.id(), off, op).map(Started::Pending);
         }
         let region = seg.remote(p.rank())?;
         if self.caps.load_store {
@@ -192,7 +192,7 @@ impl Comm {
     ) -> Result<Option<Arc<OpState>>> {
         let (seg, off) = self.resolve(src, out.len())?;
         if !self.native_rma {
-            return Ok(Some(self.am_get(src.rank(), seg.id, off, out.len())?));
+            return Ok(Some(self.am_get(src.rank(), seg.id(), off, out.len())?));
         }
         let region = seg.remote(src.rank())?;
         if blocking || self.caps.load_store || self.fabric.gets_at_once(src.rank()) {

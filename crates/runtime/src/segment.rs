@@ -2,7 +2,7 @@
 
 use crate::{Comm, Error, Pod, Result};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use weft_fabric::pod::LocalView;
 use weft_fabric::{LocalRegion, RemoteRegion};
@@ -10,17 +10,34 @@ use weft_fabric::{LocalRegion, RemoteRegion};
 /// An all-gather of one byte string per member, in member order.
 pub(crate) type ExchangeFn<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>> + 'a;
 
-/// Most segments a world can allocate.
-pub const MAX_SEGMENTS: usize = 4096;
+/// Most segments a world holds at once.
+pub const MAX_SEGMENTS: usize = 1 << SLOT_BITS;
+/// Bits of a segment id that name its slot in the table (the rest: its generation).
+const SLOT_BITS: u32 = 12;
+
+/// The table slot of segment `id`.
+#[inline]
+fn slot_of(id: u32) -> usize {
+    id as usize & (MAX_SEGMENTS - 1)
+}
+
+/// The id segment `id`'s slot takes when it is reused: the next generation (wrapping after
+/// 2^20 reuses of one slot).
+fn next_generation(id: u32) -> u32 {
+    (id >> SLOT_BITS).wrapping_add(1) << SLOT_BITS | slot_of(id) as u32
+}
 
 pub(crate) struct SegInfo {
+    /// Its id: the slot's index in the table in the low [`SLOT_BITS`] bits, and above them a
+    /// generation, advanced each time the slot is reused, so that an address kept from a
+    /// dropped segment names no segment instead of the one that reused its slot.
+    id: AtomicU32,
     /// `bytes` while a [`Segment`] of this rank holds it, 0 once dropped (until a later
     /// allocation among the same ranks reuses it, see [`Comm::alloc_segment_among`]): the
     /// bound every access checks, so a dropped segment costs no check of its own.
     size: AtomicUsize,
     /// By world rank; `None` where the rank does not hold the segment (team segments).
     pub remote: Vec<Option<RemoteRegion>>,
-    pub id: u32,
     pub bytes: usize,
     pub local: LocalRegion,
     /// A [`Segment`] of this rank holds it (tells a dropped segment from an empty one).
@@ -28,6 +45,11 @@ pub(crate) struct SegInfo {
 }
 
 impl SegInfo {
+    /// Its id now (see [`SegInfo::id`]'s field).
+    #[inline]
+    pub fn id(&self) -> u32 {
+        self.id.load(Ordering::Relaxed)
+    }
     /// Bytes accesses may reach: `bytes`, or 0 once dropped.
     #[inline]
     pub fn size(&self) -> usize {
@@ -55,7 +77,7 @@ impl SegInfo {
         // A match, not `ok_or`: an eagerly built error is dropped on every successful call.
         match self.remote.get(rank as usize) {
             Some(Some(r)) => Ok(r),
-            _ => Err(Error::NotMember { rank, segment: self.id }),
+            _ => Err(Error::NotMember { rank, segment: self.id() }),
         }
     }
 }
@@ -78,19 +100,19 @@ impl SegmentTable {
     /// RMA calls are generic, so they are compiled there).
     #[inline]
     pub fn get(&self, id: u32) -> Option<&Arc<SegInfo>> {
-        self.slots.get(id as usize)?.get()
+        self.slots.get(slot_of(id))?.get().filter(|s| s.id() == id)
     }
     /// Id and bytes of every segment a [`Segment`] of this rank holds.
     pub fn list(&self) -> Vec<(u32, usize)> {
         let live = self.slots.iter().filter_map(|s| s.get()).filter(|s| s.live());
-        live.map(|s| (s.id, s.bytes)).collect()
+        live.map(|s| (s.id(), s.bytes)).collect()
     }
     /// Ids of dropped segments an allocation of `bytes` among `members` may reuse, lowest
     /// first (at most [`REUSE_CANDIDATES`]).
     fn reusable(&self, bytes: usize, members: &[u32]) -> Vec<u32> {
         let ids = *self.count.lock().unwrap_or_else(|p| p.into_inner());
         let slots = self.slots.iter().take(ids as usize).filter_map(|s| s.get());
-        slots.filter(|s| s.reusable_for(bytes, members)).map(|s| s.id).take(REUSE_CANDIDATES).collect()
+        slots.filter(|s| s.reusable_for(bytes, members)).map(|s| s.id()).take(REUSE_CANDIDATES).collect()
     }
 }
 
@@ -134,9 +156,10 @@ const REUSE_CANDIDATES: usize = 16;
 /// software libfabric providers; memory a NIC may have pinned stays until reused) and makes
 /// this rank's own accesses to it [`Error::NoSuchSegment`]. Drop it on every rank once no
 /// rank accesses it any more (after a barrier, say): a peer's put into a dropped part is lost.
-/// A later allocation of the same size among the same ranks reuses its id and mappings,
+/// A later allocation of the same size among the same ranks reuses its slot and mappings,
 /// zeroed, once every member has dropped it and completed its operations, so allocating and
-/// dropping in a loop keeps memory and segment ids flat.
+/// dropping in a loop keeps memory flat. The reuse has a new id (the slot in its low 12 bits,
+/// a generation above), so addresses kept from the dropped segment stay errors.
 ///
 /// ```no_run
 /// # let world = weft_runtime::World::init()?;
@@ -148,13 +171,14 @@ const REUSE_CANDIDATES: usize = 16;
 /// ```
 pub struct Segment<T: Pod> {
     info: Arc<SegInfo>,
+    id: u32,
     len: usize,
     _t: PhantomData<fn() -> T>,
 }
 
 impl<T: Pod> std::fmt::Debug for Segment<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Segment(id {}, {} × {})", self.info.id, self.len, std::any::type_name::<T>())
+        write!(f, "Segment(id {}, {} × {})", self.id, self.len, std::any::type_name::<T>())
     }
 }
 
@@ -169,7 +193,7 @@ impl<T: Pod> Drop for Segment<T> {
 impl<T: Pod> Segment<T> {
     /// Segment id (the same on every rank).
     pub fn id(&self) -> u32 {
-        self.info.id
+        self.id
     }
     /// Elements on each rank.
     pub fn len(&self) -> usize {
@@ -190,7 +214,7 @@ impl<T: Pod> Segment<T> {
     /// Address of element `index` on `rank` (checked when used: an index whose byte offset
     /// does not fit a `usize` gives an address every operation rejects as out of bounds).
     pub fn at(&self, rank: u32, index: usize) -> GlobalPtr<T> {
-        GlobalPtr { rank, seg: self.info.id, byte_offset: elements(index, size_of::<T>()), _t: PhantomData }
+        GlobalPtr { rank, seg: self.id, byte_offset: elements(index, size_of::<T>()), _t: PhantomData }
     }
 }
 
@@ -347,8 +371,15 @@ impl Comm {
         // send AM-based accesses to this segment, which this rank handles while still inside it.
         let info = result.and_then(|remote| {
             let (size, live) = (AtomicUsize::new(bytes), AtomicBool::new(true));
-            let info = Arc::new(SegInfo { id, bytes, local: region.clone(), remote, size, live });
-            self.segments.slots[id as usize].set(info.clone()).map_err(|_| {
+            let info = Arc::new(SegInfo {
+                id: AtomicU32::new(id),
+                bytes,
+                local: region.clone(),
+                remote,
+                size,
+                live,
+            });
+            self.segments.slots[slot_of(id)].set(info.clone()).map_err(|_| {
                 Error::Misuse("segment allocations of one rank must not run concurrently on several threads")
             })?;
             Ok(info)
@@ -358,7 +389,7 @@ impl Comm {
         let sealed = barrier().and_then(|_| self.fabric.seal(&region).map_err(Error::from));
         let info = info?;
         sealed?;
-        Ok(Segment { info, len, _t: PhantomData })
+        Ok(Segment { info, id, len, _t: PhantomData })
     }
 
     /// This rank's part of a fresh allocation's exchange: the id it proposes, the size, and
@@ -391,7 +422,10 @@ impl Comm {
     /// Reuses dropped segment `id`, which every member offered: zeroes this rank's part and
     /// tells the others whether that worked (the exchange is the allocation's barrier).
     fn reuse<T: Pod>(&self, id: u32, len: usize, exchange: &ExchangeFn<'_>) -> Result<Segment<T>> {
-        let info = self.segments.slots[id as usize].get().ok_or(Error::NoSuchSegment(id))?.clone();
+        let info = self.segments.get(id).ok_or(Error::NoSuchSegment(id))?.clone();
+        // Every member that agreed moves on to the next generation, whatever follows.
+        let id = next_generation(id);
+        info.id.store(id, Ordering::Relaxed);
         let rearmed = info.local.rearm();
         // Published before the exchange, as a fresh segment is before its barrier.
         info.set_live(rearmed.is_ok());
@@ -410,7 +444,7 @@ impl Comm {
             let reason = String::from_utf8_lossy(all[r].get(1..).unwrap_or_default()).into_owned();
             return Err(Error::PeerFailed { rank: r as u32, reason });
         }
-        Ok(Segment { info, len, _t: PhantomData })
+        Ok(Segment { info, id, len, _t: PhantomData })
     }
 
     /// Completes this rank's operations in flight (briefly): a segment is offered for reuse
@@ -470,10 +504,12 @@ impl Comm {
     pub(crate) fn segment_holding(&self, bytes: &[u8], reader: u32) -> Option<(u32, usize)> {
         let start = bytes.as_ptr() as usize;
         let ids = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
-        (0..ids).filter_map(|id| self.segments.get(id)).find_map(|seg| {
+        let mut live =
+            self.segments.slots.iter().take(ids as usize).filter_map(|s| s.get()).filter(|s| s.live());
+        live.find_map(|seg| {
             let off = start.checked_sub(seg.local.as_ptr() as usize)?;
             let inside = off.checked_add(bytes.len())? <= seg.size();
-            (inside && seg.remote(reader).is_ok()).then_some((seg.id, off))
+            (inside && seg.remote(reader).is_ok()).then_some((seg.id(), off))
         })
     }
 
@@ -508,8 +544,8 @@ impl Comm {
     #[inline(never)]
     fn outside(seg: &SegInfo, rank: u32, offset: usize, len: usize) -> Error {
         if !seg.live() {
-            return Error::NoSuchSegment(seg.id);
+            return Error::NoSuchSegment(seg.id());
         }
-        Error::OutOfBounds { rank, segment: seg.id, offset, len, segment_len: seg.bytes }
+        Error::OutOfBounds { rank, segment: seg.id(), offset, len, segment_len: seg.bytes }
     }
 }

@@ -302,7 +302,7 @@ impl Comm {
             payload.clear();
             encode_list(msg, &mut payload);
             msg.iter().for_each(|c| payload.extend_from_slice(&bytes[c.local..c.local + c.len]));
-            let args = [plan.seg.id as u64, token];
+            let args = [plan.seg.id() as u64, token];
             self.send_am(plan.rank, internal::VIS_PUT, AmClass::Request, &args, AmPayload::Medium(&payload))?;
         }
         if msgs.is_empty() {
@@ -455,7 +455,7 @@ impl Comm {
         for msg in &msgs {
             payload.clear();
             encode_list(msg, &mut payload);
-            let args = [plan.seg.id as u64, token, at as u64];
+            let args = [plan.seg.id() as u64, token, at as u64];
             self.send_am(plan.rank, internal::VIS_GET, AmClass::Request, &args, AmPayload::Medium(&payload))?;
             at += msg.iter().map(|c| c.len).sum::<usize>();
             scatter.extend(msg.iter().map(|c| c.local..c.local + c.len));

@@ -115,7 +115,7 @@ impl<'c> Endpoint<'c> {
             }
         }
         let (seg, off) = self.comm.resolve(p, len)?;
-        let target = Target { rank: p.rank(), seg: seg.id, region: *seg.remote(p.rank())?, off };
+        let target = Target { rank: p.rank(), seg: seg.id(), region: *seg.remote(p.rank())?, off };
         self.last = Some((target, &**seg));
         Ok(target)
     }
