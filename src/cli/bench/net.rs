@@ -7,7 +7,12 @@
 //!   `fi_pingpong`'s 8 B round trip;
 //! - an empty AM request/reply beside the same round trip;
 //! - the bandwidth of 1 MiB puts issued one at a time, each complete before the next, beside
-//!   `fi_pingpong`'s 1 MiB ping-pong bandwidth (bytes over one-way time: no completion trip).
+//!   `fi_pingpong`'s 1 MiB ping-pong bandwidth (bytes over one-way time: no completion trip);
+//! - a blocking 8 B get beside the same round trip.
+//!
+//! Then weft alone, gets beside puts: floods of non-blocking puts and of non-blocking gets
+//! (all in flight, then all waited for) from 8 B to 4 MiB, each get flood beside the put
+//! flood of its size, and the rate of 8 B non-blocking gets beside that of blocking ones.
 
 use super::report::{median, ns_per_op, size_name, Row};
 use super::Ctx;
@@ -17,6 +22,11 @@ use std::time::{Duration, Instant};
 
 const SMALL: u64 = 8;
 const LARGE: u64 = 1 << 20;
+/// Sizes of the flood rows.
+const FLOOD_SIZES: [u64; 7] = [8, 512, 4 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20];
+/// Bytes one flood moves (in 4 to `FLOOD_OPS` operations).
+const FLOOD_BYTES: u64 = 32 << 20;
+const FLOOD_OPS: u64 = 2000;
 /// Alternations of weft and `fi_pingpong` runs; each figure is the median.
 const ROUNDS: usize = 5;
 
@@ -139,8 +149,8 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         }
         return Ok(rows);
     }
-    let data = w.alloc_segment::<u8>(LARGE as usize)?;
-    let src = vec![3u8; LARGE as usize];
+    let data = w.alloc_segment::<u8>(*FLOOD_SIZES.last().unwrap_or(&LARGE) as usize)?;
+    let src = vec![3u8; *FLOOD_SIZES.last().unwrap_or(&LARGE) as usize];
     ctx.progress.note("net latency and bandwidth beside fi_pingpong");
     if w.rank() == 0 {
         let (provider, domain) = provider_and_domain();
@@ -149,6 +159,7 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         // weft and fi_pingpong alternate (rank 1 sleeps in the barrier meanwhile), so both
         // see the same machine conditions; each figure is the median of its rounds.
         let (mut put8, mut am, mut big, mut fi8, mut fi_big) = (vec![], vec![], vec![], vec![], vec![]);
+        let mut get8 = vec![];
         let mut peer_error = None;
         for _ in 0..ROUNDS {
             // Each figure is taken warm, after as many untimed operations as it times: after
@@ -161,7 +172,9 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
                 w.am_request_short(1, h.ping, &[])?;
                 w.wait_until(|| h.pongs.load(Ordering::Acquire) >= want)
             })?);
-            big.push(warm_ns_per_op(100, || w.put(target, &src))?);
+            big.push(warm_ns_per_op(100, || w.put(target, &src[..LARGE as usize]))?);
+            let mut one = [0u8; SMALL as usize];
+            get8.push(warm_ns_per_op(4000, || w.get(target, &mut one))?);
             if peer_error.is_none() {
                 let r = pingpong_slope(&provider, domain.as_deref(), SMALL, 1000)
                     .and_then(|s| Ok((s, pingpong_slope(&provider, domain.as_deref(), LARGE, 40)?)));
@@ -185,6 +198,13 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
             "ns",
         );
         let mut rt = Row::new("net", "empty AM request/reply round trip", 0, median(am), "ns");
+        let mut get = Row::new(
+            "net",
+            format!("get latency (blocking) {}", size_name(SMALL)),
+            SMALL,
+            median(get8.clone()),
+            "ns",
+        );
         let mut bw = Row::new(
             "net",
             format!("put bandwidth, one at a time, {}", size_name(LARGE)),
@@ -196,12 +216,80 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
             // fi_pingpong reports one-way time; a blocking put or an AM round trip is two ways.
             let (one_way_small, one_way_large) = (median(fi8), median(fi_big));
             small = small.vs("fi_pingpong round trip", 2.0 * one_way_small);
+            get = get.vs("fi_pingpong round trip", 2.0 * one_way_small);
             rt = rt.vs("fi_pingpong round trip", 2.0 * one_way_small);
             bw = bw.vs("fi_pingpong bandwidth", LARGE as f64 / one_way_large);
         }
-        rows.extend([small, rt, bw]);
+        rows.extend([small, rt, get, bw]);
+        rows.extend(floods(w, target, &src, median(get8))?);
     }
     w.barrier()?;
+    Ok(rows)
+}
+
+/// Operations in one flood of `size`-byte transfers.
+fn flood_ops(size: u64) -> u64 {
+    (FLOOD_BYTES / size.max(1)).clamp(4, FLOOD_OPS)
+}
+
+/// ns per byte of `ops` non-blocking puts of `src` to `target`, all issued, then all waited for.
+fn put_flood(w: &weft::World, target: weft::GlobalPtr<u8>, src: &[u8], ops: u64) -> weft::Result<f64> {
+    let t = Instant::now();
+    let hs: Vec<_> = (0..ops).map(|_| w.put_nb(target, src)).collect::<Result<_, _>>()?;
+    hs.into_iter().try_for_each(|h| h.wait())?;
+    Ok(t.elapsed().as_nanos() as f64 / (ops * src.len() as u64) as f64)
+}
+
+/// ns per byte of non-blocking gets of `size` bytes from `from` into consecutive pieces of
+/// `dst` (`ops` of them), all issued, then all waited for.
+fn get_flood(
+    w: &weft::World,
+    from: weft::GlobalPtr<u8>,
+    dst: &mut [u8],
+    size: usize,
+    ops: u64,
+) -> weft::Result<f64> {
+    let t = Instant::now();
+    let hs: Vec<_> =
+        dst.chunks_mut(size).take(ops as usize).map(|c| w.get_nb(from, c)).collect::<Result<_, _>>()?;
+    hs.into_iter().try_for_each(|h| h.wait())?;
+    Ok(t.elapsed().as_nanos() as f64 / (ops * size as u64) as f64)
+}
+
+/// The flood rows (rank 0, to rank 1's `target`): each size's get flood beside its put flood
+/// (rounds alternate the two; medians), and 8 B gets in flight beside blocking ones
+/// (`get8_ns` per blocking get).
+fn floods(w: &weft::World, target: weft::GlobalPtr<u8>, src: &[u8], get8_ns: f64) -> weft::Result<Vec<Row>> {
+    let mut dst = vec![0u8; FLOOD_SIZES.iter().map(|&s| flood_ops(s) * s).max().unwrap_or(0) as usize];
+    let mut rows = vec![];
+    for size in FLOOD_SIZES {
+        let (ops, n) = (flood_ops(size), size as usize);
+        // A warm-up of each, then the rounds.
+        put_flood(w, target, &src[..n], ops)?;
+        get_flood(w, target, &mut dst, n, ops)?;
+        let (mut puts, mut gets) = (vec![], vec![]);
+        for _ in 0..ROUNDS {
+            puts.push(put_flood(w, target, &src[..n], ops)?);
+            gets.push(get_flood(w, target, &mut dst, n, ops)?);
+        }
+        let (put, get) = (median(puts), median(gets));
+        let name = |what: &str| format!("{what} flood, {ops} non-blocking in flight, {}", size_name(size));
+        rows.push(Row::new("net", name("put"), size, 1.0 / put, "GB/s"));
+        rows.push(Row::new("net", name("get"), size, 1.0 / get, "GB/s").vs("put flood", 1.0 / put));
+        if size == SMALL {
+            let rate = |ns_per_op: f64| 1e3 / ns_per_op;
+            rows.push(
+                Row::new(
+                    "net",
+                    format!("get rate, non-blocking, {}", size_name(size)),
+                    size,
+                    rate(get * n as f64),
+                    "M/s",
+                )
+                .vs("blocking get rate", rate(get8_ns)),
+            );
+        }
+    }
     Ok(rows)
 }
 
