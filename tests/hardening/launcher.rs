@@ -271,6 +271,11 @@ pub(crate) fn full_shm_is_an_error() -> Trial {
     if !out.status.success() || both(&out).contains("SIGBUS") {
         return Err(fail("a 64 MiB pool on a 16 MiB /dev/shm", &out));
     }
+    // One rank's reservation fails, the other's works: an error on both, the world usable.
+    let out = in_small_shm(64, 0, "partial_alloc", &[])?;
+    if !out.status.success() || both(&out).contains("SIGBUS") {
+        return Err(fail("a segment that fits one rank's share of a 64 MiB /dev/shm", &out));
+    }
     // Docker's default /dev/shm: a 1 TiB segment is an error on every rank, at once.
     let out = in_small_shm(64, 0, "huge_segment", &[])?;
     if !out.status.success() || both(&out).contains("SIGBUS") {

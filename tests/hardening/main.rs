@@ -32,8 +32,9 @@ const CASES: &[Case] = &[
 ];
 
 fn main() {
-    let programs: [common::Program; 9] = [
+    let programs: [common::Program; 10] = [
         ("pool_beyond_shm", pool_beyond_shm),
+        ("partial_alloc", partial_alloc),
         ("huge_segment", huge_segment),
         ("alloc_late", alloc_late),
         ("stranger", stranger),

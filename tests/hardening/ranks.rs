@@ -405,6 +405,31 @@ pub(crate) fn pool_beyond_shm() -> Res {
     w.barrier().map_err(Failure::from)
 }
 
+/// A segment that fits the small `/dev/shm` for one rank but not for both: every rank gets
+/// an error (a rank whose own reservation failed used to leave before the allocation's
+/// barrier, so the ranks' world collectives came apart for good), and the world goes on.
+pub(crate) fn partial_alloc() -> Res {
+    let w = World::init()?;
+    // Rank 0 reserves its part first (a registration precedes the allocation's exchange).
+    if w.rank() == 1 {
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let big = w.alloc_segment::<u8>(40 << 20);
+    ck(big.is_err(), || "40 MiB on two ranks of a 64 MiB /dev/shm".into())?;
+    for _ in 0..3 {
+        w.barrier()?;
+    }
+    let small = w.alloc_segment::<u64>(1024)?;
+    w.put(small.at((w.rank() + 1) % w.size(), 5), &[9])?;
+    let team = w.world_team()?;
+    team.barrier()?;
+    ck(small.local().read(5) == 9, || "put after the failed allocation".into())?;
+    // And the same size again: the memory of the failed try came back.
+    let again = w.alloc_segment::<u8>(40 << 20);
+    ck(again.is_err(), || "40 MiB again".into())?;
+    w.barrier().map_err(Failure::from)
+}
+
 pub(crate) fn late_rank() -> Res {
     if std::env::var("WEFT_RANK").as_deref() == Ok("1") {
         std::thread::sleep(Duration::from_secs(30));

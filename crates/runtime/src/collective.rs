@@ -1,14 +1,14 @@
-//! Collectives the runtime needs for itself: a dissemination barrier and an all-gather of
-//! small byte strings (used to exchange registration descriptors), both over AMs so that
-//! they work on any fabric. Both exist for the world and for any group of ranks (a team),
-//! keyed by the group's id (0 is the world).
+//! Collectives the runtime needs for itself: the world's dissemination barrier and an
+//! all-gather of small byte strings (used to exchange registration descriptors), both over
+//! AMs so that they work on any fabric. The all-gather exists for the world and for any group
+//! of ranks (a team), keyed by the group's id (0 is the world).
 
 use crate::am::internal;
 use crate::progress::Deps;
 use crate::{AmMsg, Comm, Error, Result};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use weft_fabric::{AmClass, AmPayload};
 
 const MAX_ROUNDS: usize = 32;
@@ -50,29 +50,9 @@ struct WorldCalls {
     broken: std::sync::OnceLock<Error>,
 }
 
-/// Group barrier counters one source may have made here (one per group it shares with this
-/// rank), and exchange contributions of one source held here unconsumed: bounds on what
-/// another rank's messages can make this one keep (a forged flood is refused and reported).
-const MAX_GROUPS_PER_SOURCE: usize = 1024;
+/// Exchange contributions of one source held here unconsumed: a bound on what another rank's
+/// messages can make this one keep (a forged flood is refused and reported).
 const MAX_HELD_PER_SOURCE: usize = 64;
-
-/// Arrivals per dissemination round.
-type Rounds = Arc<[AtomicU64; MAX_ROUNDS]>;
-
-/// A barrier's arrival counters: the world's (kept inline: moving them to the heap changed
-/// `Comm`'s layout and cut a medium-AM flood's rate to a third), or a group's, per sender.
-#[derive(Clone, Copy)]
-enum Arrivals<'a> {
-    World(&'a [AtomicU64; MAX_ROUNDS]),
-    Group(&'a dyn Fn(u32) -> Option<Rounds>),
-}
-
-/// What a barrier's messages say they belong to: the world's call number, or a group.
-#[derive(Clone, Copy)]
-enum Tag {
-    World(u64),
-    Group(u64),
-}
 
 /// Byte strings received for one exchange, by sending world rank.
 type Contributions = HashMap<u32, Vec<u8>>;
@@ -86,9 +66,6 @@ pub(crate) struct CollectiveState {
     /// World barriers this rank has entered (readable by the handler, which must not take
     /// `order`: a barrier holds it while it waits).
     entered: AtomicU64,
-    /// The same for other groups, by group id and sending world rank (the handler does not
-    /// know a group's members: the wait reads its round's sender's counters).
-    group_arrived: Mutex<HashMap<(u64, u32), Rounds>>,
     /// All-gather contributions received, by (group id, sequence number), by world rank.
     gathered: Mutex<HashMap<(u64, u64), Contributions>>,
     /// Out of line: `Comm`'s layout is part of the medium-AM flood's speed (this state grew
@@ -110,7 +87,6 @@ impl CollectiveState {
             order: Mutex::new(Counters::default()),
             arrived: std::array::from_fn(|_| AtomicU64::new(0)),
             entered: AtomicU64::new(0),
-            group_arrived: Mutex::new(HashMap::new()),
             gathered: Mutex::new(HashMap::new()),
             calls: Box::new(WorldCalls {
                 now: AtomicU64::new(0),
@@ -175,29 +151,13 @@ impl CollectiveState {
         let now = self.calls.now.load(Ordering::SeqCst);
         (now >> 2 == call && now & 3 != kind).then(|| self.found(call, now & 3, kind, Some(src)))
     }
-
-    /// The barrier counters of `group` for messages from world rank `src`; `None` if `src`
-    /// already made [`MAX_GROUPS_PER_SOURCE`] of them.
-    fn group_counters(&self, group: u64, src: u32) -> Option<Rounds> {
-        let mut g = self.group_arrived.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = g.get(&(group, src)) {
-            return Some(c.clone());
-        }
-        if g.keys().filter(|k| k.1 == src).count() >= MAX_GROUPS_PER_SOURCE {
-            return None;
-        }
-        let c: Rounds = Arc::new(std::array::from_fn(|_| AtomicU64::new(0)));
-        g.insert((group, src), c.clone());
-        Some(c)
-    }
 }
 
 /// A group of ranks that runs collectives together: its id (the same on every member, 0 for
-/// the world), its members by world rank (in group-rank order) and this rank's place in it.
+/// the world) and its members by world rank (in group-rank order).
 pub(crate) struct Group<'a> {
     pub id: u64,
     pub members: &'a [u32],
-    pub me: usize,
     /// A team's check of its members' calls, run at every peer check of the group's waits
     /// (see [`crate::progress::Deps::Team`]).
     pub check: Option<&'a dyn Fn() -> Option<Error>>,
@@ -268,60 +228,21 @@ impl Comm {
         let (epoch, call) = (order.barriers, order.calls);
         self.coll.entered.store(epoch, Ordering::Release);
         let (me, n) = (self.rank() as usize, self.size() as usize);
-        let counters = (Arrivals::World(&self.coll.arrived), epoch);
-        let r = self
-            .coll
-            .enter(call, BARRIER_CALL)
-            .and_then(|()| self.disseminate(n, me, &|i| i as u32, Tag::World(call), counters, None));
+        let r = self.coll.enter(call, BARRIER_CALL).and_then(|()| self.disseminate(n, me, call, epoch));
         self.world_call_ends(r)
     }
 
-    /// Dissemination barrier among `g`'s members; `epoch` counts this group's barriers (the
-    /// caller keeps it, the same on every member).
-    pub(crate) fn group_barrier(&self, g: &Group<'_>, epoch: u64) -> Result<()> {
-        let counters = |from: u32| self.coll.group_counters(g.id, from);
-        let counters = (Arrivals::Group(&counters), epoch);
-        self.disseminate(g.members.len(), g.me, &|i| g.members[i], Tag::Group(g.id), counters, g.check)
-    }
-
-    /// The rounds of a dissemination barrier among `n` members (`member(i)`: world rank of
-    /// member `i`): round `r` sends to the member 2^r ahead and waits for the one 2^r behind.
-    /// Messages carry `[round, 0, call]` for the world, `[round, group]` for other groups.
-    fn disseminate(
-        &self,
-        n: usize,
-        me: usize,
-        member: &dyn Fn(usize) -> u32,
-        tag: Tag,
-        (counters, epoch): (Arrivals<'_>, u64),
-        check: Option<&dyn Fn() -> Option<Error>>,
-    ) -> Result<()> {
+    /// The rounds of the world's dissemination barrier number `epoch` (world call `call`):
+    /// round `r` sends `[r, 0, call]` to the rank 2^r ahead and waits for the one 2^r behind.
+    fn disseminate(&self, n: usize, me: usize, call: u64, epoch: u64) -> Result<()> {
         let (mut dist, mut round) = (1usize, 0usize);
         while dist < n {
-            let (to, from) = (member((me + dist) % n), member((me + n - dist) % n));
-            let args = match tag {
-                Tag::World(call) => [round as u64, 0, call],
-                Tag::Group(g) => [round as u64, g, 0],
-            };
-            let args = if let Tag::World(_) = tag { &args[..] } else { &args[..2] };
-            self.send_am(to, internal::BARRIER, AmClass::Request, args, AmPayload::Short)?;
-            let rounds;
-            let arrived = match counters {
-                Arrivals::World(a) => &a[round],
-                Arrivals::Group(f) => {
-                    rounds = f(from).ok_or(Error::Misuse("too many groups share this rank's barriers"))?;
-                    &rounds[round]
-                }
-            };
+            let (to, from) = (((me + dist) % n) as u32, ((me + n - dist) % n) as u32);
+            let args = [round as u64, 0, call];
+            self.send_am(to, internal::BARRIER, AmClass::Request, &args, AmPayload::Short)?;
+            let arrived = &self.coll.arrived[round];
             // This round needs `from` only: others may have finished and left already.
-            let cond = || arrived.load(Ordering::Acquire) >= epoch;
-            match check {
-                None => self.wait(Deps::Rank(from), "a barrier", cond)?,
-                Some(check) => {
-                    let needed = |r: u32| r == from;
-                    self.wait(Deps::Team { needed: &needed, check }, "a team barrier", cond)?
-                }
-            }
+            self.wait(Deps::Rank(from), "a barrier", || arrived.load(Ordering::Acquire) >= epoch)?;
             round += 1;
             dist <<= 1;
         }
@@ -349,15 +270,6 @@ impl Comm {
                 }
                 "a barrier message for a barrier two ahead of this rank's"
             }
-            (Some(r), Some(&group), None) if r < MAX_ROUNDS && group != 0 => {
-                match self.coll.group_counters(group, m.src()) {
-                    Some(c) => {
-                        c[r].fetch_add(1, Ordering::AcqRel);
-                        return;
-                    }
-                    None => "a barrier message for one group too many",
-                }
-            }
             _ => "a malformed barrier message, or one not from this round's partner",
         };
         self.record_error(Error::Remote(format!("{refused} from rank {}", m.src())));
@@ -380,7 +292,7 @@ impl Comm {
         order.calls += 1;
         let seq = order.calls;
         let members: Vec<u32> = (0..self.size()).collect();
-        let g = Group { id: 0, members: &members, me: self.rank() as usize, check: None };
+        let g = Group { id: 0, members: &members, check: None };
         let r = self.coll.enter(seq, kind).and_then(|()| self.group_exchange_as(&g, seq, kind, mine));
         self.world_call_ends(r)
     }

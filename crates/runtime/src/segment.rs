@@ -304,18 +304,17 @@ impl Comm {
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let members: Vec<u32> = (0..self.size()).collect();
         let exchange = |mine: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, mine);
-        self.alloc_segment_among(len, &members, &exchange, &|| self.barrier(), false)
+        self.alloc_segment_among(len, &members, &exchange, false)
     }
 
-    /// Allocates a segment held by `members` only (world ranks; `exchange` and `barrier` run
-    /// among them, descriptors in member order), `sparse` for a pool (see
+    /// Allocates a segment held by `members` only (world ranks; `exchange` runs among them,
+    /// parts in member order), `sparse` for a pool (see
     /// [`weft_fabric::Fabric::register_sparse`]). Collective over the members.
     pub(crate) fn alloc_segment_among<T: Pod>(
         &self,
         len: usize,
         members: &[u32],
         exchange: &ExchangeFn<'_>,
-        barrier: &dyn Fn() -> Result<()>,
         sparse: bool,
     ) -> Result<Segment<T>> {
         let elem = std::mem::size_of::<T>();
@@ -356,40 +355,68 @@ impl Comm {
             .max()
             .unwrap_or(0);
         let id = u32::try_from(id).ok().filter(|&i| (i as usize) < MAX_SEGMENTS).ok_or(Error::TooLarge {
-            what: "number of segments",
+            what: "number of segment slots (a dropped segment's slot is reused only by an allocation of its size among the same ranks)",
             len: id as usize + 1,
             max: MAX_SEGMENTS,
-        })?;
-        {
+        });
+        if let Ok(id) = id {
             let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
             *c = (*c).max(id + 1);
         }
         let descs: Vec<&[u8]> = all.iter().map(|d| d.get(9..).unwrap_or_default()).collect();
-        let region = registered?;
-        let result = self.attach_all(id, bytes, elem, members, &descs, &region);
-        // Publish locally *before* the barrier: a peer that leaves the barrier first may at once
-        // send AM-based accesses to this segment, which this rank handles while still inside it.
-        let info = result.and_then(|remote| {
-            let (size, live) = (AtomicUsize::new(bytes), AtomicBool::new(true));
-            let info = Arc::new(SegInfo {
-                id: AtomicU32::new(id),
-                bytes,
-                local: region.clone(),
-                remote,
-                size,
-                live,
-            });
-            self.segments.slots[slot_of(id)].set(info.clone()).map_err(|_| {
-                Error::Misuse("segment allocations of one rank must not run concurrently on several threads")
-            })?;
-            Ok(info)
-        });
-        // Every member has attached (or everyone failed the same checks): the barrier makes
-        // sure nobody still needs the region's public name, then it is dropped.
-        let sealed = barrier().and_then(|_| self.fabric.seal(&region).map_err(Error::from));
-        let info = info?;
-        sealed?;
-        Ok(Segment { info, id, len, _t: PhantomData })
+        // Publish locally *before* the closing exchange: a peer that leaves it first may at
+        // once send AM-based accesses to this segment, which this rank handles while inside.
+        let published = match (&registered, &id) {
+            (Ok(region), Ok(id)) => {
+                self.attach_all(*id, bytes, elem, members, &descs, region).and_then(|remote| {
+                    let info = Arc::new(SegInfo {
+                        id: AtomicU32::new(*id),
+                        bytes,
+                        local: region.clone(),
+                        remote,
+                        size: AtomicUsize::new(bytes),
+                        live: AtomicBool::new(true),
+                    });
+                    self.segments.slots[slot_of(*id)].set(info.clone()).map_err(|_| {
+                        Error::Misuse(
+                            "segment allocations of one rank must not run concurrently on several threads",
+                        )
+                    })?;
+                    Ok(info)
+                })
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e.clone()),
+        };
+        // Every member says whether it holds the segment now, so that all of them succeed or
+        // fail alike, and all run the same collectives whatever failed where. After it nobody
+        // needs the region's public name.
+        let mine = match &published {
+            Ok(_) => vec![FRESH],
+            Err(e) => format!("-{e}").into_bytes(),
+        };
+        let all = exchange(&mine);
+        if let Ok(region) = &registered {
+            // A name left behind goes with the job's directory.
+            let _ = self.fabric.seal(region);
+        }
+        let failed = all.as_ref().ok().and_then(|all| all.iter().position(|d| d.first() != Some(&FRESH)));
+        if let (Ok(info), Ok(_), None) = (&published, &all, failed) {
+            return Ok(Segment { info: info.clone(), id: info.id(), len, _t: PhantomData });
+        }
+        // Failed somewhere: this rank's memory goes back at once (its slot, if it took one,
+        // stays for a later allocation of this size, as a dropped segment's).
+        if let Ok(region) = &registered {
+            let _ = region.discard();
+            match &published {
+                Ok(info) => info.set_live(false),
+                Err(_) => self.fabric.deregister(region),
+            }
+        }
+        published?;
+        let all = all?;
+        let r = failed.unwrap_or(0);
+        let reason = String::from_utf8_lossy(all[r].get(1..).unwrap_or_default()).into_owned();
+        Err(Error::PeerFailed { rank: members.get(r).copied().unwrap_or(r as u32), reason })
     }
 
     /// This rank's part of a fresh allocation's exchange: the id it proposes, the size, and

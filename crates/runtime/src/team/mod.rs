@@ -56,7 +56,7 @@ pub(crate) struct Core {
     id: u64,
     members: Vec<u32>,
     me: usize,
-    /// Numbers this team's internal exchanges, barriers and splits (the same on every member).
+    /// Numbers this team's internal exchanges and splits (the same on every member).
     seq: Mutex<Seq>,
     channels: Channels,
     /// Non-blocking collectives not finished yet, oldest first (only the first one runs).
@@ -100,7 +100,6 @@ type Queued = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 #[derive(Default)]
 struct Seq {
     exchanges: u64,
-    barriers: u64,
     splits: u64,
 }
 
@@ -147,12 +146,11 @@ fn next(seq: &Mutex<Seq>, counter: fn(&mut Seq) -> &mut u64) -> u64 {
     *c
 }
 
-/// Allocates a segment held by `g`'s members only (collective over them); its ids are agreed
-/// through an exchange and its completion by an AM barrier, numbered by `seq`.
+/// Allocates a segment held by `g`'s members only (collective over them), through exchanges
+/// numbered by `seq`.
 fn alloc_among<T: Pod>(comm: &Comm, g: &Group<'_>, seq: &Mutex<Seq>, len: usize) -> Result<Segment<T>> {
     let exchange = |mine: &[u8]| comm.group_exchange(g, next(seq, |s| &mut s.exchanges), mine);
-    let barrier = || comm.group_barrier(g, next(seq, |s| &mut s.barriers));
-    comm.alloc_segment_among(len, g.members, &exchange, &barrier, false)
+    comm.alloc_segment_among(len, g.members, &exchange, false)
 }
 
 thread_local! {
@@ -189,7 +187,7 @@ const PRESPIN: u32 = 64;
 
 impl Core {
     fn group(&self) -> Group<'_> {
-        Group { id: self.id, members: &self.members, me: self.me, check: None }
+        Group { id: self.id, members: &self.members, check: None }
     }
 
     fn size(&self) -> usize {
@@ -341,7 +339,7 @@ struct Tuning {
 impl Team {
     fn new(comm: &Comm, id: u64, members: Vec<u32>, me: usize) -> Result<Team> {
         let seq = Mutex::new(Seq::default());
-        let g = Group { id, members: &members, me, check: None };
+        let g = Group { id, members: &members, check: None };
         let n = members.len();
         let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
         let slot = channel::Slot::for_team(n, comm.cfg.coll_scratch_bytes);
