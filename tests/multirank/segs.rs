@@ -30,6 +30,10 @@ pub(crate) fn segments_recycled() -> Res {
     }
     let stale = a.at(next, 7);
     w.put(stale, &[1])?;
+    let mut set = w.endpoints(&weft::EndpointConfig::new(weft::EndpointPolicy::Dynamic, 1))?;
+    let mut ep = set.endpoints().pop().ok_or("no endpoint")?;
+    ep.put_nbi(stale, &[1])?;
+    ep.sync_nbi()?;
     w.barrier()?;
     let held_shm = w.info().shm_in_memory;
     let held = rss_kib()?;
@@ -49,6 +53,12 @@ pub(crate) fn segments_recycled() -> Res {
     ck(w.info().segments.iter().all(|&(s, _)| s != id), || "a dropped segment is still listed".into())?;
 
     let b = w.alloc_segment::<u64>(1 << 16)?;
+    // Nor through an endpoint that cached the segment before the drop (it wrote into the
+    // reuse).
+    let r = ep.put_nbi(stale, &[0xdead]).and_then(|()| ep.sync_nbi());
+    ck(matches!(r, Err(Error::NoSuchSegment(s)) if s == id), || {
+        format!("stale address through an endpoint: {r:?}")
+    })?;
     // The same slot (the id's low 12 bits), the next generation.
     ck(b.id() % 4096 == id % 4096 && b.id() != id, || {
         format!("segment {id} dropped everywhere, but the next one is {}", b.id())
@@ -59,6 +69,8 @@ pub(crate) fn segments_recycled() -> Res {
     let dirty = (0..1 << 16).find(|&i| b.local().read(i) != 0);
     ck(dirty.is_none(), || format!("reused segment not zeroed at element {dirty:?}"))?;
     w.barrier()?;
+    drop(ep);
+    set.close()?;
     w.put(b.at(next, 3), &[me as u64 + 10])?;
     w.barrier()?;
     ck(b.local().read(3) == ((me + n - 1) % n) as u64 + 10, || "put into the reused segment".into())?;

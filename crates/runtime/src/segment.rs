@@ -2,7 +2,7 @@
 
 use crate::{Comm, Error, Pod, Result};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use weft_fabric::pod::LocalView;
 use weft_fabric::{LocalRegion, RemoteRegion};
@@ -10,7 +10,8 @@ use weft_fabric::{LocalRegion, RemoteRegion};
 /// An all-gather of one byte string per member, in member order.
 pub(crate) type ExchangeFn<'a> = dyn Fn(&[u8]) -> Result<Vec<Vec<u8>>> + 'a;
 
-/// Most segments a world holds at once.
+/// Segment slots of a world: live segments, and dropped ones kept for a later allocation of
+/// their size among the same ranks.
 pub const MAX_SEGMENTS: usize = 1 << SLOT_BITS;
 /// Bits of a segment id that name its slot in the table (the rest: its generation).
 const SLOT_BITS: u32 = 12;
@@ -42,7 +43,19 @@ pub(crate) struct SegInfo {
     pub local: LocalRegion,
     /// A [`Segment`] of this rank holds it (tells a dropped segment from an empty one).
     live: AtomicBool,
+    /// An allocation of this rank offers it for reuse right now (another allocation, on
+    /// another thread, must not offer it too).
+    claimed: AtomicBool,
+    /// When it was dropped (a stamp of [`DROPS`]): recent drops are offered first.
+    dropped_at: AtomicU64,
 }
+
+/// Drops of segments so far, in this process (stamps for [`SegInfo::dropped_at`]).
+static DROPS: AtomicU64 = AtomicU64::new(0);
+
+/// Highest generation a slot reaches: a slot whose id has it is not reused again, so that a
+/// generation never wraps round to an id an old address holds.
+const LAST_GENERATION: u32 = (1 << (32 - SLOT_BITS)) - 1;
 
 impl SegInfo {
     /// Its id now (see [`SegInfo::id`]'s field).
@@ -53,14 +66,27 @@ impl SegInfo {
     /// Bytes accesses may reach: `bytes`, or 0 once dropped.
     #[inline]
     pub fn size(&self) -> usize {
-        self.size.load(Ordering::Relaxed)
+        self.size.load(Ordering::Acquire)
+    }
+    /// Bytes accesses through an address of segment `id` may reach: [`SegInfo::size`] if the
+    /// segment still has that id once the size is read, else 0. A reuse stores the new id
+    /// before it makes the size non-zero, so an address kept from before the reuse never
+    /// gets the new size.
+    #[inline]
+    pub fn size_for(&self, id: u32) -> usize {
+        let size = self.size();
+        if self.id() == id {
+            size
+        } else {
+            0
+        }
     }
     /// True while a [`Segment`] of this rank holds it.
     pub fn live(&self) -> bool {
         self.live.load(Ordering::Acquire)
     }
     fn set_live(&self, live: bool) {
-        self.size.store(if live { self.bytes } else { 0 }, Ordering::Relaxed);
+        self.size.store(if live { self.bytes } else { 0 }, Ordering::Release);
         self.live.store(live, Ordering::Release);
     }
     /// True if this rank's [`Segment`] is dropped and the segment fits an allocation of
@@ -68,6 +94,7 @@ impl SegInfo {
     fn reusable_for(&self, bytes: usize, members: &[u32]) -> bool {
         !self.live()
             && self.bytes == bytes
+            && self.id() >> SLOT_BITS < LAST_GENERATION
             && self.remote.iter().filter(|r| r.is_some()).count() == members.len()
             && members.iter().all(|&m| matches!(self.remote.get(m as usize), Some(Some(_))))
     }
@@ -107,12 +134,36 @@ impl SegmentTable {
         let live = self.slots.iter().filter_map(|s| s.get()).filter(|s| s.live());
         live.map(|s| (s.id(), s.bytes)).collect()
     }
-    /// Ids of dropped segments an allocation of `bytes` among `members` may reuse, lowest
-    /// first (at most [`REUSE_CANDIDATES`]).
-    fn reusable(&self, bytes: usize, members: &[u32]) -> Vec<u32> {
+    /// Dropped segments an allocation of `bytes` among `members` may reuse, most recently
+    /// dropped first (at most [`REUSE_CANDIDATES`]), claimed for it until the offer drops.
+    fn reusable(&self, bytes: usize, members: &[u32]) -> Offer {
         let ids = *self.count.lock().unwrap_or_else(|p| p.into_inner());
-        let slots = self.slots.iter().take(ids as usize).filter_map(|s| s.get());
-        slots.filter(|s| s.reusable_for(bytes, members)).map(|s| s.id()).take(REUSE_CANDIDATES).collect()
+        let mut found: Vec<&Arc<SegInfo>> =
+            self.slots.iter().take(ids as usize).filter_map(|s| s.get()).collect();
+        found.retain(|s| s.reusable_for(bytes, members));
+        found.sort_by_key(|s| std::cmp::Reverse(s.dropped_at.load(Ordering::Relaxed)));
+        let claim = |s: &&Arc<SegInfo>| {
+            s.claimed.compare_exchange(false, true, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+        };
+        Offer(found.into_iter().filter(claim).take(REUSE_CANDIDATES).cloned().collect())
+    }
+}
+
+/// Dropped segments one allocation offers for reuse, claimed while it runs.
+struct Offer(Vec<Arc<SegInfo>>);
+
+impl Offer {
+    fn ids(&self) -> Vec<u32> {
+        self.0.iter().map(|s| s.id()).collect()
+    }
+    fn take(&self, id: u32) -> Option<Arc<SegInfo>> {
+        self.0.iter().find(|s| s.id() == id).cloned()
+    }
+}
+
+impl Drop for Offer {
+    fn drop(&mut self) {
+        self.0.iter().for_each(|s| s.claimed.store(false, Ordering::Release));
     }
 }
 
@@ -184,6 +235,7 @@ impl<T: Pod> std::fmt::Debug for Segment<T> {
 
 impl<T: Pod> Drop for Segment<T> {
     fn drop(&mut self) {
+        self.info.dropped_at.store(DROPS.fetch_add(1, Ordering::Relaxed) + 1, Ordering::Relaxed);
         self.info.set_live(false);
         // Nothing to report where it fails: the memory then stays until reused.
         let _ = self.info.local.discard();
@@ -325,7 +377,9 @@ impl Comm {
         })?;
         // A dropped segment of this size among these ranks is offered for reuse; where every
         // member offers it, nothing is registered or attached.
-        let offered = if self.quiet_for_reuse() { self.segments.reusable(bytes, members) } else { vec![] };
+        let offer =
+            if self.quiet_for_reuse() { self.segments.reusable(bytes, members) } else { Offer(vec![]) };
+        let offered = offer.ids();
         let mut fresh = None;
         let mut all = if offered.is_empty() {
             exchange(&self.fresh_proposal(bytes, elem, sparse, &mut fresh))?
@@ -338,7 +392,8 @@ impl Comm {
         };
         if all.iter().all(|d| d.first() == Some(&REUSE)) {
             if let Some(id) = common_offer(&all, bytes, elem, members)? {
-                return self.reuse(id, len, exchange);
+                let info = offer.take(id).ok_or(Error::NoSuchSegment(id))?;
+                return self.reuse(info, len, exchange);
             }
         }
         if all.iter().any(|d| d.first() != Some(&FRESH)) {
@@ -359,10 +414,6 @@ impl Comm {
             len: id as usize + 1,
             max: MAX_SEGMENTS,
         });
-        if let Ok(id) = id {
-            let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
-            *c = (*c).max(id + 1);
-        }
         let descs: Vec<&[u8]> = all.iter().map(|d| d.get(9..).unwrap_or_default()).collect();
         // Publish locally *before* the closing exchange: a peer that leaves it first may at
         // once send AM-based accesses to this segment, which this rank handles while inside.
@@ -376,12 +427,17 @@ impl Comm {
                         remote,
                         size: AtomicUsize::new(bytes),
                         live: AtomicBool::new(true),
+                        claimed: AtomicBool::new(false),
+                        dropped_at: AtomicU64::new(0),
                     });
                     self.segments.slots[slot_of(*id)].set(info.clone()).map_err(|_| {
                         Error::Misuse(
                             "segment allocations of one rank must not run concurrently on several threads",
                         )
                     })?;
+                    // Only a slot taken counts: failed allocations use up no ids.
+                    let mut c = self.segments.count.lock().unwrap_or_else(|p| p.into_inner());
+                    *c = (*c).max(*id + 1);
                     Ok(info)
                 })
             }
@@ -446,12 +502,11 @@ impl Comm {
         mine
     }
 
-    /// Reuses dropped segment `id`, which every member offered: zeroes this rank's part and
+    /// Reuses dropped segment `info`, which every member offered: zeroes this rank's part and
     /// tells the others whether that worked (the exchange is the allocation's barrier).
-    fn reuse<T: Pod>(&self, id: u32, len: usize, exchange: &ExchangeFn<'_>) -> Result<Segment<T>> {
-        let info = self.segments.get(id).ok_or(Error::NoSuchSegment(id))?.clone();
+    fn reuse<T: Pod>(&self, info: Arc<SegInfo>, len: usize, exchange: &ExchangeFn<'_>) -> Result<Segment<T>> {
         // Every member that agreed moves on to the next generation, whatever follows.
-        let id = next_generation(id);
+        let id = next_generation(info.id());
         info.id.store(id, Ordering::Relaxed);
         let rearmed = info.local.rearm();
         // Published before the exchange, as a fresh segment is before its barrier.
@@ -560,7 +615,7 @@ impl Comm {
             return Err(Error::Misaligned { offset: p.byte_offset, align });
         }
         match p.byte_offset.checked_add(len) {
-            Some(end) if end <= seg.size() => Ok(p.byte_offset),
+            Some(end) if end <= seg.size_for(p.seg) => Ok(p.byte_offset),
             _ => Err(Self::outside(seg, p.rank, p.byte_offset, len)),
         }
     }

@@ -109,8 +109,8 @@ impl<'c> Endpoint<'c> {
         let off = p.byte_offset();
         if let Some((last, seg)) = self.last.filter(|(t, _)| t.rank == p.rank() && t.seg == p.segment_id()) {
             let aligned = off.is_multiple_of(std::mem::align_of::<T>());
-            // The size, not the bytes: 0 once the segment is dropped.
-            if aligned && off.checked_add(len).is_some_and(|end| end <= seg.size()) {
+            // The size for this id, not the bytes: 0 once the segment is dropped or reused.
+            if aligned && off.checked_add(len).is_some_and(|end| end <= seg.size_for(last.seg)) {
                 return Ok(Target { off, ..last });
             }
         }
