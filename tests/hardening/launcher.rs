@@ -264,7 +264,7 @@ pub(crate) fn full_shm_is_an_error() -> Trial {
         };
     let out = in_small_shm(4, 4096, "init_only", &[])?;
     let text = both(&out);
-    if out.status.success() || !text.contains("/dev/shm full?") || text.contains("SIGBUS") {
+    if out.status.success() || !text.contains("/dev/shm: full?") || text.contains("SIGBUS") {
         return Err(fail("a job on a full /dev/shm", &out));
     }
     let out = in_small_shm(16, 0, "pool_beyond_shm", &[("WEFT_RPC_POOL_MIB", "64")])?;

@@ -62,18 +62,10 @@ impl Mapping {
         }
         match std::io::Error::last_os_error().raw_os_error() {
             Some(libc::EINVAL) => Ok(()),
-            errno => {
-                let space = match fs_space(std::path::Path::new(SHM_DIR)) {
-                    Ok((size, free)) => {
-                        format!("full? {free} bytes free of {size}, shared by every job on the node")
-                    }
-                    Err(_) => "full?".to_string(),
-                };
-                Err(FabricError::Os {
-                    what: format!("backing {} bytes of shared memory ({SHM_DIR}: {space})", end - start),
-                    errno: errno.unwrap_or(0),
-                })
-            }
+            errno => Err(FabricError::Os {
+                what: format!("backing {} bytes of shared memory ({SHM_DIR}: {})", end - start, shm_space()),
+                errno: errno.unwrap_or(0),
+            }),
         }
     }
 }
@@ -86,6 +78,14 @@ impl Drop for Mapping {
             // pointers into it).
             unsafe { libc::munmap(self.ptr.cast(), self.len) };
         }
+    }
+}
+
+/// What `/dev/shm` has left, for an error that ran out of it.
+fn shm_space() -> String {
+    match fs_space(std::path::Path::new(SHM_DIR)) {
+        Ok((size, free)) => format!("full? {free} bytes free of {size}, shared by every job on the node"),
+        Err(_) => "full?".to_string(),
     }
 }
 
@@ -169,7 +169,7 @@ pub fn create_shared(
         let rc = unsafe { libc::posix_fallocate(fd.0, 0, len as libc::off_t) };
         if rc != 0 {
             return Err(cleanup(FabricError::Os {
-                what: format!("reserving {len} bytes of {SHM_DIR} for {tmp} (is {SHM_DIR} full?)"),
+                what: format!("reserving {len} bytes of {SHM_DIR} for {tmp} ({SHM_DIR}: {})", shm_space()),
                 errno: rc,
             }));
         }

@@ -176,6 +176,24 @@ impl AlignedBuf {
     pub fn zeroed(len: usize) -> Self {
         AlignedBuf { words: vec![0u128; len.div_ceil(16)], len }
     }
+    /// [`AlignedBuf::zeroed`], or `None` where the memory cannot be had (an address-space or
+    /// memory limit) instead of an abort.
+    pub fn try_zeroed(len: usize) -> Option<Self> {
+        let n = len.div_ceil(16);
+        if n == 0 {
+            return Some(AlignedBuf { words: Vec::new(), len });
+        }
+        let layout = std::alloc::Layout::array::<u128>(n).ok()?;
+        // SAFETY: the layout has a non-zero size (n > 0).
+        let p = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<u128>();
+        if p.is_null() {
+            return None;
+        }
+        // SAFETY: p was allocated by the global allocator with the layout of `n` u128s, all of
+        // them initialised (zero), which is what a Vec of length and capacity n owns.
+        let words = unsafe { Vec::from_raw_parts(p, n, n) };
+        Some(AlignedBuf { words, len })
+    }
     /// Bytes held.
     pub fn len(&self) -> usize {
         self.len

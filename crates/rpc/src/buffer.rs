@@ -319,7 +319,8 @@ impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
 /// Where the pool has no room, or the system no memory to back it (a full `/dev/shm`), the
 /// vector lives on the heap instead ([`RmaVec::in_pool`] says which): it works the same, and
 /// travels as a plain chunk (read in place where the fabric reads peer memory, else copied
-/// into the pool).
+/// into the pool). Pool memory once backed stays with the pool for later vectors and
+/// received chunks (`WEFT_RPC_POOL_MIB` bounds it).
 ///
 /// ```no_run
 /// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }
@@ -364,7 +365,8 @@ impl<T: Pod> RmaVec<T> {
     /// Room for `cap` elements: in the pool, else on the heap.
     fn alloc_in(pool: &Arc<BlockPool>, cap: usize) -> weft_runtime::Result<Self> {
         let too_large = || weft_runtime::Error::TooLarge {
-            what: "RmaVec (elements; neither the registered pool nor the heap has room)",
+            what:
+                "RmaVec elements (the registered pool's room is the maximum shown; the heap refused them too)",
             len: cap,
             max: (pool.capacity() - pool.in_use()) / std::mem::size_of::<T>().max(1),
         };

@@ -169,6 +169,17 @@ impl ShmFabric {
         let own = create_in_job(&cfg.job, &name, inbox_bytes, os::Fill::Reserved, |p| {
             // SAFETY: p is a fresh zeroed mapping of inbox_bytes ≥ CONTROL_BYTES bytes.
             unsafe { Control::init(p, cfg.rank, cfg.size, slots as u32, os::pid()) }
+        })
+        .map_err(|e| match e {
+            // Out of /dev/shm: say what sets the inbox's size.
+            FabricError::Os { what, errno: errno @ (libc::ENOSPC | libc::ENOMEM) } => FabricError::Os {
+                what: format!(
+                    "{what}: this rank's inbox of {inbox_bytes} bytes (its AM rings; WEFT_AM_INBOX_KIB sets \
+                     their budget, WEFT_AM_RING_KIB fixes their size: lower one, or give /dev/shm more room)"
+                ),
+                errno,
+            },
+            e => e,
         })?;
         // From here on an error leaves nothing behind: the inbox is unlinked on every way out
         // (it is unlinked on success too, once every rank has mapped it).

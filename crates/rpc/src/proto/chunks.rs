@@ -9,7 +9,9 @@ pub(super) fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveErr
         Some(free) if len as u64 > free => Err(ArchiveError(format!(
             "a chunk of {len} bytes does not fit in the pool or in the {free} bytes of memory available"
         ))),
-        _ => Ok(AlignedBuf::zeroed(len)),
+        _ => AlignedBuf::try_zeroed(len).ok_or_else(|| {
+            ArchiveError(format!("a chunk of {len} bytes does not fit in the pool, and the heap refused it"))
+        }),
     }
 }
 

@@ -31,6 +31,10 @@ pub use nb::CollHandle;
 
 /// An ordered group of ranks. Team rank `i` is world rank `members()[i]`.
 ///
+/// Each member gives a team a few KiB of shared memory per member for flags, and message
+/// slots within `WEFT_COLL_SCRATCH_KIB` (4 MiB by default, whatever the team's size).
+/// Dropping the team gives them back; the next team of the same members reuses them.
+///
 /// Collectives come blocking (`allreduce`) and non-blocking (`allreduce_nb`, returning a
 /// [`CollHandle`]). A team runs its collectives one at a time, in the order they were called
 /// (the same on every member), so non-blocking ones overlap computation, not each other: use
@@ -343,7 +347,13 @@ impl Team {
         let n = members.len();
         let flags = alloc_among::<u64>(comm, &g, &seq, Channels::flag_words(n))?;
         let slot = channel::Slot::for_team(n, comm.cfg.coll_scratch_bytes);
-        let slots = alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n, slot))?;
+        let slots =
+            alloc_among::<u8>(comm, &g, &seq, Channels::slot_bytes(n, slot)).map_err(|e| match e {
+                Error::Mismatch(m) => Error::Mismatch(format!(
+                    "{m} (a team's message slots: WEFT_COLL_SCRATCH_KIB must be the same on every rank)"
+                )),
+                e => e,
+            })?;
         let channels = Channels::new(flags, slots, slot, n, comm.cfg.coll_direct_bytes);
         let core = Core {
             comm: comm.arc(),
