@@ -95,6 +95,23 @@ pub(crate) fn segments_recycled() -> Res {
     drop((kept, c));
     w.barrier()?;
 
+    // A large RmaVec's pool memory goes back when it is dropped (what `weft info` counts).
+    let before = w.info().shm_in_memory;
+    let v = weft::RmaVec::<u8>::from_slice(&w, &vec![1u8; 16 << 20])?;
+    ck(v.in_pool(), || "a 16 MiB RmaVec outside the pool".into())?;
+    let during = w.info().shm_in_memory;
+    drop(v);
+    if let (Some(b), Some(d), Some(a)) = (before, during, w.info().shm_in_memory) {
+        ck(d >= b + (16 << 20) && a + (15 << 20) <= d, || {
+            format!("RmaVec of 16 MiB: {b} bytes in /dev/shm before, {d} while held, {a} after")
+        })?;
+    }
+    // And the pool takes it again, backed.
+    let again = weft::RmaVec::<u8>::from_slice(&w, &vec![2u8; 16 << 20])?;
+    ck(again.in_pool() && again[(16 << 20) - 1] == 2, || "the pool after giving memory back".into())?;
+    drop(again);
+    w.barrier()?;
+
     // Team segments and team scratch: flat over 1000 teams.
     let segs = w.info().segments.len();
     let mut base = 0;

@@ -30,6 +30,28 @@ impl Mapping {
         Err(FabricError::last_os(format!("discarding {} bytes of memory", self.len())))
     }
 
+    /// [`Mapping::discard`] of the whole pages within `[offset, offset + len)` (clipped to the
+    /// mapping); the rest stays.
+    pub fn discard_range(&self, offset: usize, len: usize) -> FabricResult<()> {
+        let start = offset.div_ceil(PAGE).saturating_mul(PAGE);
+        let end = offset.saturating_add(len).min(self.len()) / PAGE * PAGE;
+        if end <= start {
+            return Ok(());
+        }
+        // SAFETY: [start, end) lies inside this live mapping (clipped above, page-aligned as
+        // mmap's start is); its contents become zeros, which the caller no longer relies on.
+        let at = unsafe { self.as_ptr().add(start) }.cast();
+        // SAFETY: as above.
+        if unsafe { libc::madvise(at, end - start, libc::MADV_REMOVE) } == 0 {
+            return Ok(());
+        }
+        // SAFETY: as above.
+        if unsafe { libc::madvise(at, end - start, libc::MADV_DONTNEED) } == 0 {
+            return Ok(());
+        }
+        Err(FabricError::last_os(format!("discarding {} bytes of memory", end - start)))
+    }
+
     /// Bytes of the mapping in memory now (`mincore`: for shared memory, what it holds in
     /// `/dev/shm`, whoever touched it). 0 where the kernel does not say.
     pub fn resident_bytes(&self) -> u64 {

@@ -3,7 +3,8 @@
 //! registers anything per message.
 //!
 //! Blocks are 64-byte aligned and rounded up to 64 bytes; freed blocks merge with free
-//! neighbours (first fit over an ordered free list). A [`Block`] owns its byte range: the pool
+//! neighbours (first fit over an ordered free list). A freed block of 1 MiB or more
+//! gives its pages back where the region allows; a block reaching into them backs them first. A [`Block`] owns its byte range: the pool
 //! never hands it out again until the block is dropped, which makes the safe slice accessors
 //! below sound. Peers may *read* a block through RMA while this rank owns it (that is how a
 //! rendezvous pulls it); no part of weft writes into another rank's pool.
@@ -17,9 +18,12 @@ use std::sync::{Arc, Mutex};
 /// Alignment and size granularity of blocks.
 pub const BLOCK_ALIGN: usize = 64;
 
-/// Free ranges of a pool, by offset.
+/// Free ranges of a pool, by offset, and the page ranges whose memory was given back.
 struct FreeList {
     ranges: BTreeMap<usize, usize>,
+    /// Ranges below `backed` discarded when a large block was freed: backed again when a
+    /// block reaches into them (so that a full `/dev/shm` is still an error, not a SIGBUS).
+    holes: BTreeMap<usize, usize>,
 }
 
 /// A pool over one registered region (see the module documentation).
@@ -33,6 +37,8 @@ pub struct BlockPool {
 
 /// A sparse pool's memory is backed this much at a time, ahead of the blocks handed out.
 const BACK_STEP: usize = 2 << 20;
+/// Freed blocks from this size up give their memory back (where the region allows).
+const DISCARD_MIN: usize = 1 << 20;
 
 impl std::fmt::Debug for BlockPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -56,7 +62,7 @@ impl BlockPool {
         }
         Arc::new(BlockPool {
             region,
-            free: Mutex::new(FreeList { ranges }),
+            free: Mutex::new(FreeList { ranges, holes: BTreeMap::new() }),
             in_use: AtomicUsize::new(0),
             backed: AtomicUsize::new(0),
         })
@@ -90,6 +96,7 @@ impl BlockPool {
             return Ok(None);
         };
         let end = off + rounded;
+        self.refill(&mut free.holes, off, end)?;
         let backed = self.backed.load(Ordering::Relaxed);
         if end > backed {
             // Under the lock: one thread backs a range at a time.
@@ -113,8 +120,34 @@ impl BlockPool {
         Ok(Some(Block { pool: self.clone(), offset: off, len: bytes, rounded }))
     }
 
+    /// Backs the parts of `[off, end)` that were given back (holes), and forgets them.
+    fn refill(&self, holes: &mut BTreeMap<usize, usize>, off: usize, end: usize) -> crate::FabricResult<()> {
+        let hit: Vec<(usize, usize)> =
+            holes.range(..end).filter(|(&h, &hlen)| h + hlen > off).map(|(&h, &hlen)| (h, hlen)).collect();
+        for (h, hlen) in hit {
+            let (from, to) = (h.max(off), (h + hlen).min(end));
+            self.region.mapping().back(from, to - from)?;
+            holes.remove(&h);
+            if h < from {
+                holes.insert(h, from - h);
+            }
+            if h + hlen > to {
+                holes.insert(to, h + hlen - to);
+            }
+        }
+        Ok(())
+    }
+
     fn release(&self, offset: usize, rounded: usize) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        // A large block's memory goes back to the system (its whole pages), to be backed again
+        // when a block reaches into it.
+        if rounded >= DISCARD_MIN && self.region.discardable() {
+            let (start, end) = (offset.next_multiple_of(4096), (offset + rounded) / 4096 * 4096);
+            if end > start && self.region.mapping().discard_range(start, end - start).is_ok() {
+                free.holes.insert(start, end - start);
+            }
+        }
         let (mut off, mut len) = (offset, rounded);
         if let Some((&prev, &plen)) = free.ranges.range(..off).next_back() {
             if prev + plen == off {

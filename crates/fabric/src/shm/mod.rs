@@ -292,8 +292,8 @@ impl ShmFabric {
         regions[id as usize] = Some(map.clone());
         let mut desc = id.to_le_bytes().to_vec();
         desc.extend_from_slice(&(len as u64).to_le_bytes());
-        // Reserved memory may be given back (a sparse pool lives as long as the fabric).
-        Ok(LocalRegion::new(id, map, desc).with_discard(fill == os::Fill::Reserved))
+        // Shared memory may be given back (no device pins it).
+        Ok(LocalRegion::new(id, map, desc).with_discard(true))
     }
 
     /// Unlinks what dead peer `rank` left in the job's directory (its inbox if start-up had not
