@@ -121,18 +121,6 @@ fn forged_messages() -> Res {
     world.barrier().map_err(Failure::from)
 }
 
-/// Resident memory of this process in KiB, but for mapped files (`RssShmem` + `RssAnon`).
-fn rss_kib() -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .ok_or_else(|| format!("no {name} in /proc/self/status"))
-    };
-    Ok(field("RssShmem:")? + field("RssAnon:")?)
-}
-
 /// 20 FT runs in one process (every variant and model in turn): each verifies, and segments
 /// and resident memory stay flat from one round to the next.
 fn repeated_runs() -> Res {
@@ -153,7 +141,7 @@ fn repeated_runs() -> Res {
             return Err(format!("run {run} ({variant} {model}): {:?}", report.verification).into());
         }
         world.barrier()?;
-        let now = (world.info().segments.len(), rss_kib()?);
+        let now = (world.info().segments.len(), common::rss_kib()?);
         if run < 2 * combos.len() {
             peak = (peak.0.max(now.0), peak.1.max(now.1));
         } else if now.0 > peak.0 || now.1 > peak.1 + 256 {

@@ -229,3 +229,18 @@ pub fn run_rank(var: &str, cases: &[Case], more: &[Program]) {
     };
     exit_with(run());
 }
+
+/// Resident memory of this process in KiB, but for mapped files: `RssShmem` (pages of
+/// /dev/shm files it maps, its own and its peers') and `RssAnon` (its heap, and segments on
+/// libfabric). Only this process's mappings count, not other jobs'.
+#[allow(dead_code)]
+pub fn rss_kib() -> Result<u64, String> {
+    let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
+    let field = |name: &str| {
+        s.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .ok_or_else(|| format!("no {name} in /proc/self/status"))
+    };
+    Ok(field("RssShmem:")? + field("RssAnon:")?)
+}

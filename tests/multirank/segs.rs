@@ -2,20 +2,6 @@
 
 use super::*;
 
-/// Resident memory of this process in KiB, but for mapped files: `RssShmem` (pages of
-/// /dev/shm files it maps, its own and its peers') and `RssAnon` (its heap, and segments on
-/// libfabric). Only this process's mappings count, not other jobs'.
-fn rss_kib() -> Result<u64, String> {
-    let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .ok_or_else(|| format!("no {name} in /proc/self/status"))
-    };
-    Ok(field("RssShmem:")? + field("RssAnon:")?)
-}
-
 /// A dropped segment: accesses to it are errors, the next allocation of its size reuses its id
 /// (zeroed); where one rank still holds it, the next allocation is a new segment; team
 /// segments likewise. Then 1000 `world_team()` + drop cycles keep segments and memory flat.
@@ -36,9 +22,9 @@ pub(crate) fn segments_recycled() -> Res {
     ep.sync_nbi()?;
     w.barrier()?;
     let held_shm = w.info().shm_in_memory;
-    let held = rss_kib()?;
+    let held = common::rss_kib()?;
     drop(a);
-    let freed = held.saturating_sub(rss_kib()?);
+    let freed = held.saturating_sub(common::rss_kib()?);
     // (Less what the heap grew meanwhile.)
     ck(freed >= 400, || format!("dropping a 512 KiB segment gave back {freed} KiB"))?;
     // What `weft info` reports of this rank's /dev/shm falls alike (shared memory only).
@@ -128,10 +114,10 @@ pub(crate) fn segments_recycled() -> Res {
         drop(t);
         // The AM rings' pages fill in over the first few hundred teams (they are bounded).
         if i == 500 {
-            base = rss_kib()?;
+            base = common::rss_kib()?;
         }
     }
-    let (now, after) = (w.info().segments.len(), rss_kib()?);
+    let (now, after) = (w.info().segments.len(), common::rss_kib()?);
     ck(now == segs, || format!("{segs} segments before 1000 teams, {now} after"))?;
     // Over libfabric, staging and receive buffers (tens of MiB, registered at start-up) take
     // their pages at first touch, over some 100k messages: a slack for that.
