@@ -377,8 +377,12 @@ impl Comm {
         })?;
         // A dropped segment of this size among these ranks is offered for reuse; where every
         // member offers it, nothing is registered or attached.
-        let offer =
-            if self.quiet_for_reuse() { self.segments.reusable(bytes, members) } else { Offer(vec![]) };
+        // This rank's operations in flight are completed first, only where there is a slot to
+        // offer (declining drops the offer and its claims).
+        let mut offer = self.segments.reusable(bytes, members);
+        if !offer.0.is_empty() && !self.quiet_for_reuse() {
+            offer = Offer(vec![]);
+        }
         let offered = offer.ids();
         let mut fresh = None;
         let mut all = if offered.is_empty() {
