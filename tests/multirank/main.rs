@@ -115,6 +115,13 @@ const CASES: &[Case] = &[
     },
     Case { name: "rpc_bad_input", run: rpc_bad_input, ranks: &[2, 4], env: &[] },
     Case { name: "rpc_small_pool", run: rpc_small_pool, ranks: &[2], env: &[("WEFT_RPC_POOL_MIB", "1")] },
+    Case {
+        name: "rpc_small_pool_copied",
+        run: rpc_small_pool,
+        ranks: &[2],
+        env: &[("WEFT_RPC_POOL_MIB", "1"), ("WEFT_OFI_ZCOPY_KIB", "1048576")],
+    },
+    Case { name: "rpc_zero_copy", run: rpc_zero_copy, ranks: &[2, 4], env: &[] },
     Case { name: "teams_and_collectives", run: teams_and_collectives, ranks: &[2, 4], env: &[] },
     Case {
         name: "teams_and_collectives_am_path",

@@ -172,6 +172,29 @@ pub trait Fabric: Send + Sync + 'static {
         Err(FabricError::Unsupported { what: "reading unregistered peer memory" })
     }
 
+    /// How `rank` can read `len` bytes at `addr` of this process, memory the caller owns but
+    /// never registered (a zero-copy RPC argument): in place ([`Caps::peer_read`], the
+    /// default where the fabric has it), through a registration made for it (libfabric, from
+    /// `WEFT_OFI_ZCOPY_KIB` up), or not at all. The caller keeps the memory alive and
+    /// unchanged until it drops the registration.
+    fn expose(&self, rank: Rank, addr: usize, len: usize) -> FabricResult<Exposure> {
+        let _ = (rank, addr, len);
+        Ok(if self.caps().peer_read { Exposure::InPlace } else { Exposure::Copy })
+    }
+
+    /// Copies `dst.len()` bytes at `addr` of what rank `rank` registered with
+    /// [`Fabric::expose`] under `key` (checked by the provider: a wrong key or range reads
+    /// nothing and fails).
+    fn read_exposed(&self, rank: Rank, addr: u64, key: u64, dst: &mut [u8]) -> FabricResult<()> {
+        let _ = (rank, addr, key, dst);
+        Err(FabricError::Unsupported { what: "reading registrations of peer memory" })
+    }
+
+    /// What this fabric counted on this rank (bounce-buffer bytes, registrations).
+    fn stats(&self) -> FabricStats {
+        FabricStats::default()
+    }
+
     /// Tries to send an active message; `Ok(false)` means the path to `dst` is full right now
     /// (back-pressure): make progress and try again. Nothing is dropped or queued unboundedly.
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool>;

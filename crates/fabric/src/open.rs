@@ -21,6 +21,9 @@ pub enum FabricChoice {
         /// Ranks of one host talk through shared memory (`WEFT_SAME_HOST=shm`, the default)
         /// rather than through libfabric (`ofi`).
         same_host_shm: bool,
+        /// Memory the caller owns is registered for a transfer from this many bytes up
+        /// (`WEFT_OFI_ZCOPY_KIB`; `None`: 16 KiB).
+        zcopy_bytes: Option<usize>,
     },
 }
 
@@ -70,8 +73,8 @@ pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
             init_timeout: cfg.init_timeout,
         })?)),
         #[cfg(feature = "ofi")]
-        FabricChoice::Ofi { provider, domain, same_host_shm } => {
-            open_ofi(cfg, provider.clone(), domain.clone(), *same_host_shm)
+        FabricChoice::Ofi { provider, domain, same_host_shm, zcopy_bytes } => {
+            open_ofi(cfg, provider.clone(), domain.clone(), *same_host_shm, *zcopy_bytes)
         }
         #[cfg(not(feature = "ofi"))]
         FabricChoice::Ofi { .. } => Err(FabricError::Config {
@@ -86,6 +89,7 @@ fn open_ofi(
     provider: Option<String>,
     domain: Option<String>,
     same_host_shm: bool,
+    zcopy_bytes: Option<usize>,
 ) -> FabricResult<Box<dyn Fabric>> {
     use crate::boot::{LauncherBoot, Solo};
     use crate::hybrid::{HybridConfig, HybridFabric};
@@ -104,7 +108,7 @@ fn open_ofi(
         }
     };
     let wanted = Wanted { provider, domain };
-    let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout: cfg.init_timeout }, boot)?;
+    let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout: cfg.init_timeout, zcopy_bytes }, boot)?;
     // Every rank makes the same choice: region descriptors differ between the two.
     if !same_host_shm || !ofi.hosts_shared() {
         return Ok(Box::new(ofi));

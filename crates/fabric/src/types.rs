@@ -147,6 +147,56 @@ impl RemoteRegion {
     }
 }
 
+/// How a peer can read memory of this process that was never registered (an RPC argument's
+/// buffer), as [`crate::Fabric::expose`] answers.
+pub enum Exposure {
+    /// In place, by address ([`crate::Fabric::read_peer`]).
+    InPlace,
+    /// Through a registration made for it: the peer reads with
+    /// [`crate::Fabric::read_exposed`] and the registration's `addr` and `key`, until it is
+    /// dropped.
+    Registered(Registration),
+    /// Not at all (or a copy costs less): copy the bytes into registered memory.
+    Copy,
+}
+
+/// A registration of memory the caller owns, readable by peers under its key until dropped.
+/// The caller keeps the memory alive and unchanged until then.
+pub struct Registration {
+    pub(crate) addr: u64,
+    pub(crate) key: u64,
+    pub(crate) _guard: Box<dyn Send + Sync>,
+}
+
+impl Registration {
+    /// The address a peer names (the virtual address, or 0 where the provider counts from the
+    /// registration's start).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// The key a peer presents.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+}
+
+impl std::fmt::Debug for Registration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registration").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
+/// What a fabric counted on this rank since it started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FabricStats {
+    /// Bytes copied through bounce buffers (staging) on their way to or from the network.
+    pub staged_bytes: u64,
+    /// Registrations made for memory the caller owns ([`crate::Fabric::expose`]).
+    pub registrations: u64,
+    /// Of those, released again.
+    pub released: u64,
+}
+
 /// How an operation was issued.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Issued {

@@ -92,6 +92,12 @@ pub trait Layer {
     /// registered). Fails with [`Error::Fabric`] where the fabric cannot (see
     /// [`crate::Caps::peer_read`]).
     fn read_peer(&self, rank: u32, addr: u64, dst: &mut [u8]) -> Result<()>;
+    /// How `rank` can read `bytes`, memory of this process the caller keeps alive and
+    /// unchanged until it drops a [`crate::Registration`] it gets (see
+    /// [`weft_fabric::Fabric::expose`]).
+    fn expose(&self, rank: u32, bytes: &[u8]) -> Result<crate::Exposure>;
+    /// Copies `dst.len()` bytes at `addr` of what `rank` exposed under `key`.
+    fn read_exposed(&self, rank: u32, addr: u64, key: u64, dst: &mut [u8]) -> Result<()>;
     /// What a layer's future does on returning `Pending` (after storing its waker): make sure
     /// something makes progress and wakes it, as the configured [`crate::Progress`] says.
     fn future_pending(&self, cx: &std::task::Context<'_>);
@@ -131,6 +137,18 @@ impl Layer for Comm {
             return Err(Error::NoSuchRank { rank, size: self.size() });
         }
         Ok(self.fabric.read_peer(rank, addr, dst)?)
+    }
+    fn expose(&self, rank: u32, bytes: &[u8]) -> Result<crate::Exposure> {
+        if rank >= self.size() {
+            return Err(Error::NoSuchRank { rank, size: self.size() });
+        }
+        Ok(self.fabric.expose(rank, bytes.as_ptr() as usize, bytes.len())?)
+    }
+    fn read_exposed(&self, rank: u32, addr: u64, key: u64, dst: &mut [u8]) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::NoSuchRank { rank, size: self.size() });
+        }
+        Ok(self.fabric.read_exposed(rank, addr, key, dst)?)
     }
     fn future_pending(&self, cx: &std::task::Context<'_>) {
         Comm::future_pending(self, cx)

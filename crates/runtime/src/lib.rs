@@ -66,5 +66,5 @@ pub use team::{CollHandle, ReduceOp, Team};
 pub use vis::Pieces;
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
-pub use weft_fabric::{AtomicOp, Caps, PeerState, Resource};
+pub use weft_fabric::{AtomicOp, Caps, Exposure, FabricStats, PeerState, Registration, Resource};
 pub use world::{Builder, Comm, Info, World, LAYERS};

@@ -338,6 +338,19 @@ impl Comm {
     pub fn caps(&self) -> Caps {
         self.caps
     }
+    /// What the fabric counted on this rank: bytes that went through bounce buffers, and
+    /// registrations of memory the caller owns (zero-copy RPC chunks on networks).
+    ///
+    /// ```no_run
+    /// # use weft_runtime as weft;
+    /// let world = weft::World::init()?;
+    /// let s = world.stats();
+    /// assert!(s.released <= s.registrations);
+    /// # Ok::<(), weft::Error>(())
+    /// ```
+    pub fn stats(&self) -> crate::FabricStats {
+        self.fabric.stats()
+    }
     /// Fabric, segments, handlers and resources of this rank.
     pub fn info(&self) -> Info {
         Info {

@@ -13,6 +13,11 @@
 //! Then weft alone, gets beside puts: floods of non-blocking puts and of non-blocking gets
 //! (all in flight, then all waited for) from 8 B to 4 MiB, each get flood beside the put
 //! flood of its size, and the rate of 8 B non-blocking gets beside that of blocking ones.
+//!
+//! Last, both ranks: an RPC echo of a 1 MiB and a 16 MiB `SerializeBuffer` (rank 0 calls,
+//! rank 1 sends it back), zero copy (the buffer registered for the transfer and read by the
+//! target with RMA) beside the same calls with every chunk copied into the sender's pool
+//! first (`Rpc::set_zero_copy(false)`), rounds alternating.
 
 use super::report::{median, ns_per_op, size_name, Row};
 use super::Ctx;
@@ -224,6 +229,52 @@ pub fn run(ctx: &Ctx) -> Result<Vec<Row>, weft::Error> {
         rows.extend(floods(w, target, &src, median(get8))?);
     }
     w.barrier()?;
+    ctx.progress.note("net RPC echo, zero copy beside staged");
+    rows.extend(rpc_echo(w)?);
+    Ok(rows)
+}
+
+weft::remote! { fn net_echo(v: weft::SerializeBuffer<u8>) -> weft::SerializeBuffer<u8> { v } }
+
+/// The RPC echo rows (see the module documentation); rank 0 returns them.
+fn rpc_echo(w: &weft::World) -> weft::Result<Vec<Row>> {
+    use weft::RpcExt;
+    let rpc = weft::rpc::Rpc::of(w)?;
+    let mut rows = vec![];
+    for size in [1usize << 20, 16 << 20] {
+        let calls = if size > 1 << 20 { 4 } else { 16 };
+        let (mut zero, mut staged) = (vec![], vec![]);
+        // A warm-up round of each, then the rounds.
+        for round in 0..=ROUNDS {
+            for on in [true, false] {
+                rpc.set_zero_copy(on);
+                w.barrier()?;
+                if w.rank() != 0 {
+                    continue;
+                }
+                // Fresh heap buffers (one the pool received would travel as an RMA chunk).
+                let bufs: Vec<weft::SerializeBuffer<u8>> =
+                    (0..calls).map(|i| vec![i as u8; size].into()).collect();
+                let t = Instant::now();
+                for (i, b) in bufs.into_iter().enumerate() {
+                    let back = w.call(1, net_echo, (b,)).wait()?;
+                    if back.len() != size || back[size - 1] != i as u8 {
+                        return Err(weft::Error::Misuse("the RPC echo came back changed"));
+                    }
+                }
+                let ns = t.elapsed().as_nanos() as f64 / calls as f64;
+                if round > 0 {
+                    if on { &mut zero } else { &mut staged }.push(ns);
+                }
+            }
+        }
+        rpc.set_zero_copy(true);
+        w.barrier()?;
+        if w.rank() == 0 {
+            let name = format!("RPC echo, SerializeBuffer, zero copy, {}", size_name(size as u64));
+            rows.push(Row::new("net", name, size as u64, median(zero), "ns").vs("staged", median(staged)));
+        }
+    }
     Ok(rows)
 }
 

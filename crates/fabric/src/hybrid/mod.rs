@@ -23,8 +23,8 @@
 use crate::ofi::OfiFabric;
 use crate::shm::{ShmConfig, ShmFabric};
 use crate::{
-    AmIn, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError, FabricResult, GetIssued, Issued,
-    LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource,
+    AmIn, AmOut, AmPayload, AtomicOp, Caps, EventSink, Exposure, Fabric, FabricError, FabricResult,
+    FabricStats, GetIssued, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource,
 };
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -389,6 +389,26 @@ impl Fabric for HybridFabric {
             Route::Shm(l) => self.parts.shm.read_peer(l, addr, dst),
             Route::Ofi => self.parts.ofi.read_peer(rank, addr, dst),
         }
+    }
+
+    fn expose(&self, rank: Rank, addr: usize, len: usize) -> FabricResult<Exposure> {
+        match self.route(rank)? {
+            Route::Shm(l) => self.parts.shm.expose(l, addr, len),
+            Route::Ofi => self.parts.ofi.expose(rank, addr, len),
+        }
+    }
+
+    fn read_exposed(&self, rank: Rank, addr: u64, key: u64, dst: &mut [u8]) -> FabricResult<()> {
+        match self.route(rank)? {
+            Route::Shm(_) => Err(FabricError::Malformed {
+                what: format!("a registered chunk from rank {rank}, which this rank reads in place"),
+            }),
+            Route::Ofi => self.parts.ofi.read_exposed(rank, addr, key, dst),
+        }
+    }
+
+    fn stats(&self) -> FabricStats {
+        self.parts.ofi.stats()
     }
 
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {

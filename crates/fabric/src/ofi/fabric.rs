@@ -126,6 +126,7 @@ impl Fabric for OfiFabric {
                 if posted.is_ok() && waited.is_ok() {
                     // SAFETY: the read into the chunk completed; the chunk holds n bytes.
                     unsafe { crate::copy::copy_bytes(buf as *const u8, dst[done..].as_mut_ptr(), n) };
+                    self.counters.staged(n);
                 }
                 self.chunks.give(s);
             }
@@ -162,6 +163,7 @@ impl Fabric for OfiFabric {
             slot,
             len: n,
             done: AtomicBool::new(false),
+            counters: self.counters.clone(),
         });
         let t = Tracker::new(Target::Token(token));
         t.remaining.fetch_add(1, Ordering::AcqRel);
@@ -230,6 +232,18 @@ impl Fabric for OfiFabric {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+
+    fn expose(&self, rank: Rank, addr: usize, len: usize) -> FabricResult<Exposure> {
+        self.expose_memory(rank, addr, len)
+    }
+
+    fn read_exposed(&self, rank: Rank, addr: u64, key: u64, dst: &mut [u8]) -> FabricResult<()> {
+        self.read_exposed_memory(rank, addr, key, dst)
+    }
+
+    fn stats(&self) -> FabricStats {
+        self.counters.snapshot()
     }
 
     fn am_try_send(&self, dst: Rank, msg: &AmOut<'_>) -> FabricResult<bool> {
@@ -336,6 +350,7 @@ impl Fabric for OfiFabric {
             inject: neg.inject,
             tx_size: neg.tx_size,
             send_after_write: neg.send_after_write,
+            counters: self.counters.clone(),
         });
         (0..count)
             .map(|_| {
@@ -439,6 +454,7 @@ impl Fabric for OfiFabric {
         if self.done.swap(true, Ordering::AcqRel) {
             return;
         }
+        self.exposed.clear();
         let elsewhere = |r: Rank| self.same_host_elsewhere && self.same_host[r as usize];
         for r in (0..self.size).filter(|&r| r != self.rank && !elsewhere(r)) {
             // A peer that left (finalized or dead) reads nothing more: no message to it, as

@@ -415,6 +415,8 @@ pub enum Access {
     Local,
     /// Peers' reads and writes too (segments), under the registration's key.
     Remote,
+    /// Peers' reads only (memory exposed for one transfer), under the registration's key.
+    RemoteRead,
 }
 
 /// Registers `[addr, addr + len)` in `domain`, bound to `ep` where the provider wants
@@ -431,8 +433,10 @@ fn register_in(
     key_size: usize,
 ) -> FabricResult<Mr> {
     let mut flags = (sys::FI_READ | sys::FI_WRITE | sys::FI_SEND | sys::FI_RECV) as u64;
-    if access == Access::Remote {
-        flags |= (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64;
+    match access {
+        Access::Local => {}
+        Access::Remote => flags |= (sys::FI_REMOTE_READ | sys::FI_REMOTE_WRITE) as u64,
+        Access::RemoteRead => flags |= sys::FI_REMOTE_READ as u64,
     }
     let mask = if key_size >= 8 { u64::MAX } else { (1u64 << (8 * key_size)) - 1 };
     let mut mr = null_mut();

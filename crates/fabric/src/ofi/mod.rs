@@ -17,6 +17,7 @@
 //! 8-byte keys (tcp, verbs), which a process outside the job would have to guess.
 
 mod am;
+mod expose;
 mod fabric;
 use am::frame;
 use rma::fi_op;
@@ -32,9 +33,9 @@ pub mod wire;
 use crate::boot::Bootstrap;
 use crate::os::{self, Mapping};
 use crate::{
-    AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Fabric, FabricError,
-    FabricResult, GetIssued, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion, Resource, Staged,
-    StagedGet, TxSlot,
+    AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Exposure, Fabric, FabricError,
+    FabricResult, FabricStats, GetIssued, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion,
+    Resource, Staged, StagedGet, TxSlot,
 };
 use ffi::{Access, Context, Objects, EAGAIN};
 use slab::Slab;
@@ -97,7 +98,13 @@ pub struct OfiConfig {
     pub wanted: Wanted,
     /// How long operations wait on an unresponsive peer before reporting it.
     pub op_timeout: Duration,
+    /// Memory the caller owns is registered for a transfer from this many bytes up, and
+    /// copied into registered buffers below (`WEFT_OFI_ZCOPY_KIB`; `None`: [`ZCOPY_BYTES`]).
+    pub zcopy_bytes: Option<usize>,
 }
+
+/// Default of [`OfiConfig::zcopy_bytes`].
+pub const ZCOPY_BYTES: usize = 16 << 10;
 
 /// What an outstanding operation's completion means.
 enum Target {
@@ -182,6 +189,7 @@ struct StageSlot {
     len: usize,
     /// Set at the completion: the provider has finished writing the slot.
     done: AtomicBool,
+    counters: Arc<expose::Counters>,
 }
 
 impl Staged for StageSlot {
@@ -193,6 +201,7 @@ impl Staged for StageSlot {
         // SAFETY: the slot holds `len` bytes inside the mapping `_map` keeps alive; the read
         // into it completed (`done`), so nothing writes it; `dst` is a live exclusive slice.
         unsafe { crate::copy::copy_bytes(self.slab.addr(self.slot) as *const u8, dst.as_mut_ptr(), n) };
+        self.counters.staged(n);
         true
     }
 }
@@ -303,6 +312,10 @@ pub struct OfiFabric {
     /// Ranks on this host are reached through another fabric (see `leave_same_host_peers`).
     same_host_elsewhere: bool,
     op_timeout: Duration,
+    zcopy_bytes: usize,
+    /// Registrations of caller memory (closed before the domain: declared before `obj`).
+    exposed: expose::Exposed,
+    counters: Arc<expose::Counters>,
     // Dropped last: every registration above must close before the domain.
     obj: Objects,
 }
@@ -401,6 +414,9 @@ impl OfiFabric {
             done: AtomicBool::new(false),
             same_host_elsewhere: false,
             op_timeout: if cfg.op_timeout.is_zero() { Duration::from_secs(60) } else { cfg.op_timeout },
+            zcopy_bytes: cfg.zcopy_bytes.unwrap_or(ZCOPY_BYTES),
+            exposed: expose::Exposed::default(),
+            counters: Arc::default(),
             obj,
         };
         while let Some(slot) = fab.rx_slots.take() {

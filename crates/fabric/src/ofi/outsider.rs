@@ -102,5 +102,10 @@ fn outsider_cannot_write_with_guessed_keys() {
     // Memory registered for local use only refuses even its own key.
     assert_ne!(attempt(&staging, local.key(), 0xbad), Some(true), "a write into local-only memory completed");
     assert_eq!(word(&staging), 0, "local-only memory was written");
-    drop((mr, local));
+    // Memory exposed for peers' reads (zero-copy RPC chunks) refuses writes with its key.
+    let exposed = os::map_anonymous(4096).expect("map");
+    let ro = victim.register(exposed.as_ptr() as usize, exposed.len(), Access::RemoteRead).expect("register");
+    assert_ne!(attempt(&exposed, ro.key(), 0xbad), Some(true), "a write into read-only memory completed");
+    assert_eq!(word(&exposed), 0, "read-only memory was written");
+    drop((mr, local, ro));
 }

@@ -50,6 +50,7 @@ impl OfiFabric {
                 let at = self.chunks.addr(slot);
                 // SAFETY: the chunk is ours until the write completes and holds CHUNK ≥ n bytes.
                 unsafe { crate::copy::copy_bytes(part.as_ptr(), at as *mut u8, n) };
+                self.counters.staged(n);
                 self.post_write(dst, raddr, (at, self.stage.mr.desc()), n, Some(slot), track)?;
             }
             done += n;

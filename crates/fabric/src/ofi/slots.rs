@@ -45,6 +45,7 @@ pub(super) struct SlotParams {
     pub inject: usize,
     pub tx_size: usize,
     pub send_after_write: bool,
+    pub counters: Arc<super::expose::Counters>,
 }
 
 /// A closed slot's libfabric objects, ready for another slot of the same context. Fields drop
@@ -280,6 +281,7 @@ impl OfiTxSlot {
                 let at = self.buf_addr(b);
                 // SAFETY: buffer b (RX_BYTES ≥ piece) is this slot's until the write completes.
                 unsafe { crate::copy::copy_bytes(piece.as_ptr(), at as *mut u8, piece.len()) };
+                self.p.counters.staged(piece.len());
                 let (fa, key, desc) =
                     (self.ctx.addrs[region.rank as usize], region.key, self.parts().stage_mr.desc());
                 let op = SlotOp { buf: Some(b), dst: region.rank };

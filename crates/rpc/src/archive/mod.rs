@@ -42,6 +42,18 @@ pub enum ChunkRef {
         /// [`ChunkRef::width`].
         width: u8,
     },
+    /// Memory of the sending process registered for this transfer (networks): the receiver
+    /// reads it with the fabric's RMA under `key`.
+    Registered {
+        /// The address the receiver names (the sender's virtual address, or 0).
+        addr: u64,
+        /// The registration's key.
+        key: u64,
+        /// Bytes.
+        len: u64,
+        /// [`ChunkRef::width`].
+        width: u8,
+    },
     /// A block of the sender's registered pool.
     Rma {
         /// The pool's segment id.
@@ -59,7 +71,9 @@ impl ChunkRef {
     /// Bytes of the chunk.
     pub fn len(&self) -> u64 {
         match *self {
-            ChunkRef::Pointer { len, .. } | ChunkRef::Rma { len, .. } => len,
+            ChunkRef::Pointer { len, .. } | ChunkRef::Registered { len, .. } | ChunkRef::Rma { len, .. } => {
+                len
+            }
         }
     }
     /// `0` for the bytes of a chunk-aware value ([`crate::SerializeBuffer`], [`crate::RmaVec`],
@@ -67,16 +81,19 @@ impl ChunkRef {
     /// that width, which the target pulls straight into the `Vec` it will hand over.
     pub fn width(&self) -> u8 {
         match *self {
-            ChunkRef::Pointer { width, .. } | ChunkRef::Rma { width, .. } => width,
+            ChunkRef::Pointer { width, .. }
+            | ChunkRef::Registered { width, .. }
+            | ChunkRef::Rma { width, .. } => width,
         }
     }
-    /// The chunk for `bytes` of element width `width`: an RMA chunk if they lie in, or are
-    /// staged into, the pool `locate` knows, else a pointer chunk.
+    /// The chunk for `bytes` of element width `width`: an RMA chunk if they lie in the pool
+    /// `locate` knows, else what [`Locate::outside`] makes of them (staged into the pool, or
+    /// registered), else a pointer chunk.
     pub fn place(locate: &dyn Locate, bytes: &[u8], width: u8) -> ChunkRef {
         let (addr, len) = (bytes.as_ptr() as u64, bytes.len() as u64);
-        match locate.locate(addr, len).or_else(|| locate.stage(bytes, width > 0)) {
+        match locate.locate(addr, len) {
             Some((segment, offset)) => ChunkRef::Rma { segment, offset, len, width },
-            None => ChunkRef::Pointer { addr, len, width },
+            None => locate.outside(bytes, width).unwrap_or(ChunkRef::Pointer { addr, len, width }),
         }
     }
     /// True for an empty chunk.
@@ -120,12 +137,12 @@ fn err<T>(msg: impl Into<String>) -> Result<T, ArchiveError> {
 pub trait Locate {
     /// `(segment, offset)` of the bytes in this rank's pool, if they are there.
     fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)>;
-    /// Copies `bytes` into the pool and returns where, when the target should not read them
-    /// in place: always on fabrics that cannot read unregistered peer memory, and for `plain`
-    /// numbers (a copying path anyway) where a copy costs less than the read
-    /// (`None`: leave them as a pointer chunk).
-    fn stage(&self, bytes: &[u8], plain: bool) -> Option<(u32, u64)> {
-        let _ = (bytes, plain);
+    /// The chunk for `bytes` (outside the pool, elements of `width` bytes, 0 for bytes) when
+    /// the target should not read them by address: an RMA chunk once they are copied into the
+    /// pool (where the fabric cannot read them in place, or a copy costs less than the read),
+    /// or a registered chunk (`None`: leave them as a pointer chunk).
+    fn outside(&self, bytes: &[u8], width: u8) -> Option<ChunkRef> {
+        let _ = (bytes, width);
         None
     }
 }

@@ -2,6 +2,7 @@
 //! descriptor and its parser, and the receiver's decoded chunks.
 
 use super::*;
+use weft_runtime::Exposure;
 
 pub(super) fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveError> {
     // Checked again per chunk: memory may have gone since the message was checked.
@@ -15,23 +16,43 @@ pub(super) fn try_heap(len: usize) -> std::result::Result<AlignedBuf, ArchiveErr
     }
 }
 
-/// Finds chunks in the pool and, where the fabric cannot read peer memory, stages the others
-/// into it (one copy), keeping the staged blocks for the transfer.
+/// How the target reaches memory of this process outside the pool (see
+/// [`weft_runtime::layer::Layer::expose`]).
+pub(super) type Expose<'a> = &'a dyn Fn(&[u8]) -> weft_runtime::Result<Exposure>;
+
+/// Finds chunks in the pool, and places the others as the fabric lets the target reach them:
+/// read in place, registered for the transfer (kept until the target acknowledges), or staged
+/// into the pool (one copy, the blocks kept for the transfer).
 pub(super) struct PoolLocator<'a> {
     pool: Option<&'a RmaPool>,
-    /// The fabric can read unregistered peer memory (else every chunk outside the pool is
-    /// staged).
-    peer_read: bool,
-    /// Chunks of plain numbers up to this many bytes are staged all the same.
+    expose: Expose<'a>,
+    /// Chunks of plain numbers up to this many bytes are staged where they could be read in
+    /// place all the same.
     stage_max: usize,
+    stats: &'a RpcStats,
     pub(super) staged: RefCell<Vec<weft_fabric::pool::Block>>,
+    /// Registrations made for chunks, with the local address of each.
+    pub(super) exposed: RefCell<Vec<(u64, weft_runtime::Registration)>>,
     /// Why a chunk that had to be staged (the fabric cannot read it in place) was not.
     unstaged: RefCell<Option<String>>,
 }
 
 impl<'a> PoolLocator<'a> {
-    pub(super) fn new(pool: Option<&'a RmaPool>, peer_read: bool, stage_max: usize) -> Self {
-        PoolLocator { pool, peer_read, stage_max, staged: RefCell::default(), unstaged: RefCell::default() }
+    pub(super) fn new(
+        pool: Option<&'a RmaPool>,
+        expose: Expose<'a>,
+        stage_max: usize,
+        stats: &'a RpcStats,
+    ) -> Self {
+        PoolLocator {
+            pool,
+            expose,
+            stage_max,
+            stats,
+            staged: RefCell::default(),
+            exposed: RefCell::default(),
+            unstaged: RefCell::default(),
+        }
     }
 
     /// Fails if a chunk the target could not have read was left in place.
@@ -41,16 +62,54 @@ impl<'a> PoolLocator<'a> {
             None => Ok(()),
         }
     }
+
+    /// Lets go of what was staged and registered (before encoding again).
+    pub(super) fn reset(&self) {
+        self.staged.take();
+        self.exposed.take();
+        self.unstaged.take();
+    }
+
+    /// Whether a chunk refers to memory at one of `addrs` of this process.
+    pub(super) fn points_into(&self, c: &ChunkRef, within: &dyn Fn(u64) -> bool) -> bool {
+        match *c {
+            ChunkRef::Pointer { addr, .. } => within(addr),
+            ChunkRef::Registered { .. } => self.exposed.borrow().iter().any(|(a, _)| within(*a)),
+            ChunkRef::Rma { .. } => false,
+        }
+    }
+
+    fn refuse(&self, bytes: usize, why: &dyn std::fmt::Display) {
+        self.unstaged.borrow_mut().get_or_insert_with(|| {
+            format!(
+                "a chunk of {bytes} bytes could not be staged into the registered pool, which this \
+                 fabric needs (WEFT_RPC_POOL_MIB sets its size): {why}"
+            )
+        });
+    }
 }
 impl Locate for PoolLocator<'_> {
     fn locate(&self, addr: u64, len: u64) -> Option<(u32, u64)> {
         let p = self.pool?;
         p.locate(addr, len).map(|off| (p.segment(), off as u64))
     }
-    fn stage(&self, bytes: &[u8], plain: bool) -> Option<(u32, u64)> {
-        if self.peer_read && !(plain && bytes.len() <= self.stage_max) {
-            return None;
-        }
+    fn outside(&self, bytes: &[u8], width: u8) -> Option<ChunkRef> {
+        let len = bytes.len() as u64;
+        let in_place = match (self.expose)(bytes) {
+            Ok(Exposure::InPlace) if !(width > 0 && bytes.len() <= self.stage_max) => return None,
+            Ok(Exposure::InPlace) => true,
+            Ok(Exposure::Registered(r)) => {
+                let c = ChunkRef::Registered { addr: r.addr(), key: r.key(), len, width };
+                self.stats.registered_bytes.fetch_add(len, Ordering::Relaxed);
+                self.exposed.borrow_mut().push((bytes.as_ptr() as u64, r));
+                return Some(c);
+            }
+            Ok(Exposure::Copy) => false,
+            Err(e) => {
+                self.refuse(bytes.len(), &e);
+                return None;
+            }
+        };
         let staged = self.pool.ok_or(Error::Misuse("the RPC pool is not allocated yet")).and_then(|p| {
             let b = p.alloc(bytes.len())?;
             Ok((p, b))
@@ -58,23 +117,91 @@ impl Locate for PoolLocator<'_> {
         let (p, mut b) = match staged {
             Ok(s) => s,
             Err(e) => {
-                if !self.peer_read {
+                if !in_place {
                     // The target can only read the pool: this chunk cannot travel.
-                    self.unstaged.borrow_mut().get_or_insert_with(|| {
-                        format!(
-                            "a chunk of {} bytes could not be staged into the registered pool, which this \
-                             fabric needs (WEFT_RPC_POOL_MIB sets its size): {e}",
-                            bytes.len()
-                        )
-                    });
+                    self.refuse(bytes.len(), &e);
                 }
                 return None;
             }
         };
         b.as_mut_slice::<u8>(bytes.len()).copy_from_slice(bytes);
-        let at = (p.segment(), b.offset() as u64);
+        self.stats.copied_bytes.fetch_add(len, Ordering::Relaxed);
+        let (segment, offset) = (p.segment(), b.offset() as u64);
         self.staged.borrow_mut().push(b);
-        Some(at)
+        Some(ChunkRef::Rma { segment, offset, len, width })
+    }
+}
+
+impl Rpc {
+    /// Refuses a message whose chunks together could not be held here (the pool's free room
+    /// plus the memory the kernel has available), before anything is allocated.
+    pub(super) fn check_room(&self, chunks: &[ChunkRef]) -> std::result::Result<(), ArchiveError> {
+        let total = chunks.iter().try_fold(0u64, |t, c| t.checked_add(c.len()));
+        let max = self.max_arg.load(Ordering::Relaxed);
+        if total.is_none_or(|t| t > max) {
+            return Err(ArchiveError(format!(
+                "chunks declare {} bytes, more than the largest argument or result this rank takes, \
+                 {max} bytes (WEFT_RPC_MAX_ARG_MIB)",
+                total.map_or("over 2^64".into(), |t| t.to_string())
+            )));
+        }
+        let pool_free = self.pool.get().map_or(0, |p| {
+            let (cap, used) = p.usage();
+            (cap - used) as u64
+        });
+        if total.is_some_and(|t| t <= pool_free) {
+            return Ok(()); // the usual case: no need to ask the kernel (a file read)
+        }
+        let room = weft_fabric::os::mem_available().map_or(u64::MAX, |m| m.saturating_add(pool_free));
+        match total {
+            Some(t) if t <= room => Ok(()),
+            _ => Err(ArchiveError(format!(
+                "chunks declare {} bytes, more than the {room} this rank can hold",
+                total.map_or("over 2^64".into(), |t| t.to_string())
+            ))),
+        }
+    }
+
+    /// Pulls every chunk a rendezvous descriptor names into this rank's memory.
+    pub(super) fn pull(
+        &self,
+        comm: &Comm,
+        src: u32,
+        desc: &[u8],
+    ) -> std::result::Result<(Vec<u8>, Vec<Option<Received>>), ArchiveError> {
+        let (inline_index, chunks) = parse_desc(desc)?;
+        self.check_room(&chunks)?;
+        let mut got: Vec<Option<Received>> = Vec::with_capacity(chunks.len());
+        for c in &chunks {
+            let len = usize::try_from(c.len()).map_err(|_| ArchiveError("chunk length".into()))?;
+            // Numbers go straight into the Vec the value will own; bytes into the pool.
+            let mut dst = match (c.width(), self.pool.get().map(|p| p.alloc(len))) {
+                (0, Some(Ok(b))) => Received::Block(b),
+                (0, _) => Received::Heap(try_heap(len)?),
+                (w, _) => Received::Numbers(
+                    Numbers::zeroed(w, len).ok_or_else(|| ArchiveError(format!("chunk width {w}")))?,
+                ),
+            };
+            let bytes = dst.as_bytes_mut();
+            let r = match *c {
+                ChunkRef::Rma { segment, offset, .. } => {
+                    comm.get(GlobalPtr::<u8>::new(src, segment, offset as usize), bytes)
+                }
+                ChunkRef::Pointer { addr, .. } => comm.read_peer(src, addr, bytes),
+                ChunkRef::Registered { addr, key, .. } => comm.read_exposed(src, addr, key, bytes),
+            };
+            r.map_err(|e| ArchiveError(format!("pulling a chunk of {len} bytes from rank {src}: {e}")))?;
+            got.push(Some(dst));
+        }
+        let index = match inline_index {
+            Some(ix) => ix.to_vec(),
+            None => {
+                // The index itself travelled as the last chunk.
+                let last = got.pop().flatten().ok_or_else(|| ArchiveError("no index chunk".into()))?;
+                last.as_bytes().to_vec()
+            }
+        };
+        Ok((index, got))
     }
 }
 
@@ -88,7 +215,7 @@ impl ChunkSource for Pulled {
 
 /// Rendezvous descriptor: `[u64 nchunks][u8 index inline][u64 index len][index?]` then per
 /// chunk `[u8 kind][u64 len][u64 a][u64 b]` (pointer: a = address; rma: a = segment,
-/// b = offset). When the index does not fit, it is the last chunk (a pointer chunk).
+/// b = offset; registered: a = address, b = key). When the index does not fit, it is the last chunk (a pointer chunk).
 pub(super) fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8> {
     let chunk_bytes = 25 * (a.chunks.len() + 1) + 17;
     let inline = chunk_bytes + a.index.len() <= max;
@@ -109,6 +236,7 @@ pub(super) fn proto_desc(a: &Archive, max: usize, locate: &dyn Locate) -> Vec<u8
         let (k, len, x, y) = match *c {
             ChunkRef::Pointer { addr, len, .. } => (0u8, len, addr, 0),
             ChunkRef::Rma { segment, offset, len, .. } => (1u8, len, segment as u64, offset),
+            ChunkRef::Registered { addr, key, len, .. } => (2u8, len, addr, key),
         };
         // The element width (0 for bytes) in the high nibble, as its log2 + 1.
         let width = match c.width() {
@@ -178,6 +306,7 @@ pub fn parse_desc(d: &[u8]) -> std::result::Result<(Option<&[u8]>, Vec<ChunkRef>
                 len,
                 width,
             },
+            2 => ChunkRef::Registered { addr: x, key: y, len, width },
             k => return Err(bad(&format!("chunk kind {k}"))),
         });
         at += 25;

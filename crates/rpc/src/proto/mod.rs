@@ -45,7 +45,7 @@ mod caller;
 mod chunks;
 pub use caller::{CallFuture, EndpointRpcExt, RpcExt, Sent};
 pub use chunks::{parse_desc, rendezvous_message};
-use chunks::{proto_desc, try_heap, PoolLocator, Pulled};
+use chunks::{proto_desc, PoolLocator, Pulled};
 
 /// Message kind (argument 0): a call that wants a result.
 pub const CALL: u64 = 0;
@@ -105,6 +105,12 @@ pub struct RpcStats {
     pub unknown_function: AtomicU64,
     /// Remote functions that panicked (reported to the caller as errors).
     pub panics: AtomicU64,
+    /// Bytes of chunks this rank copied into its pool to send them (where the fabric could not
+    /// let the target read them in place, or a copy was cheaper).
+    pub copied_bytes: AtomicU64,
+    /// Bytes of chunks this rank sent as registrations of their own memory (zero-copy on
+    /// networks).
+    pub registered_bytes: AtomicU64,
 }
 
 /// The AM arguments of an RPC message.
@@ -226,6 +232,8 @@ impl SentState {
 struct Kept {
     /// The rank that pulls: only its acknowledgement releases the value.
     to: u32,
+    /// Registrations of the value's memory (released before the value: fields drop in order).
+    _exposed: Vec<(u64, weft_runtime::Registration)>,
     _value: Box<dyn Outbound>,
     _index: Vec<u8>,
     _staged: Vec<weft_fabric::pool::Block>,
@@ -269,6 +277,8 @@ pub struct Rpc {
     stage_max: AtomicU64,
     /// Most bytes the chunks of one incoming message may declare (`WEFT_RPC_MAX_ARG_MIB`).
     max_arg: AtomicU64,
+    /// See [`Rpc::set_zero_copy`].
+    zero_copy: AtomicBool,
     next_id: AtomicU64,
     calls: Mutex<CallTable<CallSlot>>,
     /// Results delivered so far: waiting callers look at the call table only when it moved.
@@ -294,6 +304,7 @@ impl Rpc {
             threshold: AtomicU64::new(DEFAULT_THRESHOLD as u64),
             stage_max: AtomicU64::new(DEFAULT_STAGE_MAX as u64),
             max_arg: AtomicU64::new(DEFAULT_MAX_ARG),
+            zero_copy: AtomicBool::new(true),
             next_id: AtomicU64::new(1),
             calls: Mutex::new(CallTable::default()),
             results: AtomicU64::new(0),
@@ -362,10 +373,24 @@ impl Rpc {
     /// (`weft bench rpc`: a 4 KiB `Vec` echo 2.4 against 6.2 µs, 1 MiB 164 against 253 µs).
     /// `0` reads every such chunk in place. Chunk-aware values
     /// ([`SerializeBuffer`](crate::SerializeBuffer), [`RmaVec`](crate::RmaVec)) are never
-    /// copied on fabrics that can read them; fabrics that cannot read peer memory stage every
-    /// chunk outside the pool whatever this says.
+    /// copied on fabrics that can read them. On libfabric, chunks from `WEFT_OFI_ZCOPY_KIB`
+    /// (16 KiB) up are registered for the transfer and read in place, smaller ones staged.
     pub fn set_stage_max(&self, bytes: u64) {
         self.stage_max.store(bytes, Ordering::Relaxed);
+    }
+
+    /// With `false`, every chunk outside the pool is copied into it by the sender, as on a
+    /// fabric that could not let the target read it in place (default `true`): what
+    /// `weft bench net` compares zero copy against.
+    ///
+    /// ```no_run
+    /// # use weft_runtime as weft;
+    /// let world = weft::World::init()?;
+    /// weft_rpc::Rpc::of(&world)?.set_zero_copy(false);
+    /// # Ok::<(), weft::Error>(())
+    /// ```
+    pub fn set_zero_copy(&self, on: bool) {
+        self.zero_copy.store(on, Ordering::Relaxed);
     }
 
     fn stage_max(&self) -> usize {
@@ -406,7 +431,10 @@ impl Rpc {
         threshold: usize,
     ) -> Result<Option<Arc<SentState>>> {
         let caps = comm.caps();
-        let locate = PoolLocator::new(self.pool.get(), caps.peer_read, self.stage_max());
+        let zero_copy = self.zero_copy.load(Ordering::Relaxed);
+        let expose =
+            |b: &[u8]| if zero_copy { comm.expose(dst, b) } else { Ok(weft_runtime::Exposure::Copy) };
+        let locate = PoolLocator::new(self.pool.get(), &expose, self.stage_max(), &self.stats);
         let mut archive =
             value.value().encode(threshold, &locate, take_scratch()).map_err(|e| Error::Encode(e.0))?;
         let max = caps.am_max_medium;
@@ -420,9 +448,9 @@ impl Rpc {
         // it; chunks are addresses of heap or pool memory, which does not move, unless a
         // value serialized bytes stored inside itself: then encode the boxed value again.
         let (value, moved) = value.into_kept();
-        let inside = |c: &ChunkRef| matches!(*c, ChunkRef::Pointer { addr, .. } if moved.contains(&addr));
+        let inside = |c: &ChunkRef| locate.points_into(c, &|a| moved.contains(&a));
         if archive.chunks.iter().any(inside) {
-            locate.staged.take();
+            locate.reset();
             archive = value.encode(threshold, &locate, archive.index).map_err(|e| Error::Encode(e.0))?;
         }
         let sent = Arc::new(SentState::default());
@@ -430,11 +458,16 @@ impl Rpc {
         let desc = proto_desc(&archive, max, &locate);
         locate.check()?;
         // After proto_desc, which may stage the index too.
-        let staged = locate.staged.take();
-        lock(&self.kept).insert(
-            ack,
-            Kept { to: dst, _value: value, _index: archive.index, _staged: staged, sent: sent.clone() },
-        );
+        let (staged, exposed) = (locate.staged.take(), locate.exposed.take());
+        let kept = Kept {
+            to: dst,
+            _exposed: exposed,
+            _value: value,
+            _index: archive.index,
+            _staged: staged,
+            sent: sent.clone(),
+        };
+        lock(&self.kept).insert(ack, kept);
         let (w, n) = Header { mode: RENDEZVOUS, ack_id: ack, ..head }.encode();
         if let Err(e) = medium(dst, self.msg, &w[..n], &desc) {
             lock(&self.kept).remove(&ack);
@@ -508,8 +541,7 @@ impl Rpc {
     /// message); `false` if it must travel as a message of its own.
     fn reply_eager(&self, am: &AmMsg<'_>, head: Header, value: &dyn Outbound) -> bool {
         // No staging here: a value with chunks goes the long way, staged there.
-        let locate = PoolLocator::new(self.pool.get(), true, 0);
-        let Ok(archive) = value.encode(self.threshold(), &locate, take_scratch()) else {
+        let Ok(archive) = value.encode(self.threshold(), &archive::NoPool, take_scratch()) else {
             return false;
         };
         let sent = archive.chunks.is_empty() && archive.index.len() <= am.comm().caps().am_max_medium && {
@@ -750,76 +782,6 @@ impl Rpc {
 
     fn reply_err(&self, comm: &Comm, dst: u32, call: u64, why: String) -> Result<()> {
         self.send(comm, dst, result(RESULT_ERR, call), Value(why), usize::MAX).map(|_| ())
-    }
-
-    /// Refuses a message whose chunks together could not be held here (the pool's free room
-    /// plus the memory the kernel has available), before anything is allocated.
-    fn check_room(&self, chunks: &[ChunkRef]) -> std::result::Result<(), ArchiveError> {
-        let total = chunks.iter().try_fold(0u64, |t, c| t.checked_add(c.len()));
-        let max = self.max_arg.load(Ordering::Relaxed);
-        if total.is_none_or(|t| t > max) {
-            return Err(ArchiveError(format!(
-                "chunks declare {} bytes, more than the largest argument or result this rank takes, \
-                 {max} bytes (WEFT_RPC_MAX_ARG_MIB)",
-                total.map_or("over 2^64".into(), |t| t.to_string())
-            )));
-        }
-        let pool_free = self.pool.get().map_or(0, |p| {
-            let (cap, used) = p.usage();
-            (cap - used) as u64
-        });
-        if total.is_some_and(|t| t <= pool_free) {
-            return Ok(()); // the usual case: no need to ask the kernel (a file read)
-        }
-        let room = weft_fabric::os::mem_available().map_or(u64::MAX, |m| m.saturating_add(pool_free));
-        match total {
-            Some(t) if t <= room => Ok(()),
-            _ => Err(ArchiveError(format!(
-                "chunks declare {} bytes, more than the {room} this rank can hold",
-                total.map_or("over 2^64".into(), |t| t.to_string())
-            ))),
-        }
-    }
-
-    /// Pulls every chunk a rendezvous descriptor names into this rank's memory.
-    fn pull(
-        &self,
-        comm: &Comm,
-        src: u32,
-        desc: &[u8],
-    ) -> std::result::Result<(Vec<u8>, Vec<Option<Received>>), ArchiveError> {
-        let (inline_index, chunks) = parse_desc(desc)?;
-        self.check_room(&chunks)?;
-        let mut got: Vec<Option<Received>> = Vec::with_capacity(chunks.len());
-        for c in &chunks {
-            let len = usize::try_from(c.len()).map_err(|_| ArchiveError("chunk length".into()))?;
-            // Numbers go straight into the Vec the value will own; bytes into the pool.
-            let mut dst = match (c.width(), self.pool.get().map(|p| p.alloc(len))) {
-                (0, Some(Ok(b))) => Received::Block(b),
-                (0, _) => Received::Heap(try_heap(len)?),
-                (w, _) => Received::Numbers(
-                    Numbers::zeroed(w, len).ok_or_else(|| ArchiveError(format!("chunk width {w}")))?,
-                ),
-            };
-            let bytes = dst.as_bytes_mut();
-            let r = match *c {
-                ChunkRef::Rma { segment, offset, .. } => {
-                    comm.get(GlobalPtr::<u8>::new(src, segment, offset as usize), bytes)
-                }
-                ChunkRef::Pointer { addr, .. } => comm.read_peer(src, addr, bytes),
-            };
-            r.map_err(|e| ArchiveError(format!("pulling a chunk of {len} bytes from rank {src}: {e}")))?;
-            got.push(Some(dst));
-        }
-        let index = match inline_index {
-            Some(ix) => ix.to_vec(),
-            None => {
-                // The index itself travelled as the last chunk.
-                let last = got.pop().flatten().ok_or_else(|| ArchiveError("no index chunk".into()))?;
-                last.as_bytes().to_vec()
-            }
-        };
-        Ok((index, got))
     }
 }
 
