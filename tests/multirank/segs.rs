@@ -81,12 +81,18 @@ pub(crate) fn segments_recycled() -> Res {
     drop((kept, c));
     w.barrier()?;
 
-    // A large RmaVec's pool memory goes back when it is dropped (what `weft info` counts).
+    // A large RmaVec's pool memory goes back once it stayed free for the pool's decay, as the
+    // world makes progress (what `weft info` counts).
     let before = w.info().shm_in_memory;
     let v = weft::RmaVec::<u8>::from_slice(&w, &vec![1u8; 16 << 20])?;
     ck(v.in_pool(), || "a 16 MiB RmaVec outside the pool".into())?;
     let during = w.info().shm_in_memory;
     drop(v);
+    let t0 = std::time::Instant::now();
+    while t0.elapsed() < weft::fabric::pool::DECAY * 3 {
+        w.poll()?;
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     if let (Some(b), Some(d), Some(a)) = (before, during, w.info().shm_in_memory) {
         ck(d >= b + (16 << 20) && a + (15 << 20) <= d, || {
             format!("RmaVec of 16 MiB: {b} bytes in /dev/shm before, {d} while held, {a} after")

@@ -3,8 +3,13 @@
 //! registers anything per message.
 //!
 //! Blocks are 64-byte aligned and rounded up to 64 bytes; freed blocks merge with free
-//! neighbours (first fit over an ordered free list). A freed block of 1 MiB or more
-//! gives its pages back where the region allows; a block reaching into them backs them first. A [`Block`] owns its byte range: the pool
+//! neighbours (first fit over an ordered free list). A freed block of 1 MiB or more gives
+//! its pages back where the region allows, once they stayed free for [`DECAY`] (a block
+//! allocated meanwhile takes them as they are: a program that sends one large buffer after
+//! another does not fault the same pages in again each time, as jemalloc's decay keeps
+//! them); a block reaching into pages given back backs them first. Pages are given back at
+//! the next allocation or free, or at [`BlockPool::purge_idle`] (which the RPC layer calls as
+//! it makes progress). A [`Block`] owns its byte range: the pool
 //! never hands it out again until the block is dropped, which makes the safe slice accessors
 //! below sound. Peers may *read* a block through RMA while this rank owns it (that is how a
 //! rendezvous pulls it); no part of weft writes into another rank's pool.
@@ -12,7 +17,7 @@
 use crate::pod::Pod;
 use crate::LocalRegion;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Alignment and size granularity of blocks.
@@ -24,6 +29,9 @@ struct FreeList {
     /// Ranges below `backed` discarded when a large block was freed: backed again when a
     /// block reaches into them (so that a full `/dev/shm` is still an error, not a SIGBUS).
     holes: BTreeMap<usize, usize>,
+    /// Page ranges of freed large blocks, still backed, with when they were freed
+    /// ([`os::now_ns`](crate::os::now_ns)): given back once free for [`DECAY`].
+    cooling: BTreeMap<usize, (usize, u64)>,
 }
 
 /// A pool over one registered region (see the module documentation).
@@ -33,12 +41,16 @@ pub struct BlockPool {
     in_use: AtomicUsize,
     /// Bytes from the start known to be backed by memory (see [`BlockPool::alloc`]).
     backed: AtomicUsize,
+    /// When the oldest cooling range was freed (0: none), read without the lock.
+    cooling_since: AtomicU64,
 }
 
 /// A sparse pool's memory is backed this much at a time, ahead of the blocks handed out.
 const BACK_STEP: usize = 2 << 20;
 /// Freed blocks from this size up give their memory back (where the region allows).
 const DISCARD_MIN: usize = 1 << 20;
+/// How long a freed large block's pages stay backed for the next block before they go back.
+pub const DECAY: std::time::Duration = std::time::Duration::from_millis(200);
 
 impl std::fmt::Debug for BlockPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,9 +74,10 @@ impl BlockPool {
         }
         Arc::new(BlockPool {
             region,
-            free: Mutex::new(FreeList { ranges, holes: BTreeMap::new() }),
+            free: Mutex::new(FreeList { ranges, holes: BTreeMap::new(), cooling: BTreeMap::new() }),
             in_use: AtomicUsize::new(0),
             backed: AtomicUsize::new(0),
+            cooling_since: AtomicU64::new(0),
         })
     }
 
@@ -96,6 +109,7 @@ impl BlockPool {
             return Ok(None);
         };
         let end = off + rounded;
+        take_range(&mut free.cooling, off, end);
         self.refill(&mut free.holes, off, end)?;
         let backed = self.backed.load(Ordering::Relaxed);
         if end > backed {
@@ -117,7 +131,47 @@ impl BlockPool {
             free.ranges.insert(end, len - rounded);
         }
         self.in_use.fetch_add(rounded, Ordering::Relaxed);
+        if !free.cooling.is_empty() {
+            self.purge(&mut free, crate::os::now_ns());
+        }
         Ok(Some(Block { pool: self.clone(), offset: off, len: bytes, rounded }))
+    }
+
+    /// Gives back the pages of large blocks freed at least [`DECAY`] ago (cheap when there
+    /// are none: one atomic load).
+    pub fn purge_idle(&self) {
+        let since = self.cooling_since.load(Ordering::Relaxed);
+        if since == 0 {
+            return;
+        }
+        let now = crate::os::now_ns();
+        if now.saturating_sub(since) >= DECAY.as_nanos() as u64 {
+            let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+            self.purge(&mut free, now);
+        }
+    }
+
+    /// Gives back the cooling ranges freed at least [`DECAY`] before `now` (their pages
+    /// become holes).
+    fn purge(&self, free: &mut FreeList, now: u64) {
+        if free.cooling.is_empty() {
+            return;
+        }
+        let decay = DECAY.as_nanos() as u64;
+        let due: Vec<(usize, usize)> = free
+            .cooling
+            .iter()
+            .filter(|(_, &(_, at))| now.saturating_sub(at) >= decay)
+            .map(|(&start, &(len, _))| (start, len))
+            .collect();
+        for (start, len) in due {
+            free.cooling.remove(&start);
+            if self.region.mapping().discard_range(start, len).is_ok() {
+                free.holes.insert(start, len);
+            }
+        }
+        let oldest = free.cooling.values().map(|&(_, at)| at).min().unwrap_or(0);
+        self.cooling_since.store(oldest, Ordering::Relaxed);
     }
 
     /// Backs the parts of `[off, end)` that were given back (holes), and forgets them.
@@ -140,12 +194,12 @@ impl BlockPool {
 
     fn release(&self, offset: usize, rounded: usize) {
         let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        // A large block's memory goes back to the system (its whole pages), to be backed again
-        // when a block reaches into it.
+        // A large block's memory goes back to the system (its whole pages) once it stayed free
+        // for DECAY, to be backed again when a block reaches into it.
         if rounded >= DISCARD_MIN && self.region.discardable() {
             let (start, end) = (offset.next_multiple_of(4096), (offset + rounded) / 4096 * 4096);
-            if end > start && self.region.mapping().discard_range(start, end - start).is_ok() {
-                free.holes.insert(start, end - start);
+            if end > start {
+                free.cooling.insert(start, (end - start, crate::os::now_ns().max(1)));
             }
         }
         let (mut off, mut len) = (offset, rounded);
@@ -162,6 +216,25 @@ impl BlockPool {
         }
         free.ranges.insert(off, len);
         self.in_use.fetch_sub(rounded, Ordering::Relaxed);
+        if !free.cooling.is_empty() {
+            self.purge(&mut free, crate::os::now_ns());
+        }
+    }
+}
+
+/// Removes `[off, end)` from the ranges of `map` (start -> (length, stamp)), keeping the
+/// parts outside it.
+fn take_range(map: &mut BTreeMap<usize, (usize, u64)>, off: usize, end: usize) {
+    let hit: Vec<(usize, (usize, u64))> =
+        map.range(..end).filter(|(&h, &(hlen, _))| h + hlen > off).map(|(&h, &v)| (h, v)).collect();
+    for (h, (hlen, at)) in hit {
+        map.remove(&h);
+        if h < off {
+            map.insert(h, (off - h, at));
+        }
+        if h + hlen > end {
+            map.insert(end, (h + hlen - end, at));
+        }
     }
 }
 
@@ -258,7 +331,7 @@ mod tests {
         )
         .expect("map");
         crate::os::unlink(&format!("weft-pooltest-{}-{bytes}", crate::os::pid()));
-        BlockPool::new(LocalRegion::new(0, Arc::new(map), vec![]))
+        BlockPool::new(LocalRegion::new(0, Arc::new(map), vec![]).with_discard(true))
     }
 
     #[test]
@@ -275,5 +348,33 @@ mod tests {
         assert_eq!(p.in_use(), 0);
         let all = p.alloc(4096).unwrap().expect("free ranges merged back into one");
         assert_eq!(all.offset(), 0);
+    }
+
+    #[test]
+    fn freed_large_blocks_go_back_after_decay() {
+        let p = pool(8 << 20);
+        let mut a = p.alloc(4 << 20).unwrap().unwrap();
+        a.as_mut_slice::<u8>(4 << 20).fill(1);
+        let resident = || p.region.mapping().resident_bytes();
+        let held = resident();
+        assert!(held >= 4 << 20, "{held} bytes resident while held");
+        drop(a);
+        // Still backed at once: the next block takes the pages as they are.
+        assert_eq!(resident(), held, "pages given back before the decay");
+        let b = p.alloc(2 << 20).unwrap().unwrap();
+        assert_eq!(b.offset(), 0);
+        drop(b);
+        p.purge_idle();
+        assert_eq!(resident(), held, "purged before the decay");
+        std::thread::sleep(DECAY + std::time::Duration::from_millis(20));
+        p.purge_idle();
+        assert!(
+            resident() + (4 << 20) <= held,
+            "{} of {held} bytes still resident after the decay",
+            resident()
+        );
+        // Backed again (and zeroed) by the next block.
+        let c = p.alloc(4 << 20).unwrap().unwrap();
+        assert!(c.as_slice::<u8>(4 << 20).iter().all(|&x| x == 0));
     }
 }

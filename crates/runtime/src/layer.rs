@@ -187,6 +187,11 @@ impl RmaPool {
             max: self.blocks.capacity() - self.blocks.in_use(),
         })
     }
+    /// Gives back the memory of large blocks freed a while ago (see
+    /// [`weft_fabric::pool::DECAY`]).
+    pub fn purge_idle(&self) {
+        self.blocks.purge_idle()
+    }
     /// Bytes in all, and bytes handed out now.
     pub fn usage(&self) -> (usize, usize) {
         (self.blocks.capacity(), self.blocks.in_use())

@@ -594,6 +594,9 @@ impl Rpc {
             n += 1;
             self.step(comm, flag, task)?;
         }
+        if let Some(p) = self.pool.get() {
+            p.purge_idle();
+        }
         Ok(n)
     }
 
