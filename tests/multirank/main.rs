@@ -32,6 +32,7 @@ const CASES: &[Case] = &[
     Case { name: "put_get_sizes", run: put_get_sizes, ranks: &[2, 4], env: &[] },
     Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
     Case { name: "gets_in_flight", run: gets_in_flight, ranks: &[2, 4], env: &[] },
+    Case { name: "registered_buffers", run: registered_buffers, ranks: &[2, 4], env: &[] },
     Case { name: "gets_in_flight_am_path", run: gets_in_flight, ranks: &[2], env: &[("WEFT_RMA", "am")] },
     Case {
         name: "completion_semantics_am_path",

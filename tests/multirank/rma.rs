@@ -431,3 +431,52 @@ pub(crate) fn gets_in_flight() -> Res {
     }
     w.barrier().map_err(Failure::from)
 }
+
+/// Puts and gets of buffers from 16 KiB up, the buffers freed and allocated again (the
+/// allocator is likely to hand back the same address) with new contents each round, and an
+/// `RmaVec` as a source: the data are always the new ones. Where local buffers must be
+/// registered (`WEFT_OFI_MR_LOCAL=1`), none of these bytes goes through bounce buffers:
+/// plain buffers are registered for their operation (each registration released), the
+/// `RmaVec` uses its pool's registration.
+pub(crate) fn registered_buffers() -> Res {
+    let w = World::init()?;
+    let (me, n) = (w.rank(), w.size());
+    let (to, from) = ((me + 1) % n, (me + n - 1) % n);
+    const LEN: usize = 256 << 10;
+    let seg = w.alloc_segment::<u8>(LEN)?;
+    let before = w.stats();
+    for round in 0..4u64 {
+        for len in [16 << 10, 100_000, LEN] {
+            let src: Vec<u8> = (0..len).map(|i| pattern(round * 7 + me as u64, i)).collect();
+            w.put(seg.at(to, 0), &src)?;
+            drop(src);
+            w.barrier()?;
+            let mut got = vec![0u8; len];
+            seg.local().copy_out(0, &mut got);
+            ck(got.iter().enumerate().all(|(i, &b)| b == pattern(round * 7 + from as u64, i)), || {
+                format!("round {round}: put of {len} B from rank {from}: old or wrong data")
+            })?;
+            drop(got);
+            let mut back = vec![0u8; len];
+            w.get(seg.at(to, 0), &mut back)?;
+            ck(back.iter().enumerate().all(|(i, &b)| b == pattern(round * 7 + me as u64, i)), || {
+                format!("round {round}: get of {len} B from rank {to}: old or wrong data")
+            })?;
+            w.barrier()?;
+        }
+    }
+    let v = weft::RmaVec::<u8>::from_slice(&w, &vec![me as u8 + 1; LEN])?;
+    w.put(seg.at(to, 0), &v)?;
+    w.barrier()?;
+    ck(seg.local().read(LEN - 1) == from as u8 + 1, || "put from an RmaVec: wrong data".into())?;
+    let s = w.stats();
+    ck(s.released == s.registrations, || format!("{s:?}: registrations left open"))?;
+    if w.info().fabric.starts_with("ofi") && std::env::var("WEFT_OFI_MR_LOCAL").is_ok_and(|v| v == "1") {
+        ck(s.staged_bytes == before.staged_bytes, || {
+            format!("{} bytes staged through bounce buffers", s.staged_bytes - before.staged_bytes)
+        })?;
+        ck(s.registrations - before.registrations >= 24, || format!("{s:?}: 24 buffers, not registered"))?;
+        ck(s.cached > before.cached, || format!("{s:?}: the RmaVec's pool registration not used"))?;
+    }
+    w.barrier().map_err(Failure::from)
+}

@@ -24,6 +24,9 @@ pub enum FabricChoice {
         /// Memory the caller owns is registered for a transfer from this many bytes up
         /// (`WEFT_OFI_ZCOPY_KIB`; `None`: 16 KiB).
         zcopy_bytes: Option<usize>,
+        /// Register local buffers as if the provider required `FI_MR_LOCAL`
+        /// (`WEFT_OFI_MR_LOCAL=1`).
+        mr_local: bool,
     },
 }
 
@@ -73,8 +76,13 @@ pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
             init_timeout: cfg.init_timeout,
         })?)),
         #[cfg(feature = "ofi")]
-        FabricChoice::Ofi { provider, domain, same_host_shm, zcopy_bytes } => {
-            open_ofi(cfg, provider.clone(), domain.clone(), *same_host_shm, *zcopy_bytes)
+        FabricChoice::Ofi { provider, domain, same_host_shm, zcopy_bytes, mr_local } => {
+            let wanted = crate::ofi::Wanted {
+                provider: provider.clone(),
+                domain: domain.clone(),
+                mr_local: *mr_local,
+            };
+            open_ofi(cfg, wanted, *same_host_shm, *zcopy_bytes)
         }
         #[cfg(not(feature = "ofi"))]
         FabricChoice::Ofi { .. } => Err(FabricError::Config {
@@ -86,14 +94,13 @@ pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
 #[cfg(feature = "ofi")]
 fn open_ofi(
     cfg: &OpenConfig<'_>,
-    provider: Option<String>,
-    domain: Option<String>,
+    wanted: crate::ofi::Wanted,
     same_host_shm: bool,
     zcopy_bytes: Option<usize>,
 ) -> FabricResult<Box<dyn Fabric>> {
     use crate::boot::{LauncherBoot, Solo};
     use crate::hybrid::{HybridConfig, HybridFabric};
-    use crate::ofi::{OfiConfig, OfiFabric, Wanted};
+    use crate::ofi::{OfiConfig, OfiFabric};
     let launcher = LauncherBoot::from_env(cfg.rank, cfg.size, cfg.init_timeout)?;
     let boot: &dyn Bootstrap = match (&launcher, cfg.bootstrap) {
         (Some(b), _) => b,
@@ -107,7 +114,6 @@ fn open_ofi(
             })
         }
     };
-    let wanted = Wanted { provider, domain };
     let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout: cfg.init_timeout, zcopy_bytes }, boot)?;
     // Every rank makes the same choice: region descriptors differ between the two.
     if !same_host_shm || !ofi.hosts_shared() {

@@ -195,6 +195,9 @@ pub struct FabricStats {
     pub registrations: u64,
     /// Of those, released again.
     pub released: u64,
+    /// Operations on local memory that used a registration weft already held (a segment,
+    /// the RPC pool) where the provider needs local buffers registered.
+    pub cached: u64,
 }
 
 /// How an operation was issued.

@@ -7,6 +7,7 @@
 //! | `WEFT_OFI_PROVIDER` | libfabric provider for `ofi` (`tcp`, `shm`, `verbs`, `efa`, `cxi`, ...) | the first that offers RDM messages and RMA |
 //! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
 //! | `WEFT_OFI_ZCOPY_KIB` | with `ofi`: RPC chunks (and other memory the caller owns) from this many KiB up are registered and read by the peer in place; smaller ones are copied into registered buffers | 16 |
+//! | `WEFT_OFI_MR_LOCAL` | with `ofi`: `1` registers every local buffer an operation names, as providers that require `FI_MR_LOCAL` (verbs, efa) need, on any provider (to run that path) | 0 |
 //! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
 //! | `WEFT_AM_INBOX_KIB` | KiB of shared memory a rank's inbox gives its active-message rings (two per rank of the node, requests and replies): each ring gets its share, a power of two from 16 to 256 KiB, so the share per rank stays flat as a node's ranks grow | 4096 (256 KiB rings up to 8 ranks, 32 KiB at 64) |
 //! | `WEFT_AM_RING_KIB` | instead: KiB of each ring, whatever the ranks, rounded down to a power of two | unset |
@@ -160,6 +161,7 @@ fn ofi_choice() -> Result<FabricChoice> {
                 k.checked_mul(1024).ok_or_else(|| Error::Config(format!("WEFT_OFI_ZCOPY_KIB={k}: too large")))
             })
             .transpose()?,
+        mr_local: parse_bool("WEFT_OFI_MR_LOCAL")?.unwrap_or(false),
     })
 }
 

@@ -1,5 +1,12 @@
-//! Memory the caller owns, registered for one transfer (zero-copy RPC chunks), and the
-//! fabric's counters.
+//! Memory the caller owns, registered for one transfer (zero-copy RPC chunks; under
+//! `FI_MR_LOCAL`, the buffers of puts and gets), and the fabric's counters.
+//!
+//! Local buffers under `FI_MR_LOCAL` (verbs, efa): memory weft registered already (segments,
+//! the RPC pool, so `RmaVec`s) is used with its registration; any other buffer from the
+//! zero-copy threshold up is registered for the one operation, which waits for its completion
+//! before the registration closes. Nothing is cached by address, so memory freed and
+//! allocated again is never reached through a stale registration (UCX's rcache and GASNet's
+//! Firehose need memory hooks to allow that); smaller buffers go through staging.
 //!
 //! A registration made by [`Fabric::expose`](crate::Fabric::expose) allows remote reads only,
 //! under a fresh random key that only the peer the chunk goes to learns; the
@@ -34,6 +41,7 @@ pub(super) struct Counters {
     pub staged: AtomicU64,
     pub registrations: AtomicU64,
     pub released: AtomicU64,
+    pub cached: AtomicU64,
 }
 
 impl Counters {
@@ -45,6 +53,7 @@ impl Counters {
             staged_bytes: self.staged.load(Ordering::Relaxed),
             registrations: self.registrations.load(Ordering::Relaxed),
             released: self.released.load(Ordering::Relaxed),
+            cached: self.cached.load(Ordering::Relaxed),
         }
     }
 }
@@ -66,7 +75,51 @@ impl Drop for Guard {
     }
 }
 
+/// A registration of a local buffer for one operation (or none: a region weft holds), closed
+/// when dropped.
+pub(super) struct OpReg {
+    mr: Option<Mr>,
+    counters: Arc<Counters>,
+}
+
+impl Drop for OpReg {
+    fn drop(&mut self) {
+        if self.mr.take().is_some() {
+            self.counters.released.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl OfiFabric {
+    /// The descriptor of `len` bytes at `addr` of this process for an operation under
+    /// `FI_MR_LOCAL`: a region this fabric registered that holds them, else a registration
+    /// made for the operation (keep the [`OpReg`] until the operation completed).
+    pub(super) fn local_desc(&self, addr: usize, len: usize) -> FabricResult<(usize, OpReg)> {
+        let end = addr
+            .checked_add(len)
+            .ok_or_else(|| FabricError::Malformed { what: format!("{len} bytes at {addr:#x}") })?;
+        let held = {
+            let regions = self.regions.read().unwrap_or_else(|e| e.into_inner());
+            regions.iter().flatten().find_map(|r| {
+                let base = r.map.as_ptr() as usize;
+                (addr >= base && end <= base + r.map.len()).then(|| r.mr.desc())
+            })
+        };
+        if let Some(desc) = held {
+            self.counters.cached.fetch_add(1, Ordering::Relaxed);
+            return Ok((desc, OpReg { mr: None, counters: self.counters.clone() }));
+        }
+        let mr = self.obj.register(addr, len, Access::Local)?;
+        self.counters.registrations.fetch_add(1, Ordering::Relaxed);
+        Ok((mr.desc(), OpReg { mr: Some(mr), counters: self.counters.clone() }))
+    }
+
+    /// Whether an operation on a local buffer of `len` bytes registers it (or uses a region
+    /// that holds it) instead of staging it.
+    pub(super) fn registers_local(&self, len: usize) -> bool {
+        self.obj.neg.mr_local() && len >= self.zcopy_bytes && len > self.obj.neg.inject
+    }
+
     /// [`Fabric::expose`]: from the zero-copy threshold up, a read-only registration.
     pub(super) fn expose_memory(&self, rank: Rank, addr: usize, len: usize) -> FabricResult<Exposure> {
         if rank >= self.size {

@@ -99,42 +99,14 @@ impl Fabric for OfiFabric {
 
     fn get(&self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()> {
         src.check(offset, dst.len())?;
-        let fa = self.addrs[src.rank as usize];
-        let direct = !self.obj.neg.mr_local();
-        let piece = if direct { self.obj.neg.max_msg.max(1) } else { CHUNK };
-        let mut done = 0;
-        while done < dst.len() {
-            let n = (dst.len() - done).min(piece);
-            let t = Tracker::new(Target::Waiter);
-            let slot = if direct { None } else { Some(self.take_chunk(src.rank)?) };
-            let (buf, desc) = match slot {
-                None => (dst[done..].as_mut_ptr() as usize, 0),
-                Some(s) => (self.chunks.addr(s), self.stage.mr.desc()),
-            };
-            t.remaining.fetch_add(1, Ordering::AcqRel);
-            let raddr = src.addr + (offset + done) as u64;
-            let op = Op::Read { dst: src.rank, track: t.clone() };
-            let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
-                self.obj.ep().read(buf, n, desc, fa, raddr, src.key, ctx)
-            });
-            if posted.is_err() {
-                t.remaining.fetch_sub(1, Ordering::AcqRel);
-            }
-            t.remaining.fetch_sub(1, Ordering::AcqRel);
-            let waited = self.wait_tracker(&t, src.rank);
-            if let Some(s) = slot {
-                if posted.is_ok() && waited.is_ok() {
-                    // SAFETY: the read into the chunk completed; the chunk holds n bytes.
-                    unsafe { crate::copy::copy_bytes(buf as *const u8, dst[done..].as_mut_ptr(), n) };
-                    self.counters.staged(n);
-                }
-                self.chunks.give(s);
-            }
-            posted?;
-            waited?;
-            done += n;
+        if self.registers_local(dst.len()) {
+            let (desc, reg) = self.local_desc(dst.as_ptr() as usize, dst.len())?;
+            let r = self.read_pieces(src, offset, dst, Some(desc));
+            drop(reg);
+            return r;
         }
-        Ok(())
+        let direct = (!self.obj.neg.mr_local()).then_some(0);
+        self.read_pieces(src, offset, dst, direct)
     }
 
     fn get_nb(

@@ -94,6 +94,10 @@ pub struct Wanted {
     pub provider: Option<String>,
     /// Domain name (`WEFT_OFI_DOMAIN`), e.g. "lo" or a NIC.
     pub domain: Option<String>,
+    /// Register every local buffer an operation names and pass its descriptor, as if the
+    /// provider required `FI_MR_LOCAL` (`WEFT_OFI_MR_LOCAL=1`: runs that path on providers
+    /// that do not need it, such as tcp).
+    pub mr_local: bool,
 }
 
 /// The open objects. Closed in reverse order of opening on drop; memory registrations must
@@ -182,7 +186,12 @@ impl Objects {
         for (atomics, delivery) in [(true, true), (false, true), (true, false), (false, false)] {
             match getinfo(w, atomics, delivery) {
                 Ok(list) => match Self::open_from(&list, w, delivery) {
-                    Ok(Some(o)) => return Ok(o),
+                    Ok(Some(mut o)) => {
+                        if w.mr_local {
+                            o.neg.mr_mode |= sys::FI_MR_LOCAL;
+                        }
+                        return Ok(o);
+                    }
                     Ok(None) => {}
                     Err(e) => last = Some(e),
                 },

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use weft_ofi_sys as sys;
 
 fn open() -> Option<Objects> {
-    let w = Wanted { provider: Some("tcp".into()), domain: Some("lo".into()) };
+    let w = Wanted { provider: Some("tcp".into()), domain: Some("lo".into()), mr_local: false };
     match Objects::open(&w) {
         Ok(o) => Some(o),
         Err(e) => {

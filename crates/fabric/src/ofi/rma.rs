@@ -106,8 +106,9 @@ impl OfiFabric {
         r
     }
 
-    /// Issues a put completing `track`. Large unregistered sources on providers that can
-    /// read them are written in place and waited for (local completion at return).
+    /// Issues a put completing `track`. Large sources are written in place and waited for
+    /// (local completion at return): unregistered on providers that can read them, else
+    /// registered (see [`OfiFabric::local_desc`]).
     pub(super) fn issue_put(
         &self,
         dst: &RemoteRegion,
@@ -116,18 +117,82 @@ impl OfiFabric {
         track: &Arc<Tracker>,
     ) -> FabricResult<bool> {
         dst.check(offset, src.len())?;
-        if src.len() > CHUNK && !self.obj.neg.mr_local() {
-            let waiter = Tracker::new(Target::Waiter);
-            let r = self.write_direct(dst, offset, src.as_ptr() as usize, 0, src.len(), &waiter);
-            waiter.remaining.fetch_sub(1, Ordering::AcqRel);
-            // Even after a failed post the pieces already posted read `src`: wait for them.
-            let w = self.wait_tracker(&waiter, dst.rank);
-            r?;
-            w?;
-            return Ok(true);
+        let (addr, len) = (src.as_ptr() as usize, src.len());
+        if self.registers_local(len) {
+            let (desc, reg) = self.local_desc(addr, len)?;
+            let r = self.write_waited(dst, offset, addr, desc, len);
+            drop(reg);
+            return r.map(|_| true);
+        }
+        if len > CHUNK && !self.obj.neg.mr_local() {
+            return self.write_waited(dst, offset, addr, 0, len).map(|_| true);
         }
         self.write_pieces(dst, offset, src, track)?;
         Ok(false)
+    }
+
+    /// Writes `len` bytes at `addr` (descriptor `desc`) in place and waits for them.
+    fn write_waited(
+        &self,
+        dst: &RemoteRegion,
+        offset: usize,
+        addr: usize,
+        desc: usize,
+        len: usize,
+    ) -> FabricResult<()> {
+        let waiter = Tracker::new(Target::Waiter);
+        let r = self.write_direct(dst, offset, addr, desc, len, &waiter);
+        waiter.remaining.fetch_sub(1, Ordering::AcqRel);
+        // Even after a failed post the pieces already posted read the source: wait for them.
+        let w = self.wait_tracker(&waiter, dst.rank);
+        r?;
+        w.map(|_| ())
+    }
+
+    /// Reads `dst.len()` bytes at `offset` of `src`, piece by piece, each waited for: in place
+    /// with descriptor `direct` (`Some`), else through staging chunks.
+    pub(super) fn read_pieces(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: &mut [u8],
+        direct: Option<usize>,
+    ) -> FabricResult<()> {
+        let fa = self.addrs[src.rank as usize];
+        let piece = if direct.is_some() { self.obj.neg.max_msg.max(1) } else { CHUNK };
+        let mut done = 0;
+        while done < dst.len() {
+            let n = (dst.len() - done).min(piece);
+            let t = Tracker::new(Target::Waiter);
+            let slot = if direct.is_some() { None } else { Some(self.take_chunk(src.rank)?) };
+            let (buf, desc) = match slot {
+                None => (dst[done..].as_mut_ptr() as usize, direct.unwrap_or(0)),
+                Some(s) => (self.chunks.addr(s), self.stage.mr.desc()),
+            };
+            t.remaining.fetch_add(1, Ordering::AcqRel);
+            let raddr = src.addr + (offset + done) as u64;
+            let op = Op::Read { dst: src.rank, track: t.clone() };
+            let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
+                self.obj.ep().read(buf, n, desc, fa, raddr, src.key, ctx)
+            });
+            if posted.is_err() {
+                t.remaining.fetch_sub(1, Ordering::AcqRel);
+            }
+            t.remaining.fetch_sub(1, Ordering::AcqRel);
+            let waited = self.wait_tracker(&t, src.rank);
+            if let Some(s) = slot {
+                if posted.is_ok() && waited.is_ok() {
+                    // SAFETY: the read into the chunk completed; the chunk holds n bytes.
+                    unsafe { crate::copy::copy_bytes(buf as *const u8, dst[done..].as_mut_ptr(), n) };
+                    self.counters.staged(n);
+                }
+                self.chunks.give(s);
+            }
+            posted?;
+            waited?;
+            done += n;
+        }
+        Ok(())
     }
 
     pub(super) fn start(&self, token: u64) -> Arc<Tracker> {
