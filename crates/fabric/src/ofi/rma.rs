@@ -120,12 +120,12 @@ impl OfiFabric {
         let (addr, len) = (src.as_ptr() as usize, src.len());
         if self.registers_local(len) {
             let (desc, reg) = self.local_desc(addr, len)?;
-            let r = self.write_waited(dst, offset, addr, desc, len);
+            let r = self.write_waited(dst, offset, (addr, desc, len));
             drop(reg);
             return r.map(|_| true);
         }
         if len > CHUNK && !self.obj.neg.mr_local() {
-            return self.write_waited(dst, offset, addr, 0, len).map(|_| true);
+            return self.write_waited(dst, offset, (addr, 0, len)).map(|_| true);
         }
         self.write_pieces(dst, offset, src, track)?;
         Ok(false)
@@ -136,9 +136,7 @@ impl OfiFabric {
         &self,
         dst: &RemoteRegion,
         offset: usize,
-        addr: usize,
-        desc: usize,
-        len: usize,
+        (addr, desc, len): (usize, usize, usize),
     ) -> FabricResult<()> {
         let waiter = Tracker::new(Target::Waiter);
         let r = self.write_direct(dst, offset, addr, desc, len, &waiter);
