@@ -13,6 +13,8 @@ use weft::{AtomicOp, CqSharing, EndpointConfig, EndpointPolicy, Error, World};
 
 const THREADS: usize = 3;
 const ROUNDS: u64 = 200;
+/// Bytes of each (rank, thread)'s block for large puts and gets.
+const LARGE: usize = 200 << 10;
 
 /// What each receiving rank counts: AMs, the sum of their first argument, medium bytes.
 #[derive(Default)]
@@ -42,6 +44,7 @@ fn categories() -> Res {
     let seg = w.alloc_segment::<u64>(slots * 8 + 8)?;
     let big = w.alloc_segment::<u8>(slots * 128)?;
     let landing = w.alloc_segment::<u8>(4096)?;
+    let large = w.alloc_segment::<u8>(slots * LARGE)?;
     let counter = seg.at(0, slots * 8);
     let mut expected_ams = 0;
     let policies = EndpointPolicy::CATEGORIES.into_iter().chain([EndpointPolicy::Auto]);
@@ -49,6 +52,7 @@ fn categories() -> Res {
         let cq = if round % 2 == 0 { CqSharing::PerThread } else { CqSharing::PerPair };
         let cfg = EndpointConfig::new(policy, THREADS).postlist(5).signal_every(7).static_slots(2).cq(cq);
         let sums_before = tally.sum.load(Ordering::Acquire);
+        let off_before = w.stats().off_slot;
         let mut set = w.endpoints(&cfg)?;
         let res = set.resources().clone();
         ck(res.layout.threads == THREADS && res.layout.queues >= 1, || format!("{policy:?}: {res}"))?;
@@ -70,7 +74,7 @@ fn categories() -> Res {
             let handles: Vec<_> = eps
                 .into_iter()
                 .map(|mut ep| {
-                    let (seg, big, landing) = (&seg, &big, &landing);
+                    let (seg, big, landing, large) = (&seg, &big, &landing, &large);
                     let long_ams = !w.info().rma_over_am;
                     s.spawn(move || -> Result<(usize, u64, u64), Error> {
                         let i = ep.index();
@@ -110,6 +114,30 @@ fn categories() -> Res {
                         let before = ep.atomic(counter, AtomicOp::Load)?;
                         ops += 1;
                         ep.sync_nbi()?;
+                        // Gets, and large puts (the first part staged, the rest, above 128 KiB,
+                        // sent in place), read back.
+                        let blob: Vec<u8> = (0..LARGE).map(|j| (line * 7 + j / 3) as u8).collect();
+                        for d in 0..n {
+                            let mut word = [0u64];
+                            ep.get(seg.at(d, line * 8), &mut word)?;
+                            if word[0] != value(me, i, ROUNDS - 1) {
+                                return Err(Error::Misuse("an endpoint get read the wrong line"));
+                            }
+                            ep.put_nbi(large.at(d, line * LARGE), &blob[..40 << 10])?;
+                            ep.put_nbi(large.at(d, line * LARGE + (40 << 10)), &blob[40 << 10..])?;
+                            ops += 3;
+                        }
+                        ep.sync_nbi()?;
+                        for d in 0..n {
+                            let mut back = vec![0u8; LARGE];
+                            ep.get(large.at(d, line * LARGE), &mut back)?;
+                            if back != blob {
+                                return Err(Error::Misuse(
+                                    "an endpoint's large put or get moved the wrong bytes",
+                                ));
+                            }
+                            ops += 1;
+                        }
                         Ok((i, ops, before))
                     })
                 })
@@ -118,6 +146,11 @@ fn categories() -> Res {
         });
         let posted: Vec<(usize, u64, u64)> = posted.into_iter().collect::<Result<_, _>>()?;
         set.close()?;
+        // Where slots carry RMA (libfabric), every operation left through its endpoint's slot.
+        let off = w.stats().off_slot - off_before;
+        ck(!fabric.starts_with("ofi") || off == 0, || {
+            format!("{policy:?}: {off} operations off their slot")
+        })?;
         // Everything of every rank has landed and every AM to this rank has run.
         expected_ams += (n as u64) * THREADS as u64 * (ROUNDS + 3);
         let ams = tally.ams.load(Ordering::Acquire);

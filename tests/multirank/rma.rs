@@ -444,7 +444,7 @@ pub(crate) fn registered_buffers() -> Res {
     let (to, from) = ((me + 1) % n, (me + n - 1) % n);
     const LEN: usize = 256 << 10;
     let seg = w.alloc_segment::<u8>(LEN)?;
-    let before = w.stats();
+    let before = w.stats().fabric;
     for round in 0..4u64 {
         for len in [16 << 10, 100_000, LEN] {
             let src: Vec<u8> = (0..len).map(|i| pattern(round * 7 + me as u64, i)).collect();
@@ -469,7 +469,7 @@ pub(crate) fn registered_buffers() -> Res {
     w.put(seg.at(to, 0), &v)?;
     w.barrier()?;
     ck(seg.local().read(LEN - 1) == from as u8 + 1, || "put from an RmaVec: wrong data".into())?;
-    let s = w.stats();
+    let s = w.stats().fabric;
     ck(s.released == s.registrations, || format!("{s:?}: registrations left open"))?;
     if w.info().fabric.starts_with("ofi") && std::env::var("WEFT_OFI_MR_LOCAL").is_ok_and(|v| v == "1") {
         ck(s.staged_bytes == before.staged_bytes, || {

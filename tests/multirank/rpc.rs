@@ -279,7 +279,7 @@ pub(crate) fn rpc_zero_copy() -> Res {
     let rpc = weft::rpc::Rpc::of(&w)?;
     let peer = (w.rank() + 1) % w.size();
     let copied = || rpc.stats.copied_bytes.load(Ordering::Relaxed);
-    let before = (copied(), w.stats());
+    let before = (copied(), w.stats().fabric);
     const N: usize = 16 << 20;
     for round in 0..3u64 {
         let bytes: Vec<u8> = (0..N).map(|i| (i as u64 * (round + 1) % 251) as u8).collect();
@@ -297,10 +297,10 @@ pub(crate) fn rpc_zero_copy() -> Res {
     ck(copied() == before.0, || format!("the RPC layer copied {} bytes to send", copied() - before.0))?;
     // Registrations are released when the target's acknowledgement arrives.
     let t0 = std::time::Instant::now();
-    while w.stats().released != w.stats().registrations && t0.elapsed().as_secs() < 10 {
+    while w.stats().fabric.released != w.stats().fabric.registrations && t0.elapsed().as_secs() < 10 {
         w.poll()?;
     }
-    let s = w.stats();
+    let s = w.stats().fabric;
     let made = s.registrations - before.1.registrations;
     ck(s.released == s.registrations, || format!("{s:?}: registrations left open"))?;
     if w.info().fabric == "ofi" {

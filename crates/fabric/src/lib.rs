@@ -339,6 +339,43 @@ pub trait TxSlot: Send {
         let _ = (dst, offset, src, more);
         Ok(false)
     }
+    /// Whether operations toward `dst` travel on this slot when it carries RMA (`false`
+    /// where the world's path carries them by design, as a neighbour's CPU copy on the
+    /// hybrid fabric).
+    fn carries_rma_to(&self, dst: Rank) -> bool {
+        let _ = dst;
+        self.carries_rma()
+    }
+    /// Posts a put of `len` bytes at (`src`, offset) of this rank's registered memory to
+    /// (`dst`, offset) through this slot (read when the provider sends it: the source must
+    /// not change until [`TxSlot::complete`]). `Ok(false)`: not for this slot.
+    fn put_from(
+        &mut self,
+        dst: (&RemoteRegion, usize),
+        src: (&LocalRegion, usize),
+        len: usize,
+    ) -> FabricResult<bool> {
+        let _ = (dst, src, len);
+        Ok(false)
+    }
+    /// Reads `dst.len()` bytes at `offset` of `src` through this slot, complete when this
+    /// returns. `Ok(false)`: not for this slot, read elsewhere.
+    fn get(&mut self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<bool> {
+        let _ = (src, offset, dst);
+        Ok(false)
+    }
+    /// Applies `op` to the `u64` at (`dst`, offset) through this slot: with `fetch`, waits
+    /// and returns the previous value; without, posts it (complete at [`TxSlot::complete`])
+    /// and returns `Some(0)`. `Ok(None)`: not for this slot.
+    fn atomic(
+        &mut self,
+        dst: (&RemoteRegion, usize),
+        op: AtomicOp,
+        fetch: bool,
+    ) -> FabricResult<Option<u64>> {
+        let _ = (dst, op, fetch);
+        Ok(None)
+    }
     /// Makes progress on what this slot posted: `Ok(true)` once every operation posted so
     /// far has completed (puts visible at their targets); an operation that failed is
     /// reported here once.

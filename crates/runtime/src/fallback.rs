@@ -10,6 +10,10 @@ use std::sync::Arc;
 use weft_fabric::pod::LocalView;
 use weft_fabric::{AmClass, AmPayload, AtomicOp};
 
+/// Sends one request of the AM-based path to a rank: the world's default path, or an
+/// endpoint's slot.
+pub(crate) type AmSend<'a> = &'a mut dyn FnMut(u32, u16, &[u64], AmPayload<'_>) -> Result<()>;
+
 const OK: u64 = 0;
 const FAILED: u64 = 1;
 
@@ -19,35 +23,68 @@ impl Comm {
     }
 
     pub(crate) fn am_put(&self, rank: u32, seg: u32, off: usize, bytes: &[u8]) -> Result<Arc<OpState>> {
+        self.am_put_with(
+            &mut |r, h, a, p| self.send_am(r, h, AmClass::Request, a, p),
+            (rank, seg, off),
+            bytes,
+        )
+    }
+
+    pub(crate) fn am_get(&self, rank: u32, seg: u32, off: usize, len: usize) -> Result<Arc<OpState>> {
+        self.am_get_with(&mut |r, h, a, p| self.send_am(r, h, AmClass::Request, a, p), (rank, seg, off), len)
+    }
+
+    pub(crate) fn am_atomic(&self, rank: u32, seg: u32, off: usize, a: AtomicOp) -> Result<Arc<OpState>> {
+        self.am_atomic_with(&mut |r, h, a, p| self.send_am(r, h, AmClass::Request, a, p), (rank, seg, off), a)
+    }
+
+    /// [`Comm::am_put`] with its requests sent by `send` (an endpoint's slot).
+    pub(crate) fn am_put_with(
+        &self,
+        send: AmSend<'_>,
+        (rank, seg, off): (u32, u32, usize),
+        bytes: &[u8],
+    ) -> Result<Arc<OpState>> {
         let chunk = self.caps.am_max_medium;
         let op = OpState::new(rank, self.parts(bytes.len()), 0);
         let token = self.ops.register(&op);
         for i in 0..self.parts(bytes.len()) {
             let part = &bytes[i * chunk..((i + 1) * chunk).min(bytes.len())];
             let args = [seg as u64, (off + i * chunk) as u64, token];
-            self.send_am(rank, internal::RMA_PUT, AmClass::Request, &args, AmPayload::Medium(part))?;
+            send(rank, internal::RMA_PUT, &args, AmPayload::Medium(part))?;
         }
         Ok(op)
     }
 
-    pub(crate) fn am_get(&self, rank: u32, seg: u32, off: usize, len: usize) -> Result<Arc<OpState>> {
+    /// [`Comm::am_get`] with its requests sent by `send`.
+    pub(crate) fn am_get_with(
+        &self,
+        send: AmSend<'_>,
+        (rank, seg, off): (u32, u32, usize),
+        len: usize,
+    ) -> Result<Arc<OpState>> {
         let chunk = self.caps.am_max_medium;
         let op = OpState::new(rank, self.parts(len), len);
         let token = self.ops.register(&op);
         for i in 0..self.parts(len) {
             let part = chunk.min(len - i * chunk);
             let args = [seg as u64, (off + i * chunk) as u64, part as u64, token, (i * chunk) as u64];
-            self.send_am(rank, internal::RMA_GET, AmClass::Request, &args, AmPayload::Short)?;
+            send(rank, internal::RMA_GET, &args, AmPayload::Short)?;
         }
         Ok(op)
     }
 
-    pub(crate) fn am_atomic(&self, rank: u32, seg: u32, off: usize, a: AtomicOp) -> Result<Arc<OpState>> {
+    /// [`Comm::am_atomic`] with its request sent by `send`.
+    pub(crate) fn am_atomic_with(
+        &self,
+        send: AmSend<'_>,
+        (rank, seg, off): (u32, u32, usize),
+        a: AtomicOp,
+    ) -> Result<Arc<OpState>> {
         let op = OpState::new(rank, 1, 0);
         let token = self.ops.register(&op);
         let [w0, w1, w2] = a.encode();
-        let args = [seg as u64, off as u64, w0, w1, w2, token];
-        self.send_am(rank, internal::RMA_ATOMIC, AmClass::Request, &args, AmPayload::Short)?;
+        send(rank, internal::RMA_ATOMIC, &[seg as u64, off as u64, w0, w1, w2, token], AmPayload::Short)?;
         Ok(op)
     }
 

@@ -67,4 +67,4 @@ pub use vis::Pieces;
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
 pub use weft_fabric::{AtomicOp, Caps, Exposure, FabricStats, PeerState, Registration, Resource};
-pub use world::{Builder, Comm, Info, World, LAYERS};
+pub use world::{Builder, Comm, Info, Stats, World, LAYERS};

@@ -152,8 +152,23 @@ pub struct Comm {
     pub(crate) wanted: AtomicBool,
     /// Pending polls of futures with [`Progress::Off`], to check their peers now and then.
     pub(crate) off_polls: std::sync::atomic::AtomicU32,
+    /// Endpoint operations that left their endpoint's slot for the world's path (see
+    /// [`Stats::off_slot`]).
+    pub(crate) off_slot: AtomicU64,
     /// This world's own handle, for the owned handles its calls return.
     me: std::sync::Weak<Comm>,
+}
+
+/// What a rank counted (see [`Comm::stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// The fabric's counters.
+    pub fabric: crate::FabricStats,
+    /// Operations posted through an [`crate::Endpoint`] whose slot carries RMA to their
+    /// target (libfabric) that went on the world's shared path instead (puts, gets,
+    /// atomics; AMs and RPC calls always leave through the slot). Shared memory's slots
+    /// carry AMs only: its puts are CPU copies on the world's path by design, not counted.
+    pub off_slot: u64,
 }
 
 /// This rank's membership of the job. Dereferences to [`Comm`], where the operations are.
@@ -222,6 +237,7 @@ impl World {
             active: AtomicBool::new(false),
             wanted: AtomicBool::new(false),
             off_polls: std::sync::atomic::AtomicU32::new(0),
+            off_slot: AtomicU64::new(0),
         });
         crate::dist::register_world(comm.id, Arc::downgrade(&comm));
         // Another process claiming this rank is heard on a fabric thread: the rank's next
@@ -338,18 +354,19 @@ impl Comm {
     pub fn caps(&self) -> Caps {
         self.caps
     }
-    /// What the fabric counted on this rank: bytes that went through bounce buffers, and
-    /// registrations of memory the caller owns (zero-copy RPC chunks on networks).
+    /// What this rank counted: the fabric's bounce-buffer bytes and registrations of memory
+    /// the caller owns (zero-copy RPC chunks and, under `FI_MR_LOCAL`, transfer buffers on
+    /// networks), and endpoint operations that left their endpoint's slot.
     ///
     /// ```no_run
     /// # use weft_runtime as weft;
     /// let world = weft::World::init()?;
     /// let s = world.stats();
-    /// assert!(s.released <= s.registrations);
+    /// assert!(s.fabric.released <= s.fabric.registrations);
     /// # Ok::<(), weft::Error>(())
     /// ```
-    pub fn stats(&self) -> crate::FabricStats {
-        self.fabric.stats()
+    pub fn stats(&self) -> Stats {
+        Stats { fabric: self.fabric.stats(), off_slot: self.off_slot.load(Ordering::Relaxed) }
     }
     /// Fabric, segments, handlers and resources of this rank.
     pub fn info(&self) -> Info {

@@ -9,7 +9,9 @@
 //! ([`TxSlot::put`] declines them), as on the shared-memory fabric alone.
 
 use super::{join_desc, send_routed, split_desc, Parts, Route};
-use crate::{AmOut, Fabric, FabricError, FabricResult, LocalRegion, Rank, RemoteRegion, Resource, TxSlot};
+use crate::{
+    AmOut, AtomicOp, Fabric, FabricError, FabricResult, LocalRegion, Rank, RemoteRegion, Resource, TxSlot,
+};
 use std::sync::{Arc, MutexGuard};
 
 /// One open slot inbox: the two fabrics' inboxes. The runtime knows it by the shared-memory
@@ -124,6 +126,41 @@ impl TxSlot for HybridTxSlot {
             // A CPU copy on the world's path.
             Route::Shm(_) => Ok(false),
             Route::Ofi => self.far.put(dst, offset, src, more),
+        }
+    }
+
+    fn carries_rma_to(&self, dst: Rank) -> bool {
+        matches!(self.parts.route(dst), Ok(Route::Ofi)) && self.far.carries_rma()
+    }
+
+    fn put_from(
+        &mut self,
+        dst: (&RemoteRegion, usize),
+        src: (&LocalRegion, usize),
+        len: usize,
+    ) -> FabricResult<bool> {
+        match self.parts.route(dst.0.rank)? {
+            Route::Shm(_) => Ok(false),
+            Route::Ofi => self.far.put_from(dst, src, len),
+        }
+    }
+
+    fn get(&mut self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<bool> {
+        match self.parts.route(src.rank)? {
+            Route::Shm(_) => Ok(false),
+            Route::Ofi => self.far.get(src, offset, dst),
+        }
+    }
+
+    fn atomic(
+        &mut self,
+        dst: (&RemoteRegion, usize),
+        op: AtomicOp,
+        fetch: bool,
+    ) -> FabricResult<Option<u64>> {
+        match self.parts.route(dst.0.rank)? {
+            Route::Shm(_) => Ok(None),
+            Route::Ofi => self.far.atomic(dst, op, fetch),
         }
     }
 

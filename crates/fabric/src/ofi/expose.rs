@@ -82,6 +82,14 @@ pub(super) struct OpReg {
     counters: Arc<Counters>,
 }
 
+impl OpReg {
+    /// Holds `mr`, made for one operation (counted as a registration).
+    pub fn new(mr: Mr, counters: &Arc<Counters>) -> Self {
+        counters.registrations.fetch_add(1, Ordering::Relaxed);
+        OpReg { mr: Some(mr), counters: counters.clone() }
+    }
+}
+
 impl Drop for OpReg {
     fn drop(&mut self) {
         if self.mr.take().is_some() {
@@ -110,8 +118,7 @@ impl OfiFabric {
             return Ok((desc, OpReg { mr: None, counters: self.counters.clone() }));
         }
         let mr = self.obj.register(addr, len, Access::Local)?;
-        self.counters.registrations.fetch_add(1, Ordering::Relaxed);
-        Ok((mr.desc(), OpReg { mr: Some(mr), counters: self.counters.clone() }))
+        Ok((mr.desc(), OpReg::new(mr, &self.counters)))
     }
 
     /// Whether an operation on a local buffer of `len` bytes registers it (or uses a region

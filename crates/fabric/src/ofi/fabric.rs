@@ -323,6 +323,10 @@ impl Fabric for OfiFabric {
             tx_size: neg.tx_size,
             send_after_write: neg.send_after_write,
             counters: self.counters.clone(),
+            mr_local: neg.mr_local(),
+            zcopy_bytes: self.zcopy_bytes,
+            max_msg: neg.max_msg,
+            tx_contexts: neg.tx_contexts,
         });
         (0..count)
             .map(|_| {

@@ -50,6 +50,8 @@ pub struct Negotiated {
     pub cq_wait_fd: bool,
     /// Bytes of a memory key (`mr_key_size`): requested keys are random within them.
     pub key_size: usize,
+    /// Transmit contexts a scalable endpoint may have (`max_ep_tx_ctx`).
+    pub tx_contexts: usize,
 }
 
 impl Negotiated {
@@ -251,6 +253,7 @@ impl Objects {
             manual_progress: da.data_progress == sys::FI_PROGRESS_MANUAL,
             cq_wait_fd: false,
             key_size: da.mr_key_size,
+            tx_contexts: da.max_ep_tx_ctx,
         };
         let mut o = Objects {
             fabric: null_mut(),

@@ -19,10 +19,13 @@
 //! provider may hold a peer's state for every endpoint that ever reached it (libfabric's shm
 //! provider: 256 per rank, after which writes wait for ever).
 
+use super::expose::OpReg;
 use super::ffi::{self, Access, Context, Domain, TxEndpoint, EAGAIN};
-use super::{frame, RX_BYTES, TAG_REQUEST};
+use super::{fi_op, frame, CHUNK, RX_BYTES, TAG_REQUEST};
 use crate::os::{self, Mapping};
-use crate::{AmClass, AmOut, FabricError, FabricResult, Rank, RemoteRegion, Resource, TxSlot};
+use crate::{
+    AmClass, AmOut, AtomicOp, FabricError, FabricResult, LocalRegion, Rank, RemoteRegion, Resource, TxSlot,
+};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,6 +35,10 @@ use weft_ofi_sys as sys;
 pub(super) const MAX_CONTEXTS: usize = 256;
 /// Staging buffers of one slot, each holding one whole AM.
 const BUFS: usize = 2;
+/// Atomic operand slots of one slot (operand, compare value, result: 32 bytes each), after
+/// the staging buffers.
+const SMALLS: usize = 64;
+const SMALL_BYTES: usize = 32;
 /// How long a slot waits for its own completions before reporting the peer.
 const STALL: Duration = Duration::from_secs(60);
 
@@ -46,6 +53,13 @@ pub(super) struct SlotParams {
     pub tx_size: usize,
     pub send_after_write: bool,
     pub counters: Arc<super::expose::Counters>,
+    /// Local buffers must be registered (`FI_MR_LOCAL`).
+    pub mr_local: bool,
+    /// Buffers from this size up are used in place (registered under `FI_MR_LOCAL`).
+    pub zcopy_bytes: usize,
+    pub max_msg: usize,
+    /// The provider's transmit contexts per scalable endpoint (`max_ep_tx_ctx`), for reports.
+    pub tx_contexts: usize,
 }
 
 /// A closed slot's libfabric objects, ready for another slot of the same context. Fields drop
@@ -90,10 +104,23 @@ impl Spares {
     }
 }
 
-/// An operation of a slot in flight.
+/// An operation of a slot in flight: the staging buffer and atomic slot it holds (returned
+/// at its completion; a fetching atomic's slot is kept for its caller to read).
 struct SlotOp {
     buf: Option<usize>,
+    small: Option<(usize, bool)>,
     dst: Rank,
+    /// A registration made for the operation (closed once its last piece completed).
+    _reg: Option<Arc<OpReg>>,
+}
+
+impl SlotOp {
+    fn to(dst: Rank) -> Self {
+        SlotOp { buf: None, small: None, dst, _reg: None }
+    }
+    fn staged(dst: Rank, buf: usize) -> Self {
+        SlotOp { buf: Some(buf), small: None, dst, _reg: None }
+    }
 }
 
 /// One transmit slot (see the module documentation). Fields drop in order: the
@@ -104,6 +131,8 @@ pub(super) struct OfiTxSlot {
     ctx: Arc<Domain>,
     returned: Returned,
     free: Vec<usize>,
+    /// Free atomic operand slots.
+    smalls: Vec<usize>,
     inflight: usize,
     failed: Option<FabricError>,
     p: Arc<SlotParams>,
@@ -136,7 +165,7 @@ impl OfiTxSlot {
             Some(parts) => parts,
             None => {
                 let tx = ctx.domain.open_endpoint()?;
-                let stage = os::map_anonymous(BUFS * RX_BYTES)?;
+                let stage = os::map_anonymous(BUFS * RX_BYTES + SMALLS * SMALL_BYTES)?;
                 let stage_mr =
                     ctx.domain.register(&tx, stage.as_ptr() as usize, stage.len(), Access::Local)?;
                 SlotParts { stage_mr, tx, stage }
@@ -147,6 +176,7 @@ impl OfiTxSlot {
             ctx: ctx.domain.clone(),
             returned: ctx.returned.clone(),
             free: (0..BUFS).collect(),
+            smalls: (0..SMALLS).collect(),
             inflight: 0,
             failed: None,
             held: None,
@@ -192,6 +222,9 @@ impl OfiTxSlot {
         let op = unsafe { Context::<SlotOp>::from_raw(c) }.op;
         if let Some(b) = op.buf {
             self.free.push(b);
+        }
+        if let Some((s, false)) = op.small {
+            self.smalls.push(s);
         }
         if let Some(why) = failed {
             self.failed.get_or_insert(FabricError::Peer {
@@ -256,6 +289,9 @@ impl OfiTxSlot {
                 if let Some(b) = op.op.buf {
                     self.free.push(b);
                 }
+                if let Some((s, _)) = op.op.small {
+                    self.smalls.push(s);
+                }
                 if ret == EAGAIN {
                     return Err(FabricError::Timeout { what: format!("{what}: provider queue stayed full") });
                 }
@@ -284,7 +320,7 @@ impl OfiTxSlot {
                 self.p.counters.staged(piece.len());
                 let (fa, key, desc) =
                     (self.ctx.addrs[region.rank as usize], region.key, self.parts().stage_mr.desc());
-                let op = SlotOp { buf: Some(b), dst: region.rank };
+                let op = SlotOp::staged(region.rank, b);
                 self.post(op, "fi_writemsg", |tx, ctx| {
                     tx.ep().write(at, piece.len(), desc, fa, raddr, key, false, false, ctx)
                 })?;
@@ -331,9 +367,107 @@ impl OfiTxSlot {
     /// Posts one write of at most the inject size (the provider copies `src` before return).
     fn inject_write(&mut self, w: Held, src: &[u8], more: bool) -> FabricResult<()> {
         let (fa, buf) = (self.ctx.addrs[w.dst as usize], src.as_ptr() as usize);
-        self.post(SlotOp { buf: None, dst: w.dst }, "fi_writemsg", |tx, ctx| {
+        self.post(SlotOp::to(w.dst), "fi_writemsg", |tx, ctx| {
             tx.ep().write(buf, src.len(), 0, fa, w.raddr, w.key, true, more, ctx)
         })
+    }
+
+    /// Waits until every operation this slot posted has completed; reports a failed one.
+    fn drain(&mut self, dst: Rank, what: &str) -> FabricResult<()> {
+        self.progress_until(Some(dst), what, |s| s.inflight == 0)?;
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Writes (`write`) or reads `len` bytes at local `addr` in place, in pieces of the
+    /// provider's largest message, and waits for them; `desc` describes the local memory's
+    /// registration (0 where the provider needs none).
+    #[allow(clippy::too_many_arguments)]
+    fn rma_in_place(
+        &mut self,
+        write: bool,
+        region: &RemoteRegion,
+        offset: usize,
+        addr: usize,
+        len: usize,
+        desc: usize,
+    ) -> FabricResult<()> {
+        let (piece, fa, key) = (self.p.max_msg.max(1), self.ctx.addrs[region.rank as usize], region.key);
+        let mut done = 0;
+        let mut posted = Ok(());
+        while done < len && posted.is_ok() {
+            let (n, buf, raddr) =
+                ((len - done).min(piece), addr + done, region.addr + (offset + done) as u64);
+            posted = if write {
+                self.post(SlotOp::to(region.rank), "fi_writemsg", |tx, ctx| {
+                    tx.ep().write(buf, n, desc, fa, raddr, key, false, false, ctx)
+                })
+            } else {
+                self.post(SlotOp::to(region.rank), "fi_read", |tx, ctx| {
+                    tx.ep().read(buf, n, desc, fa, raddr, key, ctx)
+                })
+            };
+            done += n;
+        }
+        // Pieces already posted use the memory: wait for them even after a failed post.
+        let drained = self.drain(region.rank, "an endpoint's transfer");
+        posted.and(drained)
+    }
+
+    /// How a transfer of `len` bytes at local `addr` goes in place: `Some(descriptor, its
+    /// registration for this operation)`, or `None` to stage it. Without `FI_MR_LOCAL`
+    /// writes go in place above a staging chunk and reads always; under it, from the
+    /// zero-copy threshold up, registered in this slot's domain.
+    fn in_place(&self, write: bool, addr: usize, len: usize) -> FabricResult<Option<(usize, Option<OpReg>)>> {
+        if !self.p.mr_local {
+            return Ok((!write || len > CHUNK).then_some((0, None)));
+        }
+        if len < self.p.zcopy_bytes {
+            return Ok(None);
+        }
+        let mr = self.ctx.register(&self.parts().tx, addr, len, Access::Local)?;
+        Ok(Some((mr.desc(), Some(OpReg::new(mr, &self.p.counters)))))
+    }
+
+    /// Moves `len` bytes at local `addr` to (`write`) or from (`region`, `offset`) in place
+    /// where [`OfiTxSlot::in_place`] says so, waiting for them; `false` when they must be
+    /// staged.
+    fn try_in_place(
+        &mut self,
+        write: bool,
+        region: &RemoteRegion,
+        offset: usize,
+        (addr, len): (usize, usize),
+    ) -> FabricResult<bool> {
+        let Some((desc, reg)) = self.in_place(write, addr, len)? else { return Ok(false) };
+        let r = self.rma_in_place(write, region, offset, addr, len, desc);
+        drop(reg);
+        r.map(|_| true)
+    }
+
+    /// Reads `dst.len()` bytes at `offset` of `src` through the staging buffers, a piece at a
+    /// time.
+    fn read_staged(&mut self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<()> {
+        let (fa, key, desc) = (self.ctx.addrs[src.rank as usize], src.key, self.parts().stage_mr.desc());
+        for (i, piece) in dst.chunks_mut(RX_BYTES).enumerate() {
+            let b = self.take_buf(src.rank)?;
+            let (at, n, raddr) = (self.buf_addr(b), piece.len(), src.addr + (offset + i * RX_BYTES) as u64);
+            self.post(SlotOp::staged(src.rank, b), "fi_read", |tx, ctx| {
+                tx.ep().read(at, n, desc, fa, raddr, key, ctx)
+            })?;
+            self.drain(src.rank, "an endpoint's get")?;
+            // SAFETY: the read into buffer b (RX_BYTES ≥ n) completed; nothing else uses the
+            // slot meanwhile (`&mut self`).
+            unsafe { crate::copy::copy_bytes(at as *const u8, piece.as_mut_ptr(), n) };
+            self.p.counters.staged(n);
+        }
+        Ok(())
+    }
+
+    fn small_addr(&self, s: usize) -> usize {
+        self.parts().stage.as_ptr() as usize + BUFS * RX_BYTES + s * SMALL_BYTES
     }
 
     /// Takes one request credit toward `dst` from the fabric's shared counters.
@@ -379,7 +513,7 @@ impl OfiTxSlot {
         // send completes.
         f.encode(msg.args, unsafe { std::slice::from_raw_parts_mut(at as *mut u8, total) });
         let desc = self.parts().stage_mr.desc();
-        self.post(SlotOp { buf: Some(b), dst }, "fi_send", |tx, ctx| {
+        self.post(SlotOp::staged(dst, b), "fi_send", |tx, ctx| {
             tx.ep().send(at, total, desc, fa, TAG_REQUEST, ctx)
         })?;
         Ok(true)
@@ -427,7 +561,101 @@ impl TxSlot for OfiTxSlot {
 
     fn put(&mut self, dst: &RemoteRegion, offset: usize, src: &[u8], more: bool) -> FabricResult<bool> {
         dst.check(offset, src.len())?;
-        self.put_piece(dst, dst.addr + offset as u64, src, more)
+        if self.put_piece(dst, dst.addr + offset as u64, src, more)? {
+            return Ok(true);
+        }
+        if !self.try_in_place(true, dst, offset, (src.as_ptr() as usize, src.len()))? {
+            self.write_staged(dst, offset, src)?;
+        }
+        Ok(true)
+    }
+
+    fn put_from(
+        &mut self,
+        (dst, dst_offset): (&RemoteRegion, usize),
+        (src, src_offset): (&LocalRegion, usize),
+        len: usize,
+    ) -> FabricResult<bool> {
+        dst.check(dst_offset, len)?;
+        if src_offset.checked_add(len).is_none_or(|end| end > src.len) {
+            return Err(FabricError::OutOfBounds { offset: src_offset, len, region_len: src.len });
+        }
+        if len == 0 {
+            return Ok(true);
+        }
+        self.release_held()?;
+        let addr = src.as_ptr() as usize + src_offset;
+        // The source is registered in the fabric's main domain; this slot's domain needs a
+        // registration of its own where the provider wants local descriptors, held by the
+        // pieces until the last completes.
+        let (desc, reg) = if self.p.mr_local {
+            let mr = self.ctx.register(&self.parts().tx, addr, len, Access::Local)?;
+            (mr.desc(), Some(Arc::new(OpReg::new(mr, &self.p.counters))))
+        } else {
+            (0, None)
+        };
+        let (piece, fa, key) = (self.p.max_msg.max(1), self.ctx.addrs[dst.rank as usize], dst.key);
+        let mut done = 0;
+        while done < len {
+            let (n, buf, raddr) =
+                ((len - done).min(piece), addr + done, dst.addr + (dst_offset + done) as u64);
+            let op = SlotOp { buf: None, small: None, dst: dst.rank, _reg: reg.clone() };
+            self.post(op, "fi_writemsg", |tx, ctx| {
+                tx.ep().write(buf, n, desc, fa, raddr, key, false, false, ctx)
+            })?;
+            done += n;
+        }
+        Ok(true)
+    }
+
+    fn get(&mut self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<bool> {
+        src.check(offset, dst.len())?;
+        self.release_held()?;
+        if !self.try_in_place(false, src, offset, (dst.as_mut_ptr() as usize, dst.len()))? {
+            self.read_staged(src, offset, dst)?;
+        }
+        Ok(true)
+    }
+
+    fn atomic(
+        &mut self,
+        (dst, offset): (&RemoteRegion, usize),
+        op: AtomicOp,
+        fetch: bool,
+    ) -> FabricResult<Option<u64>> {
+        dst.check(offset, 8)?;
+        if !(dst.addr + offset as u64).is_multiple_of(8) {
+            return Err(FabricError::Malformed {
+                what: format!("atomic at offset {offset}: not 8-byte aligned"),
+            });
+        }
+        self.release_held()?;
+        self.progress_until(Some(dst.rank), "atomic operand slots", |s| !s.smalls.is_empty())?;
+        let s = self.smalls.pop().unwrap_or_default();
+        let at = self.small_addr(s);
+        let (fop, operand, compare) = fi_op(op);
+        // SAFETY: small slot s (32 bytes, 8-aligned, inside the staging mapping) is this
+        // operation's until it completes.
+        unsafe {
+            std::ptr::write(at as *mut u64, operand);
+            std::ptr::write((at + 8) as *mut u64, compare);
+        }
+        let (fa, raddr, key, desc) = (
+            self.ctx.addrs[dst.rank as usize],
+            dst.addr + offset as u64,
+            dst.key,
+            self.parts().stage_mr.desc(),
+        );
+        let op = SlotOp { buf: None, small: Some((s, fetch)), dst: dst.rank, _reg: None };
+        self.post(op, "fi_atomic", |tx, ctx| tx.ep().atomic(at, desc, fa, raddr, key, fop, ctx))?;
+        if !fetch {
+            return Ok(Some(0));
+        }
+        self.drain(dst.rank, "an endpoint's atomic")?;
+        // SAFETY: the atomic completed (drained); its result word lies in slot s.
+        let v = unsafe { std::ptr::read((at + 16) as *const u64) };
+        self.smalls.push(s);
+        Ok(Some(v))
     }
 
     fn complete(&mut self) -> FabricResult<bool> {
@@ -441,7 +669,12 @@ impl TxSlot for OfiTxSlot {
 
     fn resources(&self) -> Resource {
         Resource {
-            kind: "libfabric endpoint + CQ + staging MR (endpoint slot)".into(),
+            kind: format!(
+                "libfabric endpoint + CQ + staging MR (endpoint slot: an RDM endpoint of its own; \
+                 the provider offers {} transmit contexts per scalable endpoint, which weft does \
+                 not use yet)",
+                self.p.tx_contexts
+            ),
             count: 1,
             bytes: (self.parts().stage.len() + self.p.tx_size * std::mem::size_of::<sys::fi_cq_data_entry>())
                 as u64,

@@ -1,6 +1,8 @@
 //! [`Endpoint`]: what one thread communicates through.
 
-use super::queue::{put_via, send, Cq, Desc, Knobs, Queue, SlotRef, Small, Target, SMALL};
+use super::queue::{
+    atomic_via, get_via, put_via, send, Cq, Desc, Knobs, Queue, SlotRef, Small, Target, SMALL,
+};
 use super::EndpointPolicy;
 use crate::{AmHandler, AtomicOp, Comm, Error, GlobalPtr, Pod, Result};
 use std::cell::Cell;
@@ -219,8 +221,13 @@ impl<'c> Endpoint<'c> {
     /// Reads `dst.len()` elements at `src` into `dst` after publishing what is queued;
     /// complete when it returns.
     pub fn get<T: Pod>(&mut self, src: GlobalPtr<T>, dst: &mut [T]) -> Result<()> {
-        self.target(src, std::mem::size_of_val(dst))?;
-        self.now(|comm, _, _| comm.get(src, dst))
+        let from = self.target(src, std::mem::size_of_val(dst))?;
+        self.now(|comm, slot, q| {
+            if get_via(comm, q.slot_rma, slot, &from, weft_fabric::pod::bytes_of_mut(dst))? {
+                return Ok(());
+            }
+            comm.get(src, dst)
+        })
     }
 
     /// Posts an atomic on the `u64` at `p` whose previous value is not needed.
@@ -235,9 +242,13 @@ impl<'c> Endpoint<'c> {
     /// Applies `op` to the `u64` at `p` after publishing what is queued, and returns the
     /// previous value.
     pub fn atomic(&mut self, p: GlobalPtr<u64>, op: AtomicOp) -> Result<u64> {
+        let to = self.target(p, 8)?;
         let mut value = 0;
-        self.now(|comm, _, _| {
-            value = comm.atomic(p, op)?;
+        self.now(|comm, slot, q| {
+            value = match atomic_via(comm, q.slot_rma, slot, &to, op, true)? {
+                Some((_, v)) => v,
+                None => comm.atomic(p, op)?,
+            };
             Ok(())
         })?;
         Ok(value)

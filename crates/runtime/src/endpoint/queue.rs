@@ -36,6 +36,8 @@ pub(super) enum Outcome {
     Quiet,
     /// Sent over the AM-based path: complete when the reply comes.
     Op(Arc<OpState>),
+    /// Sent over the AM-based path on the endpoint's slot, which must make progress too.
+    SlotOp(Arc<OpState>),
 }
 
 /// Executes a put now.
@@ -60,8 +62,9 @@ pub(super) fn exec_put(comm: &Comm, to: &Target, src: Src<'_>) -> Result<Outcome
     Ok(if issued == Issued::Pending { Outcome::Quiet } else { Outcome::Done })
 }
 
-/// Executes a put through the endpoint's slot where it carries RMA (`slot_rma`, a network
-/// endpoint) and takes it, else on the world's path.
+/// Executes a put through the endpoint's slot where it carries RMA to the target (natively,
+/// or as AM requests on the slot where RMA runs over AMs) and takes it, else on the world's
+/// path.
 pub(super) fn put_via(
     comm: &Comm,
     slot_rma: bool,
@@ -70,14 +73,120 @@ pub(super) fn put_via(
     bytes: &[u8],
     more: bool,
 ) -> Result<Outcome> {
-    if slot_rma && comm.native_rma {
-        if let Some(s) = slot.get() {
-            if s.put(&to.region, to.off, bytes, more)? {
+    if let Some(s) = slot.get().filter(|s| slot_rma && s.carries_rma_to(to.rank)) {
+        if !comm.native_rma {
+            return Ok(Outcome::SlotOp(comm.am_put_with(
+                &mut on_slot(comm, s),
+                (to.rank, to.seg, to.off),
+                bytes,
+            )?));
+        }
+        if s.put(&to.region, to.off, bytes, more)? {
+            return Ok(Outcome::Slot);
+        }
+        comm.off_slot.fetch_add(1, Ordering::Relaxed);
+    }
+    exec_put(comm, to, Src::Bytes(bytes))
+}
+
+/// [`put_via`] for `len` bytes of this rank's registered memory at `from`.
+pub(super) fn put_from_via(
+    comm: &Comm,
+    slot_rma: bool,
+    slot: &mut SlotRef<'_>,
+    to: &Target,
+    from: &Target,
+    len: usize,
+) -> Result<Outcome> {
+    if let Some(s) = slot.get().filter(|s| slot_rma && s.carries_rma_to(to.rank)) {
+        if !comm.native_rma {
+            let mut bytes = vec![0u8; len];
+            comm.fabric.get(&from.region, from.off, &mut bytes)?;
+            return Ok(Outcome::SlotOp(comm.am_put_with(
+                &mut on_slot(comm, s),
+                (to.rank, to.seg, to.off),
+                &bytes,
+            )?));
+        }
+        if let Some(info) = comm.segments.get(from.seg) {
+            if s.put_from((&to.region, to.off), (&info.local, from.off), len)? {
                 return Ok(Outcome::Slot);
             }
         }
+        comm.off_slot.fetch_add(1, Ordering::Relaxed);
     }
-    exec_put(comm, to, Src::Bytes(bytes))
+    exec_put(comm, to, Src::Registered(from, len))
+}
+
+/// Reads `dst.len()` bytes at `from` through the endpoint's slot where it carries RMA to it;
+/// `false` where the world's path must.
+pub(super) fn get_via(
+    comm: &Comm,
+    slot_rma: bool,
+    slot: &mut SlotRef<'_>,
+    from: &Target,
+    dst: &mut [u8],
+) -> Result<bool> {
+    if let Some(s) = slot.get().filter(|s| slot_rma && s.carries_rma_to(from.rank)) {
+        if !comm.native_rma {
+            let op = comm.am_get_with(&mut on_slot(comm, s), (from.rank, from.seg, from.off), dst.len())?;
+            wait_on_slot(comm, s, &op)?;
+            op.copy_out(dst, std::iter::empty());
+            return Ok(true);
+        }
+        if s.get(&from.region, from.off, dst)? {
+            return Ok(true);
+        }
+        comm.off_slot.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(false)
+}
+
+/// Applies an atomic through the endpoint's slot where it carries RMA to the target:
+/// natively where the fabric's atomics reach it, else as an AM request the target's CPU
+/// applies, sent on the slot. `fetch`: waits and returns the previous value; else
+/// `Outcome::Slot` or the AM's operation. `None` where the world's path must.
+pub(super) fn atomic_via(
+    comm: &Comm,
+    slot_rma: bool,
+    slot: &mut SlotRef<'_>,
+    to: &Target,
+    op: AtomicOp,
+    fetch: bool,
+) -> Result<Option<(Outcome, u64)>> {
+    let Some(s) = slot.get().filter(|s| slot_rma && s.carries_rma_to(to.rank)) else { return Ok(None) };
+    if comm.native_atomics && comm.fabric.native_atomics_to(to.rank) {
+        if let Some(v) = s.atomic((&to.region, to.off), op, fetch)? {
+            return Ok(Some((if fetch { Outcome::Done } else { Outcome::Slot }, v)));
+        }
+        comm.off_slot.fetch_add(1, Ordering::Relaxed);
+        return Ok(None);
+    }
+    let state = comm.am_atomic_with(&mut on_slot(comm, s), (to.rank, to.seg, to.off), op)?;
+    if fetch {
+        let v = wait_on_slot(comm, s, &state)?;
+        return Ok(Some((Outcome::Done, v)));
+    }
+    Ok(Some((Outcome::SlotOp(state), 0)))
+}
+
+/// Waits for an AM-based operation whose requests left on slot `s` (which makes progress
+/// meanwhile: a provider with manual progress sends only then); returns its value.
+fn wait_on_slot(comm: &Comm, s: &mut (dyn TxSlot + 'static), op: &OpState) -> Result<u64> {
+    s.doorbell();
+    comm.wait_fabric(Deps::Rank(op.target), "an endpoint operation over AMs", || {
+        s.complete()?;
+        Ok(op.is_done())
+    })?;
+    op.outcome()
+}
+
+/// Sends the AM-based path's requests through slot `s`.
+fn on_slot<'s>(
+    comm: &'s Comm,
+    s: &'s mut (dyn TxSlot + 'static),
+) -> impl FnMut(u32, u16, &[u64], AmPayload<'_>) -> Result<()> + 's {
+    move |rank, h, args, payload| send(comm, Some(&mut *s), rank, h, args, payload)
 }
 
 /// Executes an atomic whose result is discarded now.
@@ -222,8 +331,12 @@ impl Queue {
                     put_via(comm, rma, slot, &to, &small.bytes()[..small.len as usize], more)
                 }
                 Desc::Put { to, data } => put_via(comm, rma, slot, &to, &self.arena[data], more),
-                Desc::PutFrom { to, from, len } => exec_put(comm, &to, Src::Registered(&from, len)),
-                Desc::Atomic { to, op } => exec_atomic(comm, &to, op),
+                Desc::PutFrom { to, from, len } => put_from_via(comm, rma, slot, &to, &from, len),
+                Desc::Atomic { to, op } => match atomic_via(comm, rma, slot, &to, op, false) {
+                    Ok(Some((o, _))) => Ok(o),
+                    Ok(None) => exec_atomic(comm, &to, op),
+                    Err(e) => Err(e),
+                },
                 Desc::Am { dst, handler, args, payload } => {
                     let payload = match payload {
                         Some(p) => AmPayload::Medium(&self.arena[p]),
@@ -294,6 +407,10 @@ impl Queue {
             Outcome::Slot => self.slot_pending = true,
             Outcome::Quiet => self.needs_quiet = true,
             Outcome::Op(op) => self.pending.push(op),
+            Outcome::SlotOp(op) => {
+                self.slot_pending = true;
+                self.pending.push(op);
+            }
         }
     }
 }
