@@ -55,7 +55,8 @@ fn rank(case: &str) -> Res {
 
 /// Two ranks: rank 1 forges two-sided messages to rank 0 (an index past the posted ones, a
 /// duplicate, a wrong argument count); each must end rank 0's wait with a clear error and
-/// write nothing. Then a real message of three fragments must arrive intact.
+/// write nothing. Then a real message of three fragments must arrive intact, also with its
+/// fragments in reverse order; a fragment off a boundary is refused.
 fn forged_messages() -> Res {
     let mut b = weft::World::builder();
     let mailbox = Mailbox::register(&mut b);
@@ -96,11 +97,13 @@ fn forged_messages() -> Res {
             if epoch != 2 {
                 untouched(epoch)?;
             }
+        } else if epoch == 2 {
+            // A whole fragment (or message), twice.
+            let len = world.caps().am_max_medium.max(16).min(two.unit * POINT);
+            forge(&args, len)?;
+            forge(&args, len)?;
         } else {
             forge(&args, unit)?;
-            if epoch == 2 {
-                forge(&args, unit)?;
-            }
         }
         world.barrier()?;
     }
@@ -118,7 +121,34 @@ fn forged_messages() -> Res {
             return Err("a fragmented message arrived changed".into());
         }
     }
-    world.barrier().map_err(Failure::from)
+    world.barrier()?;
+    // The same message with its fragments in reverse order (active messages are not
+    // ordered: over libfabric two threads may deliver one source's AMs either way round),
+    // then one fragment off a boundary.
+    let frag = world.caps().am_max_medium.max(16);
+    let bytes: &[u8] = bytemuck::cast_slice(&data);
+    for (epoch, off_boundary) in [(5u64, false), (6, true)] {
+        xport.begin(epoch, shape, one).map_err(|e| Failure(e.to_string()))?;
+        if me == 1 {
+            for (k, piece) in bytes.chunks(frag).enumerate().rev() {
+                let at = (k * frag + usize::from(off_boundary && k == 0)) as u64;
+                world.am_request_medium(0, h, &[epoch, 0, at], piece)?;
+            }
+        } else if off_boundary {
+            expect_error(xport.finish(), "malformed")?;
+        } else {
+            xport.finish().map_err(|e| Failure(e.to_string()))?;
+            let mut got = vec![C64::default(); one.unit];
+            inbox
+                .view()
+                .copy_out(inbox.message_at(epoch, &shape, &one, 1, 0), bytemuck::cast_slice_mut(&mut got));
+            if got != data {
+                return Err("a message whose fragments came in reverse order arrived changed".into());
+            }
+        }
+        world.barrier()?;
+    }
+    Ok(())
 }
 
 /// 20 FT runs in one process (every variant and model in turn): each verifies, and segments

@@ -1,8 +1,10 @@
 //! Two-sided model on weft active messages: each epoch the receiver posts one receive per
 //! expected message (source, index) with the place it goes; senders name only the message.
 //! A message larger than a medium AM travels as fragments `[epoch, index, byte offset]`; the
-//! handler matches each against the posted receive and copies it in; fragments must come in
-//! order (one source's AMs are delivered in order), which also catches duplicates. A message for an epoch
+//! handler matches each against the posted receive and copies it in. Fragments may come in
+//! any order (weft, like GASNet, does not order active messages: over libfabric two threads
+//! may deliver one source's messages either way round); each must start at a fragment
+//! boundary and come once (a bit per fragment catches duplicates). A message for an epoch
 //! not yet posted (a sender one transform ahead) is kept aside and placed when its receive is
 //! posted, as MPI's unexpected-message queue does.
 
@@ -28,6 +30,10 @@ struct State {
     posted: Option<(Shape, Pattern)>,
     /// Bytes still expected, per source and message index.
     remaining: Vec<Vec<usize>>,
+    /// Fragments received, a bit each, per source and message index.
+    seen: Vec<Vec<Vec<u64>>>,
+    /// Bytes of a whole fragment (the senders' medium AM size).
+    fragment: usize,
     done: usize,
     expected: usize,
     early: Vec<Early>,
@@ -39,24 +45,28 @@ impl State {
         match self.posted {
             Some((shape, pattern)) if epoch == self.epoch => {
                 let unit = pattern.unit * POINT;
+                let frag = self.fragment.max(1);
+                let end = offset.checked_add(bytes.len());
+                // A fragment starts at a boundary and fills it, or ends the message.
+                let whole = offset.is_multiple_of(frag)
+                    && end.is_some_and(|e| e <= unit && (bytes.len() == frag || e == unit));
                 let left = self.remaining.get_mut(src).and_then(|r| r.get_mut(index));
-                let fits = offset.checked_add(bytes.len()).is_some_and(|end| end <= unit);
-                let (Some(left), true) = (left, fits) else {
+                let seen = self.seen.get_mut(src).and_then(|s| s.get_mut(index));
+                let (Some(left), Some(seen), true) = (left, seen, whole) else {
                     self.error.get_or_insert(format!(
                         "malformed message from rank {src}: index {index}, bytes {offset}+{} of a {unit}-byte message",
                         bytes.len()
                     ));
                     return;
                 };
-                // Fragments of a message come in order (one source's AMs are delivered in
-                // order), so anything but the next offset is a duplicate or a forgery.
-                if offset != unit - *left || bytes.len() > *left {
+                let (word, bit) = ((offset / frag) / 64, 1u64 << ((offset / frag) % 64));
+                if seen[word] & bit != 0 {
                     self.error.get_or_insert(format!(
-                        "rank {src} sent message {index} twice (fragment at byte {offset}, expected byte {})",
-                        unit - *left
+                        "rank {src} sent message {index} twice (fragment at byte {offset} again)"
                     ));
                     return;
                 }
+                seen[word] |= bit;
                 let inbox = self.inbox.as_ref().expect("posted receives have an inbox");
                 let at = inbox.message_at(epoch, &shape, &pattern, src, index) + offset;
                 inbox.view().copy_in(at, bytes);
@@ -139,6 +149,7 @@ impl TwoSided {
             let mut st = mailbox.lock();
             st.inbox = Some(inbox.clone());
             st.posted = None;
+            st.fragment = fragment;
         }
         TwoSided { comm, mailbox, inbox, epoch: 0, fragment }
     }
@@ -157,6 +168,10 @@ impl Transport for TwoSided {
         st.posted = Some((shape, pattern));
         st.remaining = (0..shape.ranks)
             .map(|r| if r == shape.me { vec![] } else { vec![pattern.unit * POINT; pattern.count] })
+            .collect();
+        let words = (pattern.unit * POINT).div_ceil(st.fragment.max(1)).div_ceil(64);
+        st.seen = (0..shape.ranks)
+            .map(|r| if r == shape.me { vec![] } else { vec![vec![0u64; words]; pattern.count] })
             .collect();
         st.done = 0;
         st.expected = (shape.ranks - 1) * pattern.count;
