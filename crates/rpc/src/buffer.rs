@@ -319,8 +319,9 @@ impl<'de, T: Pod> Deserialize<'de> for SerializeBuffer<T> {
 /// Where the pool has no room, or the system no memory to back it (a full `/dev/shm`), the
 /// vector lives on the heap instead ([`RmaVec::in_pool`] says which): it works the same, and
 /// travels as a plain chunk (read in place where the fabric reads peer memory, else copied
-/// into the pool). A pool block of 1 MiB or more gives its memory back to the system when it
-/// is dropped; smaller ones keep it for the pool's next blocks.
+/// into the pool). A pool block of 1 MiB or more gives its memory back to the system once it
+/// stayed free for [`weft_fabric::pool::DECAY`] (the next large block takes it as it is
+/// meanwhile); smaller ones keep it for the pool's next blocks.
 ///
 /// ```no_run
 /// # mod weft { pub use weft_runtime::*; pub use weft_rpc::*; }

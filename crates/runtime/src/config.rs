@@ -141,7 +141,9 @@ fn parse_bool(name: &str) -> Result<Option<bool>> {
         None => Ok(None),
         Some("1" | "true" | "yes" | "on") => Ok(Some(true)),
         Some("0" | "false" | "no" | "off") => Ok(Some(false)),
-        Some(v) => Err(Error::Config(format!("{name}={v:?}: expected 0 or 1"))),
+        Some(v) => {
+            Err(Error::Config(format!("{name}={v:?}: expected 0 or 1 (or false/true, no/yes, off/on)")))
+        }
     }
 }
 

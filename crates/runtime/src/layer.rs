@@ -182,7 +182,7 @@ impl RmaPool {
     /// A block of at least `bytes` bytes, or an error naming the pool's size when it is full.
     pub fn alloc(&self, bytes: usize) -> Result<Block> {
         self.blocks.alloc(bytes)?.ok_or(Error::TooLarge {
-            what: "registered-memory pool allocation (bytes; pool in use / size in the pool's Debug)",
+            what: "block of the registered-memory pool (bytes; the limit is the pool's free room, WEFT_RPC_POOL_MIB its size)",
             len: bytes,
             max: self.blocks.capacity() - self.blocks.in_use(),
         })

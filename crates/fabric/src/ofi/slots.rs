@@ -313,20 +313,36 @@ impl OfiTxSlot {
         for (i, piece) in data.chunks(RX_BYTES).enumerate() {
             let raddr = region.addr + (offset + i * RX_BYTES) as u64;
             if !self.put_piece(region, raddr, piece, false)? {
-                let b = self.take_buf(region.rank)?;
-                let at = self.buf_addr(b);
-                // SAFETY: buffer b (RX_BYTES ≥ piece) is this slot's until the write completes.
-                unsafe { crate::copy::copy_bytes(piece.as_ptr(), at as *mut u8, piece.len()) };
-                self.p.counters.staged(piece.len());
-                let (fa, key, desc) =
-                    (self.ctx.addrs[region.rank as usize], region.key, self.parts().stage_mr.desc());
-                let op = SlotOp::staged(region.rank, b);
-                self.post(op, "fi_writemsg", |tx, ctx| {
-                    tx.ep().write(at, piece.len(), desc, fa, raddr, key, false, false, ctx)
-                })?;
+                // SAFETY: `piece` is a live slice of `piece.len()` bytes.
+                unsafe { self.stage_piece(region, raddr, piece.as_ptr(), piece.len()) }?;
             }
         }
         Ok(())
+    }
+
+    /// Copies `n` (≤ [`RX_BYTES`]) bytes at `src` into a staging buffer and writes them to
+    /// `raddr` of `region`.
+    ///
+    /// # Safety
+    /// `src..src + n` must be readable memory of this process for the duration of the call.
+    unsafe fn stage_piece(
+        &mut self,
+        region: &RemoteRegion,
+        raddr: u64,
+        src: *const u8,
+        n: usize,
+    ) -> FabricResult<()> {
+        let b = self.take_buf(region.rank)?;
+        let at = self.buf_addr(b);
+        // SAFETY: the caller's contract for `src`; buffer b (RX_BYTES ≥ n) is this slot's
+        // until the write completes.
+        unsafe { crate::copy::copy_bytes(src, at as *mut u8, n) };
+        self.p.counters.staged(n);
+        let (fa, key, desc) =
+            (self.ctx.addrs[region.rank as usize], region.key, self.parts().stage_mr.desc());
+        self.post(SlotOp::staged(region.rank, b), "fi_writemsg", |tx, ctx| {
+            tx.ep().write(at, n, desc, fa, raddr, key, false, false, ctx)
+        })
     }
 
     /// Writes up to the inject size from `src` directly (copied before return); false when
@@ -585,6 +601,17 @@ impl TxSlot for OfiTxSlot {
         }
         self.release_held()?;
         let addr = src.as_ptr() as usize + src_offset;
+        if self.p.mr_local && len < self.p.zcopy_bytes {
+            // Small sources are staged rather than registered in this slot's domain.
+            for done in (0..len).step_by(RX_BYTES) {
+                let n = (len - done).min(RX_BYTES);
+                let raddr = dst.addr + (dst_offset + done) as u64;
+                // SAFETY: [addr + done, + n) lies inside `src`'s mapping (bounds checked
+                // above), which `src` keeps mapped for this call.
+                unsafe { self.stage_piece(dst, raddr, (addr + done) as *const u8, n) }?;
+            }
+            return Ok(true);
+        }
         // The source is registered in the fabric's main domain; this slot's domain needs a
         // registration of its own where the provider wants local descriptors, held by the
         // pieces until the last completes.

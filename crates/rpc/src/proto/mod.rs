@@ -106,7 +106,9 @@ pub struct RpcStats {
     /// Remote functions that panicked (reported to the caller as errors).
     pub panics: AtomicU64,
     /// Bytes of chunks this rank copied into its pool to send them (where the fabric could not
-    /// let the target read them in place, or a copy was cheaper).
+    /// let the target read them in place, or a copy was cheaper). This and
+    /// [`RpcStats::registered_bytes`] count every value this rank sends: arguments of its
+    /// calls and results of the calls it serves (at any time, from the progress thread too).
     pub copied_bytes: AtomicU64,
     /// Bytes of chunks this rank sent as registrations of their own memory (zero-copy on
     /// networks).
