@@ -33,6 +33,12 @@ const CASES: &[Case] = &[
     Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
     Case { name: "gets_in_flight", run: gets_in_flight, ranks: &[2, 4], env: &[] },
     Case { name: "registered_buffers", run: registered_buffers, ranks: &[2, 4], env: &[] },
+    Case {
+        name: "get_from_stalled_target",
+        run: get_from_stalled_target,
+        ranks: &[2],
+        env: &[("WEFT_PROGRESS_THREAD", "0"), ("WEFT_INIT_TIMEOUT_S", "2")],
+    },
     Case { name: "gets_in_flight_am_path", run: gets_in_flight, ranks: &[2], env: &[("WEFT_RMA", "am")] },
     Case {
         name: "completion_semantics_am_path",

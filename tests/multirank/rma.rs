@@ -480,3 +480,28 @@ pub(crate) fn registered_buffers() -> Res {
     }
     w.barrier().map_err(Failure::from)
 }
+
+/// A get from a rank that makes no progress for longer than the operation timeout
+/// (`WEFT_INIT_TIMEOUT_S=2`, no progress thread, the target sleeps 3 s outside weft): the
+/// read is still in flight into the caller's buffer, so the get must not hand the buffer back
+/// before it completes (it once returned a timeout after 2 s, and the provider later wrote
+/// the late data into whatever reused that memory). It completes with the right bytes.
+pub(crate) fn get_from_stalled_target() -> Res {
+    let w = World::init()?;
+    let me = w.rank();
+    const N: usize = 64 << 10;
+    let seg = w.alloc_segment::<u8>(N)?;
+    seg.local().copy_in(0, &vec![0xA0 | me as u8; N]);
+    w.barrier()?;
+    if me == 1 {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    } else if me == 0 {
+        let mut buf = vec![0u8; N];
+        let t = std::time::Instant::now();
+        w.get(seg.at(1, 0), &mut buf)?;
+        ck(buf.iter().all(|&b| b == 0xA1), || {
+            format!("the get returned after {:?} with wrong bytes", t.elapsed())
+        })?;
+    }
+    w.barrier().map_err(Failure::from)
+}

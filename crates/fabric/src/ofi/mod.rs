@@ -724,6 +724,9 @@ impl OfiFabric {
 
     fn piece_done(&self, dst: Rank, t: &Tracker, res: Result<(), String>, value: u64) {
         if let Err(why) = res {
+            // Providers close the connection over an access they refuse (a wrong key or
+            // range: tcp does): the peer is unusable from here on, and waits on it must end.
+            self.mark_failed(dst, format!("an RMA operation with it failed: {why}"));
             t.fail(FabricError::Peer { rank: dst, reason: format!("RMA failed: {why}") });
         }
         t.value.store(value, Ordering::Relaxed);

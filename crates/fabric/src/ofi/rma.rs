@@ -3,23 +3,44 @@
 use super::*;
 
 impl OfiFabric {
-    /// Waits (making progress, queueing what arrives) until `t` has completed.
+    /// Waits (making progress, queueing what arrives) until `t` has completed. Its pieces
+    /// read or write the caller's memory until the provider completes them, so this never
+    /// returns before: a peer that died or stopped answering is said on standard error (once)
+    /// and the wait goes on until the provider completes or fails the pieces (a dead peer's
+    /// connection fails them; a job whose rank hangs is stopped by its launcher).
     pub(super) fn wait_tracker(&self, t: &Arc<Tracker>, dst: Rank) -> FabricResult<u64> {
         let start = Instant::now();
         let mut spins = 0u32;
+        let mut stuck: Option<FabricError> = None;
         while t.remaining.load(Ordering::Acquire) != 0 {
-            if self.poll_cq()? == 0 {
-                spins += 1;
-                if spins > 64 {
-                    std::thread::yield_now();
-                }
-                if spins.is_multiple_of(1024) {
-                    self.check_peer(dst)?;
-                    if start.elapsed() > self.op_timeout {
-                        return Err(FabricError::Timeout {
-                            what: format!("RMA with rank {dst} did not complete"),
-                        });
+            let polled = self.poll_cq().unwrap_or_else(|e| {
+                stuck.get_or_insert(e);
+                0
+            });
+            if polled != 0 {
+                continue;
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            }
+            if stuck.is_some() {
+                std::thread::sleep(Duration::from_micros(200));
+            } else if spins.is_multiple_of(1024) {
+                let late = start.elapsed() > self.op_timeout;
+                let why = match self.check_peer(dst) {
+                    Err(e) => Some(e),
+                    Ok(()) if late => {
+                        Some(FabricError::Timeout { what: format!("RMA with rank {dst} did not complete") })
                     }
+                    Ok(()) => None,
+                };
+                if let Some(e) = why {
+                    eprintln!(
+                        "weft: rank {}: {e}; the operation's memory stays in use until the provider completes it",
+                        self.rank
+                    );
+                    stuck = Some(e);
                 }
             }
         }

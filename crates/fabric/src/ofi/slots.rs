@@ -389,8 +389,21 @@ impl OfiTxSlot {
     }
 
     /// Waits until every operation this slot posted has completed; reports a failed one.
+    /// Those operations use memory the caller gets back when this returns, so it never
+    /// returns before: a stalled or departed peer is said once on standard error and the wait
+    /// goes on until the provider completes or fails them.
     fn drain(&mut self, dst: Rank, what: &str) -> FabricResult<()> {
-        self.progress_until(Some(dst), what, |s| s.inflight == 0)?;
+        let mut stuck = None;
+        while let Err(e) = self.progress_until(Some(dst), what, |s| s.inflight == 0) {
+            if stuck.is_none() {
+                eprintln!(
+                    "weft: rank {}: {e}; the operation's memory stays in use until the provider completes it",
+                    self.p.rank
+                );
+            }
+            stuck.get_or_insert(e);
+            std::thread::sleep(Duration::from_millis(1));
+        }
         match self.failed.take() {
             Some(e) => Err(e),
             None => Ok(()),
