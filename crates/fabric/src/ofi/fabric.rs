@@ -118,12 +118,8 @@ impl Fabric for OfiFabric {
     ) -> FabricResult<GetIssued> {
         src.check(offset, dst.len())?;
         let n = dst.len();
-        let slab = match n {
-            0 => None,
-            1..=GET_SMALL => Some(&self.get_slots[0]),
-            n if n <= GET_MEDIUM => Some(&self.get_slots[1]),
-            _ => None,
-        };
+        let slab =
+            GET_TIERS.iter().position(|&(bytes, _)| n <= bytes).filter(|_| n > 0).map(|t| &self.get_slots[t]);
         let Some((slab, slot)) = slab.and_then(|s| Some((s, s.take()?))) else {
             // Nothing to read, more than a slot holds, or every slot out: read in place and
             // wait (never wait for a slot, which only a handle's completion returns).
@@ -472,14 +468,11 @@ impl Fabric for OfiFabric {
             res(format!("posted receive buffers of {RX_BYTES} B"), self.rx_slots.count() as u64, self.rx.map.len() as u64),
             res(
                 format!(
-                    "staging slots ({} of {} KiB, {} of 64 B; gets: {} of {} B, {} of {} B) in use",
+                    "staging slots ({} of {} KiB, {} of 64 B; gets: {}) in use",
                     CHUNKS,
                     CHUNK / 1024,
                     SMALLS,
-                    GET_SMALLS,
-                    GET_SMALL,
-                    GET_MEDIUMS,
-                    GET_MEDIUM
+                    GET_TIERS.map(|(b, c)| format!("{c} of {b} B")).join(", ")
                 ),
                 (self.chunks.in_use() + self.smalls.in_use() + self.get_slots.iter().map(|s| s.in_use()).sum::<usize>())
                     as u64,

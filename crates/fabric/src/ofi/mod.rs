@@ -58,15 +58,15 @@ const CHUNKS: usize = 32;
 /// Small slots for atomics' operands and results.
 const SMALLS: usize = 1024;
 /// Staging of non-blocking gets, of their own (a get's slot stays out until its handle
-/// completes, so sharing slots with puts and atomics could starve them): slots of
-/// [`GET_SMALL`] and [`GET_MEDIUM`] bytes. A get that finds none free, or is larger, reads in
+/// completes, so sharing slots with puts and atomics could starve them): (bytes, slots) of
+/// each tier, enough for floods of a few thousand small gets in flight (the bale
+/// index-gather pattern). A get that finds none free in its tier, or is larger, reads in
 /// place and waits.
-const GET_SMALL: usize = 64;
-const GET_SMALLS: usize = 1024;
-const GET_MEDIUM: usize = 4096;
-const GET_MEDIUMS: usize = 128;
+const GET_TIERS: [(usize, usize); 3] = [(64, 4096), (512, 1024), (4096, 256)];
+const GET_BYTES: usize =
+    GET_TIERS[0].0 * GET_TIERS[0].1 + GET_TIERS[1].0 * GET_TIERS[1].1 + GET_TIERS[2].0 * GET_TIERS[2].1;
 /// Bytes of the staging region: chunks, small slots, then the gets' slots.
-const STAGE_BYTES: usize = CHUNK * CHUNKS + 64 * SMALLS + GET_SMALL * GET_SMALLS + GET_MEDIUM * GET_MEDIUMS;
+const STAGE_BYTES: usize = CHUNK * CHUNKS + 64 * SMALLS + GET_BYTES;
 /// Receive buffers posted at any time, each holding one whole AM: the first `REQUEST_BUFS`
 /// for requests (tag [`TAG_REQUEST`]), the others for replies and control messages.
 const RX_BUFS: usize = 64;
@@ -268,8 +268,8 @@ pub struct OfiFabric {
     stage: Reg,
     chunks: Slab,
     smalls: Slab,
-    /// Non-blocking gets' staging: up to [`GET_SMALL`] and up to [`GET_MEDIUM`] bytes.
-    get_slots: [Arc<Slab>; 2],
+    /// Non-blocking gets' staging, a slab per [`GET_TIERS`] entry.
+    get_slots: [Arc<Slab>; 3],
     rx: Reg,
     rx_slots: Slab,
     cq_lock: Mutex<()>,
@@ -379,12 +379,12 @@ impl OfiFabric {
             chunks: Slab::new(base, CHUNK, CHUNKS),
             smalls: Slab::new(base + CHUNK * CHUNKS, 64, SMALLS),
             get_slots: {
-                let at = base + CHUNK * CHUNKS + 64 * SMALLS;
-                let mediums = at + GET_SMALL * GET_SMALLS;
-                [
-                    Arc::new(Slab::new(at, GET_SMALL, GET_SMALLS)),
-                    Arc::new(Slab::new(mediums, GET_MEDIUM, GET_MEDIUMS)),
-                ]
+                let mut at = base + CHUNK * CHUNKS + 64 * SMALLS;
+                GET_TIERS.map(|(bytes, count)| {
+                    let slab = Arc::new(Slab::new(at, bytes, count));
+                    at += bytes * count;
+                    slab
+                })
             },
             stage,
             rx_slots: Slab::new(rx.map.as_ptr() as usize, RX_BYTES, RX_BUFS),
