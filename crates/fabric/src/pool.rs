@@ -109,7 +109,7 @@ impl BlockPool {
             return Ok(None);
         };
         let end = off + rounded;
-        take_range(&mut free.cooling, off, end);
+        take_range(&mut free.cooling, off, end, |&(l, _)| l, |(_, at), n| (n, at));
         self.refill(&mut free.holes, off, end)?;
         let backed = self.backed.load(Ordering::Relaxed);
         if end > backed {
@@ -176,19 +176,10 @@ impl BlockPool {
 
     /// Backs the parts of `[off, end)` that were given back (holes), and forgets them.
     fn refill(&self, holes: &mut BTreeMap<usize, usize>, off: usize, end: usize) -> crate::FabricResult<()> {
-        let hit: Vec<(usize, usize)> =
-            holes.range(..end).filter(|(&h, &hlen)| h + hlen > off).map(|(&h, &hlen)| (h, hlen)).collect();
-        for (h, hlen) in hit {
-            let (from, to) = (h.max(off), (h + hlen).min(end));
+        for (from, to) in overlaps(holes, off, end, |&l| l) {
             self.region.mapping().back(from, to - from)?;
-            holes.remove(&h);
-            if h < from {
-                holes.insert(h, from - h);
-            }
-            if h + hlen > to {
-                holes.insert(to, h + hlen - to);
-            }
         }
+        take_range(holes, off, end, |&l| l, |_, n| n);
         Ok(())
     }
 
@@ -222,18 +213,40 @@ impl BlockPool {
     }
 }
 
-/// Removes `[off, end)` from the ranges of `map` (start -> (length, stamp)), keeping the
-/// parts outside it.
-fn take_range(map: &mut BTreeMap<usize, (usize, u64)>, off: usize, end: usize) {
-    let hit: Vec<(usize, (usize, u64))> =
-        map.range(..end).filter(|(&h, &(hlen, _))| h + hlen > off).map(|(&h, &v)| (h, v)).collect();
-    for (h, (hlen, at)) in hit {
+/// The parts of `map`'s ranges (start -> a value whose length `len` gives) inside
+/// `[off, end)`, as `(from, to)`.
+fn overlaps<V>(
+    map: &BTreeMap<usize, V>,
+    off: usize,
+    end: usize,
+    len: impl Fn(&V) -> usize,
+) -> Vec<(usize, usize)> {
+    map.range(..end)
+        .map(|(&h, v)| (h, h + len(v)))
+        .filter(|&(_, h_end)| h_end > off)
+        .map(|(h, h_end)| (h.max(off), h_end.min(end)))
+        .collect()
+}
+
+/// Removes `[off, end)` from `map`'s ranges, keeping the parts outside it (`resize` gives a
+/// part's value from its range's value and its new length).
+fn take_range<V: Copy>(
+    map: &mut BTreeMap<usize, V>,
+    off: usize,
+    end: usize,
+    len: impl Fn(&V) -> usize,
+    resize: impl Fn(V, usize) -> V,
+) {
+    let hit: Vec<(usize, V)> =
+        map.range(..end).filter(|(&h, v)| h + len(v) > off).map(|(&h, &v)| (h, v)).collect();
+    for (h, v) in hit {
         map.remove(&h);
+        let h_end = h + len(&v);
         if h < off {
-            map.insert(h, (off - h, at));
+            map.insert(h, resize(v, off - h));
         }
-        if h + hlen > end {
-            map.insert(end, (h + hlen - end, at));
+        if h_end > end {
+            map.insert(end, resize(v, h_end - end));
         }
     }
 }

@@ -23,19 +23,20 @@ impl Comm {
     }
 
     pub(crate) fn am_put(&self, rank: u32, seg: u32, off: usize, bytes: &[u8]) -> Result<Arc<OpState>> {
-        self.am_put_with(
-            &mut |r, h, a, p| self.send_am(r, h, AmClass::Request, a, p),
-            (rank, seg, off),
-            bytes,
-        )
+        self.am_put_with(&mut self.on_world(), (rank, seg, off), bytes)
     }
 
     pub(crate) fn am_get(&self, rank: u32, seg: u32, off: usize, len: usize) -> Result<Arc<OpState>> {
-        self.am_get_with(&mut |r, h, a, p| self.send_am(r, h, AmClass::Request, a, p), (rank, seg, off), len)
+        self.am_get_with(&mut self.on_world(), (rank, seg, off), len)
     }
 
     pub(crate) fn am_atomic(&self, rank: u32, seg: u32, off: usize, a: AtomicOp) -> Result<Arc<OpState>> {
-        self.am_atomic_with(&mut |r, h, a, p| self.send_am(r, h, AmClass::Request, a, p), (rank, seg, off), a)
+        self.am_atomic_with(&mut self.on_world(), (rank, seg, off), a)
+    }
+
+    /// Sends the AM-based path's requests on the world's default path.
+    fn on_world(&self) -> impl FnMut(u32, u16, &[u64], AmPayload<'_>) -> Result<()> + '_ {
+        move |rank, h, args, payload| self.send_am(rank, h, AmClass::Request, args, payload)
     }
 
     /// [`Comm::am_put`] with its requests sent by `send` (an endpoint's slot).

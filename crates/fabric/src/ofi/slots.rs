@@ -410,70 +410,63 @@ impl OfiTxSlot {
         }
     }
 
-    /// Writes (`write`) or reads `len` bytes at local `addr` in place, in pieces of the
-    /// provider's largest message, and waits for them; `desc` describes the local memory's
-    /// registration (0 where the provider needs none).
-    #[allow(clippy::too_many_arguments)]
-    fn rma_in_place(
+    /// Posts writes (`write`) or reads of `len` bytes at local `addr` in place, in pieces of
+    /// the provider's largest message; `desc` describes the local memory's registration (0
+    /// where the provider needs none), which the pieces hold until the last completes.
+    fn post_pieces(
         &mut self,
         write: bool,
-        region: &RemoteRegion,
-        offset: usize,
-        addr: usize,
-        len: usize,
-        desc: usize,
+        (region, offset): (&RemoteRegion, usize),
+        (addr, len): (usize, usize),
+        (desc, reg): (usize, Option<Arc<OpReg>>),
     ) -> FabricResult<()> {
         let (piece, fa, key) = (self.p.max_msg.max(1), self.ctx.addrs[region.rank as usize], region.key);
         let mut done = 0;
-        let mut posted = Ok(());
-        while done < len && posted.is_ok() {
+        while done < len {
             let (n, buf, raddr) =
                 ((len - done).min(piece), addr + done, region.addr + (offset + done) as u64);
-            posted = if write {
-                self.post(SlotOp::to(region.rank), "fi_writemsg", |tx, ctx| {
+            let op = SlotOp { buf: None, small: None, dst: region.rank, _reg: reg.clone() };
+            if write {
+                self.post(op, "fi_writemsg", |tx, ctx| {
                     tx.ep().write(buf, n, desc, fa, raddr, key, false, false, ctx)
-                })
+                })?;
             } else {
-                self.post(SlotOp::to(region.rank), "fi_read", |tx, ctx| {
-                    tx.ep().read(buf, n, desc, fa, raddr, key, ctx)
-                })
-            };
+                self.post(op, "fi_read", |tx, ctx| tx.ep().read(buf, n, desc, fa, raddr, key, ctx))?;
+            }
             done += n;
         }
-        // Pieces already posted use the memory: wait for them even after a failed post.
-        let drained = self.drain(region.rank, "an endpoint's transfer");
-        posted.and(drained)
+        Ok(())
     }
 
-    /// How a transfer of `len` bytes at local `addr` goes in place: `Some(descriptor, its
-    /// registration for this operation)`, or `None` to stage it. Without `FI_MR_LOCAL`
-    /// writes go in place above a staging chunk and reads always; under it, from the
-    /// zero-copy threshold up, registered in this slot's domain.
-    fn in_place(&self, write: bool, addr: usize, len: usize) -> FabricResult<Option<(usize, Option<OpReg>)>> {
+    /// The local descriptor of `len` bytes at `addr` for an operation of this slot: none
+    /// needed (0), or under `FI_MR_LOCAL` a registration in this slot's domain made for it.
+    fn register_op(&self, addr: usize, len: usize) -> FabricResult<(usize, Option<Arc<OpReg>>)> {
         if !self.p.mr_local {
-            return Ok((!write || len > CHUNK).then_some((0, None)));
-        }
-        if len < self.p.zcopy_bytes {
-            return Ok(None);
+            return Ok((0, None));
         }
         let mr = self.ctx.register(&self.parts().tx, addr, len, Access::Local)?;
-        Ok(Some((mr.desc(), Some(OpReg::new(mr, &self.p.counters)))))
+        Ok((mr.desc(), Some(Arc::new(OpReg::new(mr, &self.p.counters)))))
     }
 
     /// Moves `len` bytes at local `addr` to (`write`) or from (`region`, `offset`) in place
-    /// where [`OfiTxSlot::in_place`] says so, waiting for them; `false` when they must be
-    /// staged.
+    /// and waits for them, where that beats staging: without `FI_MR_LOCAL` writes above a
+    /// staging chunk and every read; under it, from the zero-copy threshold up (registered
+    /// in this slot's domain). `false`: stage them.
     fn try_in_place(
         &mut self,
         write: bool,
-        region: &RemoteRegion,
-        offset: usize,
+        at: (&RemoteRegion, usize),
         (addr, len): (usize, usize),
     ) -> FabricResult<bool> {
-        let Some((desc, reg)) = self.in_place(write, addr, len)? else { return Ok(false) };
-        let r = self.rma_in_place(write, region, offset, addr, len, desc);
-        drop(reg);
-        r.map(|_| true)
+        let wanted = if self.p.mr_local { len >= self.p.zcopy_bytes } else { !write || len > CHUNK };
+        if !wanted {
+            return Ok(false);
+        }
+        let reg = self.register_op(addr, len)?;
+        let posted = self.post_pieces(write, at, (addr, len), reg);
+        // Pieces already posted use the memory: wait for them even after a failed post.
+        let drained = self.drain(at.0.rank, "an endpoint's transfer");
+        posted.and(drained).map(|_| true)
     }
 
     /// Reads `dst.len()` bytes at `offset` of `src` through the staging buffers, a piece at a
@@ -593,7 +586,7 @@ impl TxSlot for OfiTxSlot {
         if self.put_piece(dst, dst.addr + offset as u64, src, more)? {
             return Ok(true);
         }
-        if !self.try_in_place(true, dst, offset, (src.as_ptr() as usize, src.len()))? {
+        if !self.try_in_place(true, (dst, offset), (src.as_ptr() as usize, src.len()))? {
             self.write_staged(dst, offset, src)?;
         }
         Ok(true)
@@ -626,32 +619,16 @@ impl TxSlot for OfiTxSlot {
             return Ok(true);
         }
         // The source is registered in the fabric's main domain; this slot's domain needs a
-        // registration of its own where the provider wants local descriptors, held by the
-        // pieces until the last completes.
-        let (desc, reg) = if self.p.mr_local {
-            let mr = self.ctx.register(&self.parts().tx, addr, len, Access::Local)?;
-            (mr.desc(), Some(Arc::new(OpReg::new(mr, &self.p.counters))))
-        } else {
-            (0, None)
-        };
-        let (piece, fa, key) = (self.p.max_msg.max(1), self.ctx.addrs[dst.rank as usize], dst.key);
-        let mut done = 0;
-        while done < len {
-            let (n, buf, raddr) =
-                ((len - done).min(piece), addr + done, dst.addr + (dst_offset + done) as u64);
-            let op = SlotOp { buf: None, small: None, dst: dst.rank, _reg: reg.clone() };
-            self.post(op, "fi_writemsg", |tx, ctx| {
-                tx.ep().write(buf, n, desc, fa, raddr, key, false, false, ctx)
-            })?;
-            done += n;
-        }
+        // registration of its own where the provider wants local descriptors.
+        let reg = self.register_op(addr, len)?;
+        self.post_pieces(true, (dst, dst_offset), (addr, len), reg)?;
         Ok(true)
     }
 
     fn get(&mut self, src: &RemoteRegion, offset: usize, dst: &mut [u8]) -> FabricResult<bool> {
         src.check(offset, dst.len())?;
         self.release_held()?;
-        if !self.try_in_place(false, src, offset, (dst.as_mut_ptr() as usize, dst.len()))? {
+        if !self.try_in_place(false, (src, offset), (dst.as_mut_ptr() as usize, dst.len()))? {
             self.read_staged(src, offset, dst)?;
         }
         Ok(true)

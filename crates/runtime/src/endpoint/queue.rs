@@ -47,9 +47,7 @@ pub(super) fn exec_put(comm: &Comm, to: &Target, src: Src<'_>) -> Result<Outcome
         let bytes = match src {
             Src::Bytes(b) => b,
             Src::Registered(f, len) => {
-                let mut b = vec![0u8; len];
-                comm.fabric.get(&f.region, f.off, &mut b)?;
-                staged = b;
+                staged = registered_bytes(comm, f, len)?;
                 &staged[..]
             }
         };
@@ -60,6 +58,13 @@ pub(super) fn exec_put(comm: &Comm, to: &Target, src: Src<'_>) -> Result<Outcome
         Src::Registered(f, len) => comm.fabric.put_from(&to.region, to.off, &f.region, f.off, len, 0)?,
     };
     Ok(if issued == Issued::Pending { Outcome::Quiet } else { Outcome::Done })
+}
+
+/// A copy of `len` bytes of this rank's registered memory at `from`.
+fn registered_bytes(comm: &Comm, from: &Target, len: usize) -> Result<Vec<u8>> {
+    let mut b = vec![0u8; len];
+    comm.fabric.get(&from.region, from.off, &mut b)?;
+    Ok(b)
 }
 
 /// Executes a put through the endpoint's slot where it carries RMA to the target (natively,
@@ -98,16 +103,11 @@ pub(super) fn put_from_via(
     from: &Target,
     len: usize,
 ) -> Result<Outcome> {
+    if !comm.native_rma {
+        // The AM-based path sends from a buffer.
+        return put_via(comm, slot_rma, slot, to, &registered_bytes(comm, from, len)?, false);
+    }
     if let Some(s) = slot.get().filter(|s| slot_rma && s.carries_rma_to(to.rank)) {
-        if !comm.native_rma {
-            let mut bytes = vec![0u8; len];
-            comm.fabric.get(&from.region, from.off, &mut bytes)?;
-            return Ok(Outcome::SlotOp(comm.am_put_with(
-                &mut on_slot(comm, s),
-                (to.rank, to.seg, to.off),
-                &bytes,
-            )?));
-        }
         if let Some(info) = comm.segments.get(from.seg) {
             if s.put_from((&to.region, to.off), (&info.local, from.off), len)? {
                 return Ok(Outcome::Slot);
