@@ -68,6 +68,18 @@ fn categories() -> Res {
             _ => &[],
         };
         ck(wanted.iter().all(|w| kind.contains(w)), || format!("a slot on {fabric} is {kind:?}"))?;
+        // A provider with scalable endpoints (sockets: 16 transmit contexts) carries a
+        // context's several slots on its transmit contexts.
+        let sep = fabric == "ofi" && std::env::var("WEFT_OFI_PROVIDER").is_ok_and(|p| p == "sockets");
+        if sep && res.layout.slots() > res.layout.contexts {
+            ck(kind.contains("transmit contexts of its context's scalable endpoint"), || {
+                format!(
+                    "{policy:?}: {} slots in {} contexts are {kind:?}",
+                    res.layout.slots(),
+                    res.layout.contexts
+                )
+            })?;
+        }
         let eps = set.endpoints();
         ck(eps.len() == THREADS, || format!("{} endpoints", eps.len()))?;
         let posted: Vec<Result<(usize, u64, u64), Error>> = std::thread::scope(|s| {

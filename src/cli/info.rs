@@ -54,10 +54,13 @@ fn endpoint_table(world: &World, threads: usize) -> Result<Vec<weft::EndpointRes
 
 fn print_endpoints(table: &[weft::EndpointResources], ranks: u32) {
     let Some(first) = table.first() else { return };
+    let kind = |r: &weft::EndpointResources| {
+        r.slot_kind.clone().unwrap_or_else(|| format!("a ring to each of the {ranks} ranks"))
+    };
     println!(
         "endpoints         {} per rank, postlist 32, 1 signaled completion per 64, inline ≤ 64 B; a slot is: {}",
         first.layout.threads,
-        first.slot_kind.clone().unwrap_or_else(|| format!("a ring to each of the {ranks} ranks"))
+        kind(first)
     );
     println!(
         "  {:<24} {:>8} {:>7} {:>5} {:>7} {:>12} {:>6} {:>10}",
@@ -79,6 +82,9 @@ fn print_endpoints(table: &[weft::EndpointResources], ranks: u32) {
             r.layout.locks(),
             kib(r.bytes)
         );
+        if kind(r) != kind(first) {
+            println!("    a slot is: {}", kind(r));
+        }
         if let Some(why) = &r.fallback {
             println!("    (AMs on the default path: {why})");
         }

@@ -403,7 +403,15 @@ impl Fabric for OfiFabric {
         let pid = self.pids[r];
         if self.same_host[r] {
             if !os::process_alive(pid) {
-                return PeerState::Dead(format!("process {pid} is gone"));
+                let now = os::now_ns().max(1);
+                let first =
+                    match self.gone_since[r].compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
+                        Ok(_) => now,
+                        Err(t) => t,
+                    };
+                if now.saturating_sub(first) >= super::GONE_GRACE_NS {
+                    return PeerState::Dead(format!("process {pid} is gone"));
+                }
             }
         } else {
             self.probe(rank);
@@ -428,13 +436,7 @@ impl Fabric for OfiFabric {
         }
         self.exposed.clear();
         let elsewhere = |r: Rank| self.same_host_elsewhere && self.same_host[r as usize];
-        for r in (0..self.size).filter(|&r| r != self.rank && !elsewhere(r)) {
-            // A peer that left (finalized or dead) reads nothing more: no message to it, as
-            // the provider may retry a connection to a closed endpoint until the timeout.
-            if matches!(self.peer_state(r), PeerState::Running) {
-                let _ = self.send_control(r, Control::Finalized);
-            }
-        }
+        self.leave((0..self.size).filter(|&r| r != self.rank && !elsewhere(r)));
     }
 
     fn resources(&self) -> Vec<Resource> {

@@ -5,6 +5,7 @@
 use crate::{FabricError, FabricResult};
 use std::ffi::{c_void, CStr, CString};
 use std::ptr::null_mut;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use weft_ofi_sys as sys;
 
 /// libfabric API version weft asks for (1.17, Debian 12's).
@@ -351,6 +352,12 @@ impl Objects {
     /// Opens an endpoint context: a new domain in this fabric, with an address vector holding
     /// `names` (every rank's main endpoint). `single_thread` asks for `FI_THREAD_DOMAIN`
     /// (the caller serialises every use of the domain and its endpoints: no provider locks).
+    ///
+    /// A domain for several threads gets a scalable endpoint with the provider's transmit
+    /// contexts (`max_ep_tx_ctx`, at most [`SEP_CONTEXTS`]) where the provider offers more
+    /// than one and binds registrations to no endpoint; its slots take the contexts in turn
+    /// and get endpoints of their own once they are all taken, or where the scalable endpoint
+    /// cannot be opened.
     pub fn open_domain(&self, names: &[Vec<u8>], single_thread: bool) -> FabricResult<Domain> {
         // SAFETY: self.info is a valid fi_info; fi_dupinfo deep-copies it.
         let info = InfoList(unsafe { sys::fi_dupinfo(self.info.0) });
@@ -366,6 +373,9 @@ impl Objects {
             delivery_complete: self.neg.delivery_complete,
             cq_size: self.neg.tx_size + 64,
             info,
+            sep: null_mut(),
+            sep_contexts: 0,
+            sep_next: AtomicUsize::new(0),
         };
         // SAFETY: the info copy and its attribute structs are valid; out-pointers point into
         // `d`, whose Drop closes what was opened if a later step fails.
@@ -378,6 +388,10 @@ impl Objects {
             check(sys::fi_av_open(d.domain, &mut av_attr, &mut d.av, null_mut()) as i64, "fi_av_open")?;
         }
         d.addrs = av_insert(d.av, names)?;
+        let contexts = self.neg.tx_contexts.min(SEP_CONTEXTS);
+        if !single_thread && contexts > 1 && !d.mr_endpoint {
+            d.open_scalable(contexts);
+        }
         Ok(d)
     }
 
@@ -475,6 +489,9 @@ fn register_in(
     }
 }
 
+/// Most transmit contexts of one scalable endpoint weft asks for.
+pub const SEP_CONTEXTS: usize = 64;
+
 /// An endpoint context (see [`Objects::open_domain`]). Its endpoints ([`TxEndpoint`]) must
 /// be closed before it.
 pub struct Domain {
@@ -487,6 +504,10 @@ pub struct Domain {
     delivery_complete: bool,
     cq_size: usize,
     info: InfoList,
+    /// The scalable endpoint (null where none) and its transmit contexts, handed out in turn.
+    sep: *mut sys::fid_ep,
+    sep_contexts: usize,
+    sep_next: AtomicUsize,
 }
 
 // SAFETY: the domain and address vector are only used to open endpoints and registrations,
@@ -497,11 +518,41 @@ unsafe impl Send for Domain {}
 unsafe impl Sync for Domain {}
 
 impl Domain {
-    /// Opens a transmitting endpoint in this context with its own completion queue.
+    /// Opens the scalable endpoint with `contexts` transmit contexts; leaves none where the
+    /// provider refuses (its slots then get endpoints of their own).
+    fn open_scalable(&mut self, contexts: usize) {
+        let mut sep = null_mut();
+        // SAFETY: domain, av and info are open/valid (info is this domain's own copy, changed
+        // only here, before any endpoint is opened from it); sep is closed below on failure.
+        let ok = unsafe {
+            let i = &mut *self.info.0;
+            let was = ((*i.ep_attr).tx_ctx_cnt, (*i.ep_attr).rx_ctx_cnt);
+            ((*i.ep_attr).tx_ctx_cnt, (*i.ep_attr).rx_ctx_cnt) = (contexts, 0);
+            let opened = sys::fi_scalable_ep(self.domain, i, &mut sep, null_mut()) == 0;
+            ((*i.ep_attr).tx_ctx_cnt, (*i.ep_attr).rx_ctx_cnt) = was;
+            opened && sys::fi_scalable_ep_bind(sep, &mut (*self.av).fid, 0) == 0 && sys::fi_enable(sep) == 0
+        };
+        if ok {
+            (self.sep, self.sep_contexts) = (sep, contexts);
+        } else {
+            // SAFETY: sep is null or opened above and used by nothing.
+            unsafe { close_in_order(&[sep.cast()]) }
+        }
+    }
+
+    /// Opens a transmitting endpoint in this context with its own completion queue: the
+    /// scalable endpoint's next transmit context while there is one, else an endpoint.
     pub fn open_endpoint(&self) -> FabricResult<TxEndpoint> {
-        let mut t = TxEndpoint { ep: null_mut(), cq: null_mut(), delivery_complete: self.delivery_complete };
-        // SAFETY: domain, av and info are open/valid; out-pointers point into `t`, whose Drop
-        // closes what was opened if a later step fails.
+        let mut t = TxEndpoint {
+            ep: null_mut(),
+            cq: null_mut(),
+            delivery_complete: self.delivery_complete,
+            context: None,
+        };
+        let next = if self.sep.is_null() { None } else { Some(self.sep_next.fetch_add(1, Ordering::AcqRel)) };
+        t.context = next.filter(|&k| k < self.sep_contexts).map(|k| (k, self.sep_contexts));
+        // SAFETY: domain, av, info (and sep where used) are open/valid; out-pointers point
+        // into `t`, whose Drop closes what was opened if a later step fails.
         unsafe {
             let mut cq_attr = sys::fi_cq_attr {
                 // Every transmit that can be outstanding: never overrun.
@@ -511,10 +562,25 @@ impl Domain {
                 ..Default::default()
             };
             check(sys::fi_cq_open(self.domain, &mut cq_attr, &mut t.cq, null_mut()) as i64, "fi_cq_open")?;
-            check(sys::fi_endpoint(self.domain, self.info.0, &mut t.ep, null_mut()) as i64, "fi_endpoint")?;
-            check(sys::fi_ep_bind(t.ep, &mut (*self.av).fid, 0) as i64, "fi_ep_bind(av)")?;
-            let flags = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
-            check(sys::fi_ep_bind(t.ep, &mut (*t.cq).fid, flags) as i64, "fi_ep_bind(cq)")?;
+            if let Some((k, _)) = t.context {
+                let at = k as i32;
+                check(
+                    sys::fi_tx_context(self.sep, at, null_mut(), &mut t.ep, null_mut()) as i64,
+                    "fi_tx_context",
+                )?;
+                check(
+                    sys::fi_ep_bind(t.ep, &mut (*t.cq).fid, sys::FI_TRANSMIT as u64) as i64,
+                    "fi_ep_bind(cq)",
+                )?;
+            } else {
+                check(
+                    sys::fi_endpoint(self.domain, self.info.0, &mut t.ep, null_mut()) as i64,
+                    "fi_endpoint",
+                )?;
+                check(sys::fi_ep_bind(t.ep, &mut (*self.av).fid, 0) as i64, "fi_ep_bind(av)")?;
+                let flags = (sys::FI_TRANSMIT | sys::FI_RECV) as u64;
+                check(sys::fi_ep_bind(t.ep, &mut (*t.cq).fid, flags) as i64, "fi_ep_bind(cq)")?;
+            }
             check(sys::fi_enable(t.ep) as i64, "fi_enable")?;
         }
         Ok(t)
@@ -528,8 +594,9 @@ impl Domain {
 
 impl Drop for Domain {
     fn drop(&mut self) {
-        // SAFETY: opened once by open_domain, closed once here, the AV before its domain.
-        unsafe { close_in_order(&[self.av.cast(), self.domain.cast()]) }
+        // SAFETY: opened once by open_domain, closed once here, the scalable endpoint (whose
+        // transmit contexts closed before, with their slots) and the AV before their domain.
+        unsafe { close_in_order(&[self.sep.cast(), self.av.cast(), self.domain.cast()]) }
     }
 }
 
@@ -538,6 +605,8 @@ pub struct TxEndpoint {
     ep: *mut sys::fid_ep,
     cq: *mut sys::fid_cq,
     delivery_complete: bool,
+    /// Which transmit context of how many of its domain's scalable endpoint it is, if one.
+    pub context: Option<(usize, usize)>,
 }
 
 // SAFETY: a transmit endpoint is used by its owner only (`&mut` through the runtime's slot),

@@ -87,6 +87,13 @@ const PROBE_INTERVAL_NS: u64 = 500_000_000;
 /// A peer whose endpoint refuses probes (the provider answers `-FI_EAGAIN`: it cannot
 /// reconnect, as when the process or its host is gone) for this long is reported dead.
 const PROBE_REFUSED_NS: u64 = 2_000_000_000;
+/// A same-host peer whose process is gone is reported dead this long after it was first seen
+/// gone: what it sent before it exited (its finalize notice, its last barrier message) may
+/// still be inside the provider (a socket's buffer, the provider's thread) and is delivered
+/// meanwhile.
+const GONE_GRACE_NS: u64 = 500_000_000;
+/// How long finalize waits for what this rank sent to complete.
+const FINAL_FLUSH_NS: u64 = 2_000_000_000;
 /// Dropped messages reported on standard error (the rest are only counted).
 const REPORTED_REJECTS: u64 = 16;
 const RX_BYTES: usize = (wire::HEADER + 8 * crate::AM_MAX_ARGS + MAX_MEDIUM + 4095) & !4095;
@@ -151,10 +158,11 @@ enum Op {
         slot: Option<u32>,
         dst: Rank,
     },
-    /// A liveness probe in a small slot.
-    Probe {
+    /// A control message in a small slot: a liveness probe, or the finalize notice.
+    Control {
         slot: u32,
         dst: Rank,
+        probe: bool,
     },
     Write {
         slot: Option<u32>,
@@ -302,6 +310,8 @@ pub struct OfiFabric {
     probing: Vec<AtomicBool>,
     /// Since when probes to each peer have been refused (0: the last one was accepted).
     refused_since: Vec<AtomicU64>,
+    /// When each same-host peer's process was first seen gone (`os::now_ns`; 0: never).
+    gone_since: Vec<AtomicU64>,
     failed: Mutex<Vec<Option<String>>>,
     rejected: AtomicU64,
     /// Receive buffers whose re-post the provider refused for now (`-FI_EAGAIN`): posted again
@@ -407,6 +417,7 @@ impl OfiFabric {
             probed_at: (0..size).map(|_| AtomicU64::new(0)).collect(),
             probing: (0..size).map(|_| AtomicBool::new(false)).collect(),
             refused_since: (0..size).map(|_| AtomicU64::new(0)).collect(),
+            gone_since: (0..size).map(|_| AtomicU64::new(0)).collect(),
             failed: Mutex::new(vec![None; size as usize]),
             rejected: AtomicU64::new(0),
             unposted: Mutex::new(Vec::new()),
@@ -676,9 +687,11 @@ impl OfiFabric {
                     self.mark_failed(dst, format!("a message to it failed: {why}"));
                 }
             }
-            Op::Probe { slot, dst } => {
+            Op::Control { slot, dst, probe } => {
                 self.smalls.give(slot);
-                self.probing[dst as usize].store(false, Ordering::Release);
+                if probe {
+                    self.probing[dst as usize].store(false, Ordering::Release);
+                }
                 if let Err(why) = res {
                     self.mark_failed(dst, format!("unreachable: {why}"));
                 }

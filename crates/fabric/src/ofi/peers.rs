@@ -62,20 +62,14 @@ impl OfiFabric {
             return;
         }
         self.probed_at[d].store(now, Ordering::Release);
-        let Some(slot) = self.smalls.take() else {
-            self.probing[d].store(false, Ordering::Release);
-            return;
+        let ret = match self.post_control(dst, Control::Wake, true) {
+            Some(ret) => ret,
+            None => {
+                self.probing[d].store(false, Ordering::Release);
+                return;
+            }
         };
-        let msg = self.control_message(Control::Wake, 0);
-        let at = self.smalls.addr(slot);
-        // SAFETY: the small slot (64 bytes ≥ a header) is ours until the probe completes.
-        unsafe { std::slice::from_raw_parts_mut(at as *mut u8, msg.len()) }.copy_from_slice(&msg);
-        let ctx = Context::into_raw(Op::Probe { slot, dst });
-        let ret = self.obj.ep().send(at, msg.len(), self.stage.mr.desc(), self.addrs[d], TAG_REPLY, ctx);
         if ret < 0 {
-            // SAFETY: refused, so the context is ours again.
-            drop(unsafe { Context::<Op>::from_raw(ctx) });
-            self.smalls.give(slot);
             self.probing[d].store(false, Ordering::Release);
             let since =
                 match self.refused_since[d].compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
@@ -96,7 +90,53 @@ impl OfiFabric {
             return;
         }
         self.refused_since[d].store(0, Ordering::Release);
-        self.inflight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Sends control message `c` to `dst` from a small slot with a completion (`probe`: it is
+    /// the liveness probe); `None` when no small slot is free, else what the provider said.
+    pub(super) fn post_control(&self, dst: Rank, c: Control, probe: bool) -> Option<isize> {
+        let slot = self.smalls.take()?;
+        let msg = self.control_message(c, 0);
+        let at = self.smalls.addr(slot);
+        // SAFETY: the small slot (64 bytes ≥ a header) is ours until the send completes.
+        unsafe { std::slice::from_raw_parts_mut(at as *mut u8, msg.len()) }.copy_from_slice(&msg);
+        let ctx = Context::into_raw(Op::Control { slot, dst, probe });
+        let ret =
+            self.obj.ep().send(at, msg.len(), self.stage.mr.desc(), self.addrs[dst as usize], TAG_REPLY, ctx);
+        if ret < 0 {
+            // SAFETY: refused, so the context is ours again.
+            drop(unsafe { Context::<Op>::from_raw(ctx) });
+            self.smalls.give(slot);
+        } else {
+            self.inflight.fetch_add(1, Ordering::AcqRel);
+        }
+        Some(ret)
+    }
+
+    /// Tells every running peer this rank leaves, then waits (at most [`FINAL_FLUSH_NS`])
+    /// until everything it sent has completed: a provider may still hold injected messages
+    /// (no completion) in a queue of its own that dies with the process, and a peer may be
+    /// waiting on the last of them. The notice is a send with a completion (delivery complete
+    /// where the provider offers it) behind those messages on the same connection.
+    pub(super) fn leave(&self, peers: impl Iterator<Item = Rank>) {
+        let deadline = os::now_ns() + FINAL_FLUSH_NS;
+        for r in peers {
+            // A peer that left (finalized or dead) reads nothing more: no message to it, as
+            // the provider may retry a connection to a closed endpoint until the timeout.
+            while matches!(self.peer_state(r), PeerState::Running) && os::now_ns() < deadline {
+                match self.post_control(r, Control::Finalized, false) {
+                    Some(ret) if ret != EAGAIN => break,
+                    _ => {
+                        let _ = self.poll_cq();
+                    }
+                }
+            }
+        }
+        while self.inflight.load(Ordering::Acquire) > 0 && os::now_ns() < deadline {
+            if matches!(self.poll_cq(), Ok(0)) {
+                std::thread::yield_now();
+            }
+        }
     }
 
     pub(super) fn control_message(&self, c: Control, value: u64) -> [u8; wire::HEADER] {

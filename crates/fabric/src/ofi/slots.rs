@@ -7,8 +7,11 @@
 //! completion queue and two registered staging buffers: puts (`fi_writemsg`, `FI_INJECT` up
 //! to the inject size, `FI_MORE` inside a batch, whose last write is held back until the
 //! slot's next operation shows that it is the last) and request AMs leave through it, so
-//! threads on different slots share no provider queue. Providers without scalable endpoints (tcp:
-//! `max_ep_tx_ctx` 1) get one endpoint per slot, which is the documented fallback.
+//! threads on different slots share no provider queue. Where the provider offers scalable
+//! endpoints (`max_ep_tx_ctx` > 1: sockets 16; tcp 1) a context for several threads holds one,
+//! and its slots are its transmit contexts (`fi_tx_context`, each with its own CQ); other
+//! contexts, slots beyond the contexts offered, and other providers get one endpoint per
+//! slot, as Chapel's libfabric layer does.
 //!
 //! Receiving stays on each rank's main endpoint (a shared receive context, as in the paper,
 //! which studies the initiator side): AMs from slots land in the same pre-posted buffers
@@ -685,13 +688,17 @@ impl TxSlot for OfiTxSlot {
     }
 
     fn resources(&self) -> Resource {
-        Resource {
-            kind: format!(
-                "libfabric endpoint + CQ + staging MR (endpoint slot: an RDM endpoint of its own; \
-                 the provider offers {} transmit contexts per scalable endpoint, which weft does \
-                 not use yet)",
-                self.p.tx_contexts
+        let how = match self.parts().tx.context {
+            Some((_, n)) => format!("one of the {n} transmit contexts of its context's scalable endpoint"),
+            None if self.p.tx_contexts > 1 => format!(
+                "an RDM endpoint of its own: its context is for one thread, or its scalable \
+                 endpoint's {} transmit contexts are taken",
+                self.p.tx_contexts.min(ffi::SEP_CONTEXTS)
             ),
+            None => "an RDM endpoint of its own: the provider offers no scalable endpoints".to_string(),
+        };
+        Resource {
+            kind: format!("libfabric endpoint + CQ + staging MR (endpoint slot: {how})"),
             count: 1,
             bytes: (self.parts().stage.len() + self.p.tx_size * std::mem::size_of::<sys::fi_cq_data_entry>())
                 as u64,

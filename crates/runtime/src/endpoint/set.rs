@@ -33,8 +33,10 @@ pub struct EndpointResources {
     pub bytes: u64,
     /// Set when the fabric has no transmit slots: endpoint AMs use the world's default path.
     pub fallback: Option<String>,
-    /// What one transmit slot is on this fabric, as the fabric names it (shared memory: rings
-    /// to every rank; libfabric: an endpoint with its completion queue and staging memory).
+    /// What a transmit slot is on this fabric, as the fabric names it (shared memory: rings
+    /// to every rank; libfabric: an endpoint or a scalable endpoint's transmit context, with
+    /// its completion queue and staging memory); kinds that differ between slots are joined
+    /// by `; `.
     pub slot_kind: Option<String>,
     /// [`EndpointPolicy::Auto`]: the rate measured for each category (operations/s).
     pub measured: Vec<(EndpointPolicy, f64)>,
@@ -298,7 +300,13 @@ impl Comm {
         let inboxes = opened.unwrap_or_default();
         let mut resources = EndpointResources::new(layout.clone(), n, cfg);
         let opened_slots: Vec<_> = slots.iter().flatten().flatten().map(|s| s.resources()).collect();
-        resources.slot_kind = opened_slots.first().map(|r| r.kind.clone());
+        let mut kinds: Vec<String> = vec![];
+        for r in &opened_slots {
+            if !kinds.contains(&r.kind) {
+                kinds.push(r.kind.clone());
+            }
+        }
+        resources.slot_kind = (!kinds.is_empty()).then(|| kinds.join("; "));
         if !self.caps.load_store && !opened_slots.is_empty() {
             // Network slots are what the fabric allocated, not rings: count what it reports.
             resources.bytes =
