@@ -148,7 +148,7 @@ impl Layer for Comm {
         if rank >= self.size() {
             return Err(Error::NoSuchRank { rank, size: self.size() });
         }
-        Ok(self.fabric.read_exposed(rank, addr, key, dst)?)
+        Ok(self.fabric_wait(|| self.fabric.read_exposed(rank, addr, key, dst))?)
     }
     fn future_pending(&self, cx: &std::task::Context<'_>) {
         Comm::future_pending(self, cx)

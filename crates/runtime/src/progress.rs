@@ -48,6 +48,17 @@ impl Drop for Waiting<'_> {
     }
 }
 
+impl Comm {
+    /// Runs `f`, a call that waits inside the fabric (a blocking get, a put with signal, a
+    /// pull of an exposed chunk), counted as a waiting thread on a network: the progress
+    /// thread stands aside meanwhile, as for the runtime's own waits, and leaves the cores and
+    /// the completion queue to the thread that polls for its completion.
+    pub(crate) fn fabric_wait<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _waiting = (!self.caps.load_store).then(|| Waiting::enter(self));
+        f()
+    }
+}
+
 /// Polls of a wait before its first call of the slow part of [`Backoff::snooze`] (with
 /// cores of its own): most waits end within them. A power of two.
 const FIRST_POLLS: u32 = 64;

@@ -141,7 +141,7 @@ impl Comm {
             self.resolve(signal, 8)?
         };
         let (region, sig_region) = (seg.remote(dst.rank())?, sig_seg.remote(dst.rank())?);
-        Ok(self.fabric.put_signal(region, off, bytes, sig_region, sig_off, value)?)
+        Ok(self.fabric_wait(|| self.fabric.put_signal(region, off, bytes, sig_region, sig_off, value))?)
     }
 
     /// True if a put with signal to `rank` is the fabric's own (data and flag written by this
@@ -168,7 +168,8 @@ impl Comm {
         let region = seg.remote_region(rank)?;
         // Saturated offsets lie past the region, which the fabric rejects.
         let (off, sig_off) = (index.saturating_mul(8), sig_index.saturating_mul(8));
-        Ok(self.fabric.put_signal(region, off, bytes_of(words), region, sig_off, value)?)
+        Ok(self
+            .fabric_wait(|| self.fabric.put_signal(region, off, bytes_of(words), region, sig_off, value))?)
     }
 
     /// Reads `dst.len()` elements at `src` into `dst`.
@@ -196,7 +197,7 @@ impl Comm {
         }
         let region = seg.remote(src.rank())?;
         if blocking || self.caps.load_store || self.fabric.gets_at_once(src.rank()) {
-            self.fabric.get(region, off, out)?;
+            self.fabric_wait(|| self.fabric.get(region, off, out))?;
             return Ok(None);
         }
         let state = OpState::new(src.rank(), 1, 0);
