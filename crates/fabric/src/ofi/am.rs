@@ -158,7 +158,7 @@ impl OfiFabric {
                 self.poll_cq()?;
                 return Ok(false);
             }
-            ffi::check(ret as i64, "fi_inject")?;
+            self.posted(dst, ret, "fi_inject")?;
             return Ok(true);
         }
         if self.tx_full() {
@@ -185,7 +185,7 @@ impl OfiFabric {
                 self.poll_cq()?;
                 return Ok(false);
             }
-            return ffi::check(ret as i64, "fi_send").map(|_| false);
+            return self.posted(dst, ret, "fi_send").map(|_| false);
         }
         self.inflight.fetch_add(1, Ordering::AcqRel);
         Ok(true)

@@ -92,6 +92,17 @@ const PROBE_REFUSED_NS: u64 = 2_000_000_000;
 /// still be inside the provider (a socket's buffer, the provider's thread) and is delivered
 /// meanwhile.
 const GONE_GRACE_NS: u64 = 500_000_000;
+/// Errors of a post that say the peer cannot be reached (no route, connection refused or
+/// gone), unlike errors of the operation itself.
+const UNREACHABLE: [u32; 7] = [
+    sys::FI_ENOENT,
+    sys::FI_ECONNREFUSED,
+    sys::FI_ECONNRESET,
+    sys::FI_ECONNABORTED,
+    sys::FI_ENOTCONN,
+    sys::FI_EHOSTUNREACH,
+    sys::FI_ENETUNREACH,
+];
 /// How long finalize waits for what this rank sent to complete.
 const FINAL_FLUSH_NS: u64 = 2_000_000_000;
 /// Dropped messages reported on standard error (the rest are only counted).
@@ -556,8 +567,20 @@ impl OfiFabric {
         let stalled = || format!("{what} to rank {dst}: provider queue stayed full");
         self.progress_until(dst, stalled, || match post() {
             EAGAIN => Ok(None),
-            ret => ffi::check(ret as i64, what).map(Some),
+            ret => self.posted(dst, ret, what).map(Some),
         })
+    }
+
+    /// What a post toward `dst` that returned `ret` (not `-FI_EAGAIN`) means: done, a failed
+    /// peer (the provider has no connection to it and cannot make one, as sockets says once
+    /// the peer's endpoint closed: it is marked failed), or an error of the operation.
+    fn posted(&self, dst: Rank, ret: isize, what: &str) -> FabricResult<()> {
+        if ret < 0 && UNREACHABLE.contains(&(-ret as u32)) {
+            let why = format!("unreachable: {what}: {}", ffi::strerror(ret as i64));
+            self.mark_failed(dst, why.clone());
+            return Err(FabricError::Peer { rank: dst, reason: why });
+        }
+        ffi::check(ret as i64, what)
     }
 
     /// Posts an operation with a boxed context; the context is taken back if refused.
