@@ -403,13 +403,8 @@ impl Fabric for OfiFabric {
         let pid = self.pids[r];
         if self.same_host[r] {
             if !os::process_alive(pid) {
-                let now = os::now_ns().max(1);
-                let first =
-                    match self.gone_since[r].compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
-                        Ok(_) => now,
-                        Err(t) => t,
-                    };
-                if now.saturating_sub(first) >= super::GONE_GRACE_NS {
+                let now = os::now_ns();
+                if now.saturating_sub(super::first_seen(&self.gone_since[r], now)) >= super::GONE_GRACE_NS {
                     return PeerState::Dead(format!("process {pid} is gone"));
                 }
             }

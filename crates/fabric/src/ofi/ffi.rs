@@ -547,10 +547,11 @@ impl Domain {
             ep: null_mut(),
             cq: null_mut(),
             delivery_complete: self.delivery_complete,
-            context: None,
+            scalable: false,
         };
         let next = if self.sep.is_null() { None } else { Some(self.sep_next.fetch_add(1, Ordering::AcqRel)) };
-        t.context = next.filter(|&k| k < self.sep_contexts).map(|k| (k, self.sep_contexts));
+        let context = next.filter(|&k| k < self.sep_contexts);
+        t.scalable = context.is_some();
         // SAFETY: domain, av, info (and sep where used) are open/valid; out-pointers point
         // into `t`, whose Drop closes what was opened if a later step fails.
         unsafe {
@@ -562,7 +563,7 @@ impl Domain {
                 ..Default::default()
             };
             check(sys::fi_cq_open(self.domain, &mut cq_attr, &mut t.cq, null_mut()) as i64, "fi_cq_open")?;
-            if let Some((k, _)) = t.context {
+            if let Some(k) = context {
                 let at = k as i32;
                 check(
                     sys::fi_tx_context(self.sep, at, null_mut(), &mut t.ep, null_mut()) as i64,
@@ -605,8 +606,8 @@ pub struct TxEndpoint {
     ep: *mut sys::fid_ep,
     cq: *mut sys::fid_cq,
     delivery_complete: bool,
-    /// Which transmit context of how many of its domain's scalable endpoint it is, if one.
-    pub context: Option<(usize, usize)>,
+    /// Whether it is a transmit context of its domain's scalable endpoint.
+    pub scalable: bool,
 }
 
 // SAFETY: a transmit endpoint is used by its owner only (`&mut` through the runtime's slot),

@@ -63,8 +63,14 @@ const SMALLS: usize = 1024;
 /// index-gather pattern). A get that finds none free in its tier, or is larger, reads in
 /// place and waits.
 const GET_TIERS: [(usize, usize); 3] = [(64, 4096), (512, 1024), (4096, 256)];
-const GET_BYTES: usize =
-    GET_TIERS[0].0 * GET_TIERS[0].1 + GET_TIERS[1].0 * GET_TIERS[1].1 + GET_TIERS[2].0 * GET_TIERS[2].1;
+const GET_BYTES: usize = {
+    let (mut sum, mut i) = (0, 0);
+    while i < GET_TIERS.len() {
+        sum += GET_TIERS[i].0 * GET_TIERS[i].1;
+        i += 1;
+    }
+    sum
+};
 /// Bytes of the staging region: chunks, small slots, then the gets' slots.
 const STAGE_BYTES: usize = CHUNK * CHUNKS + 64 * SMALLS + GET_BYTES;
 /// Receive buffers posted at any time, each holding one whole AM: the first `REQUEST_BUFS`
@@ -105,6 +111,22 @@ const UNREACHABLE: [u32; 7] = [
 ];
 /// How long finalize waits for what this rank sent to complete.
 const FINAL_FLUSH_NS: u64 = 2_000_000_000;
+/// When something was first seen, kept in `cell` (`os::now_ns`; 0: not yet): stores `now`
+/// if the cell holds nothing, and returns what it holds.
+fn first_seen(cell: &AtomicU64, now: u64) -> u64 {
+    let now = now.max(1);
+    match cell.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => now,
+        Err(t) => t,
+    }
+}
+
+/// Says on standard error that a wait for operations on the caller's memory goes on past
+/// `e` (a failed or silent peer): the memory is not handed back before the provider is done.
+fn say_stuck(rank: Rank, e: &FabricError) {
+    eprintln!("weft: rank {rank}: {e}; the operation's memory stays in use until the provider completes it");
+}
+
 /// Dropped messages reported on standard error (the rest are only counted).
 const REPORTED_REJECTS: u64 = 16;
 const RX_BYTES: usize = (wire::HEADER + 8 * crate::AM_MAX_ARGS + MAX_MEDIUM + 4095) & !4095;
@@ -288,7 +310,7 @@ pub struct OfiFabric {
     chunks: Slab,
     smalls: Slab,
     /// Non-blocking gets' staging, a slab per [`GET_TIERS`] entry.
-    get_slots: [Arc<Slab>; 3],
+    get_slots: [Arc<Slab>; GET_TIERS.len()],
     rx: Reg,
     rx_slots: Slab,
     cq_lock: Mutex<()>,

@@ -71,19 +71,15 @@ impl OfiFabric {
         };
         if ret < 0 {
             self.probing[d].store(false, Ordering::Release);
-            let since =
-                match self.refused_since[d].compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => now,
-                    Err(t) => t,
-                };
+            let since = first_seen(&self.refused_since[d], now);
             if ret != EAGAIN {
                 self.mark_failed(dst, format!("unreachable: {}", ffi::strerror(ret as i64)));
-            } else if now - since >= PROBE_REFUSED_NS {
+            } else if now.saturating_sub(since) >= PROBE_REFUSED_NS {
                 self.mark_failed(
                     dst,
                     format!(
                         "its endpoint refused connections for {} s (process or host gone)",
-                        (now - since) / 1_000_000_000
+                        now.saturating_sub(since) / 1_000_000_000
                     ),
                 );
             }

@@ -36,10 +36,7 @@ impl OfiFabric {
                     Ok(()) => None,
                 };
                 if let Some(e) = why {
-                    eprintln!(
-                        "weft: rank {}: {e}; the operation's memory stays in use until the provider completes it",
-                        self.rank
-                    );
+                    say_stuck(self.rank, &e);
                     stuck = Some(e);
                 }
             }

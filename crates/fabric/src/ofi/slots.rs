@@ -399,10 +399,7 @@ impl OfiTxSlot {
         let mut stuck = None;
         while let Err(e) = self.progress_until(Some(dst), what, |s| s.inflight == 0) {
             if stuck.is_none() {
-                eprintln!(
-                    "weft: rank {}: {e}; the operation's memory stays in use until the provider completes it",
-                    self.p.rank
-                );
+                super::say_stuck(self.p.rank, &e);
             }
             stuck.get_or_insert(e);
             std::thread::sleep(Duration::from_millis(1));
@@ -688,14 +685,17 @@ impl TxSlot for OfiTxSlot {
     }
 
     fn resources(&self) -> Resource {
-        let how = match self.parts().tx.context {
-            Some((_, n)) => format!("one of the {n} transmit contexts of its context's scalable endpoint"),
-            None if self.p.tx_contexts > 1 => format!(
+        let how = match self.parts().tx.scalable {
+            true => format!(
+                "one of the {} transmit contexts of its context's scalable endpoint",
+                self.p.tx_contexts.min(ffi::SEP_CONTEXTS)
+            ),
+            false if self.p.tx_contexts > 1 => format!(
                 "an RDM endpoint of its own: its context is for one thread, or its scalable \
                  endpoint's {} transmit contexts are taken",
                 self.p.tx_contexts.min(ffi::SEP_CONTEXTS)
             ),
-            None => "an RDM endpoint of its own: the provider offers no scalable endpoints".to_string(),
+            false => "an RDM endpoint of its own: the provider offers no scalable endpoints".to_string(),
         };
         Resource {
             kind: format!("libfabric endpoint + CQ + staging MR (endpoint slot: {how})"),
