@@ -33,6 +33,7 @@ const CASES: &[Case] = &[
     Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
     Case { name: "gets_in_flight", run: gets_in_flight, ranks: &[2, 4], env: &[] },
     Case { name: "registered_buffers", run: registered_buffers, ranks: &[2, 4], env: &[] },
+    Case { name: "large_gets_in_flight", run: large_gets_in_flight, ranks: &[2, 4], env: &[] },
     Case {
         name: "get_from_stalled_target",
         run: get_from_stalled_target,

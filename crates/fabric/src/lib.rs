@@ -32,6 +32,7 @@ pub mod open;
 pub mod os;
 pub mod pod;
 pub mod pool;
+pub mod read;
 pub mod reap;
 pub mod shm;
 
@@ -108,6 +109,27 @@ pub trait Fabric: Send + Sync + 'static {
     ) -> FabricResult<GetIssued> {
         let _ = token;
         self.get(src, offset, dst).map(|_| GetIssued::Done)
+    }
+    /// Starts a get of `dst.len()` bytes at `offset` of `src` into memory that stays valid
+    /// until the read completes (see [`read`]): done at return, or `Issued::Pending` with the
+    /// bytes in place once `on_complete(token)` came. Fabrics that read over a network read
+    /// straight into it, many reads in flight at once; the default is [`Fabric::get`].
+    fn get_into(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: read::ReadDst<'_>,
+        token: u64,
+    ) -> FabricResult<Issued> {
+        let _ = token;
+        self.get(src, offset, dst.into_slice()).map(|_| Issued::Done(0))
+    }
+    /// Makes progress until [`read::ReadScope::settled`]: no read into the scope's slices is in
+    /// flight. Never returns earlier, whatever fails (a failed read completes with its error).
+    fn wait_reads(&self, scope: &read::ReadScope<'_>) {
+        while !scope.settled() {
+            std::thread::yield_now();
+        }
     }
     /// Performs an atomic operation on the 8-byte-aligned `u64` at `offset` of `dst`.
     /// `Issued::Done` carries the previous value.

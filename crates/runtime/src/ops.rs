@@ -11,10 +11,12 @@ use crate::{Comm, Error, Pod, Result};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use weft_fabric::read::ReadBuf;
 
 /// Shared state of one operation in flight.
 pub(crate) struct OpState {
@@ -380,20 +382,27 @@ impl Future for AtomicHandle {
 pub struct GetVec<T: Pod> {
     /// The world and the operation while it is in flight.
     op: Option<(Arc<Comm>, Arc<OpState>)>,
-    buf: Vec<T>,
+    /// The destination: the fabric holds a share of it while it reads into it.
+    buf: ReadBuf,
+    /// Whether the operation's data is copied into `buf` at completion (not read in place).
+    copy: bool,
+    _elem: PhantomData<T>,
 }
 
 impl<T: Pod> GetVec<T> {
-    pub(crate) fn new(comm: &Comm, op: Option<Arc<OpState>>, buf: Vec<T>) -> Self {
-        GetVec { op: op.map(|op| (comm.arc(), op)), buf }
+    pub(crate) fn new(comm: &Comm, op: Option<Arc<OpState>>, buf: ReadBuf, copy: bool) -> Self {
+        GetVec { op: op.map(|op| (comm.arc(), op)), buf, copy, _elem: PhantomData }
     }
     /// The data, once the operation is complete.
     fn finish(&mut self) -> Result<Vec<T>> {
+        let held = || Error::Misuse("get_vec_nb: the fabric still holds the buffer after completion");
         if let Some((_, op)) = self.op.take() {
             op.outcome()?;
-            op.copy_out(weft_fabric::pod::bytes_of_mut(&mut self.buf), std::iter::empty());
+            if self.copy {
+                op.copy_out(self.buf.bytes_mut().ok_or_else(held)?, std::iter::empty());
+            }
         }
-        Ok(std::mem::take(&mut self.buf))
+        self.buf.take::<T>().ok_or_else(held)
     }
     /// Blocks (making progress) until the data is here; gives it.
     pub fn wait(mut self) -> Result<Vec<T>> {
@@ -412,7 +421,7 @@ impl<T: Pod> GetVec<T> {
                 }
                 self.finish().map(Some)
             }
-            None => Ok(Some(std::mem::take(&mut self.buf))),
+            None => self.finish().map(Some),
         }
     }
 }

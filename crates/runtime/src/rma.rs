@@ -15,6 +15,7 @@ use crate::{AtomicHandle, Comm, Error, Pod, Result, RmaHandle, Segment};
 use std::cell::RefCell;
 use std::sync::Arc;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
+use weft_fabric::read::{read_scope, ReadBuf, ReadDst, ReadScope};
 use weft_fabric::{AtomicOp, GetIssued, Issued};
 
 /// How an operation was started: finished already, or with state to wait on.
@@ -22,6 +23,10 @@ pub(crate) enum Started {
     Done(u64),
     Pending(Arc<OpState>),
 }
+
+/// A started get: the operation to wait on, if any, and the slice its data is copied to at
+/// completion, if it is not read in place.
+type GetStart<'a> = (Option<Arc<OpState>>, Option<&'a mut [u8]>);
 
 impl Comm {
     fn start_put<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<Started> {
@@ -39,8 +44,9 @@ impl Comm {
             };
         }
         // A network: the put completes later, reported with its own token, so a handle or an
-        // NBI sync waits for exactly its operations.
-        self.tracked(dst.rank(), |token| self.fabric.put(region, off, bytes, token))
+        // NBI sync waits for exactly its operations. A large one is written in place and
+        // waited for inside the fabric: this thread counts as waiting meanwhile.
+        self.fabric_wait(|| self.tracked(dst.rank(), |token| self.fabric.put(region, off, bytes, token)))
     }
 
     /// Issues one fabric operation with a fresh completion token and returns what to wait on.
@@ -219,6 +225,30 @@ impl Comm {
         }
     }
 
+    /// Starts a get into `dst`, memory that outlives the read (see [`weft_fabric::read`]): on
+    /// a network the fabric reads straight into it, every get in flight at once. Returns the
+    /// operation to wait on, if any, and the slice to copy its data to at completion where
+    /// another path (AM-based, staged) fetched it.
+    fn start_get_into<'a, T: Pod>(
+        &self,
+        src: GlobalPtr<T>,
+        dst: ReadDst<'a>,
+    ) -> Result<GetStart<'a>> {
+        let (seg, off) = self.resolve(src, dst.len())?;
+        if !self.native_rma || self.caps.load_store || self.fabric.gets_at_once(src.rank()) {
+            let out = dst.into_slice();
+            return Ok(match self.start_get(src, out, false)? {
+                Some(op) => (Some(op), Some(out)),
+                None => (None, None),
+            });
+        }
+        let region = seg.remote(src.rank())?;
+        Ok(match self.tracked(src.rank(), |token| self.fabric.get_into(region, off, dst, token))? {
+            Started::Done(_) => (None, None),
+            Started::Pending(op) => (Some(op), None),
+        })
+    }
+
     /// Starts a put; `src` may be reused at once, the handle completes when the data is
     /// visible at the target.
     pub fn put_nb<T: Pod>(&self, dst: GlobalPtr<T>, src: &[T]) -> Result<RmaHandle<'static>> {
@@ -229,7 +259,10 @@ impl Comm {
     }
 
     /// Starts a get into `dst`, which stays borrowed until the handle completes (the handle
-    /// holds its own reference to the world).
+    /// holds its own reference to the world). On a network a get of up to 4 KiB is in flight
+    /// when this returns; a larger one completes before it returns, since a handle that is
+    /// forgotten (`mem::forget`) would let the network write `dst` after its borrow ended:
+    /// gets inside [`Comm::nbi`] and [`Comm::get_vec_nb`] are in flight at any size.
     pub fn get_nb<'a, T: Pod>(&self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
         let out = bytes_of_mut(dst);
         Ok(match self.start_get(src, out, false)? {
@@ -242,9 +275,11 @@ impl Comm {
     /// [`crate::GetVec`]): the form of [`Comm::get_nb`] for futures that move, as into
     /// `tokio::spawn`.
     pub fn get_vec_nb<T: Pod>(&self, src: GlobalPtr<T>, len: usize) -> Result<crate::GetVec<T>> {
-        let mut buf = vec![T::zeroed(); len];
-        let op = self.start_get(src, bytes_of_mut(&mut buf), false)?;
-        Ok(crate::GetVec::new(self, op, buf))
+        let mut buf = ReadBuf::new(vec![T::zeroed(); len]);
+        let dst = buf.dst().ok_or(Error::Misuse("get_vec_nb: a new buffer is shared"))?;
+        let (op, out) = self.start_get_into(src, dst)?;
+        let copy = out.is_some();
+        Ok(crate::GetVec::new(self, op, buf, copy))
     }
 
     /// Starts a put completed by the next [`Comm::sync_nbi`] of this thread; `src` may be
@@ -257,8 +292,9 @@ impl Comm {
     }
 
     /// Runs `f` with a scope in which implicit gets (and puts) may be issued; all of them are
-    /// complete when `nbi` returns. Gets need the scope because their destination must stay
-    /// borrowed until they complete.
+    /// complete when `nbi` returns, also when `f` panics. Gets need the scope because their
+    /// destination must stay borrowed until they complete; in exchange, on a network every
+    /// get of the scope is in flight at once, read straight into its destination.
     ///
     /// ```no_run
     /// # let world = weft_runtime::World::init()?;
@@ -270,22 +306,24 @@ impl Comm {
     /// })?;
     /// # Ok::<(), weft_runtime::Error>(())
     /// ```
-    pub fn nbi<'s, R>(&'s self, f: impl FnOnce(&NbiScope<'s>) -> Result<R>) -> Result<R> {
-        let scope = NbiScope { comm: self, gets: RefCell::new(Vec::new()) };
-        let r = f(&scope);
-        let mut first_err = r.as_ref().err().cloned();
-        for h in scope.gets.into_inner() {
-            if let Err(e) = h.wait() {
+    pub fn nbi<'env, R>(&'env self, f: impl FnOnce(&NbiScope<'_, 'env>) -> Result<R>) -> Result<R> {
+        read_scope(&*self.fabric, |reads| {
+            let scope = NbiScope { comm: self, reads, gets: RefCell::new(Vec::new()) };
+            let r = f(&scope);
+            let mut first_err = r.as_ref().err().cloned();
+            for h in scope.gets.into_inner() {
+                if let Err(e) = h.wait() {
+                    first_err.get_or_insert(e);
+                }
+            }
+            if let Err(e) = self.sync_nbi() {
                 first_err.get_or_insert(e);
             }
-        }
-        if let Err(e) = self.sync_nbi() {
-            first_err.get_or_insert(e);
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => r,
-        }
+            match first_err {
+                Some(e) => Err(e),
+                None => r,
+            }
+        })
     }
 
     /// Applies `op` to the `u64` at `p` and returns the previous value.
@@ -331,17 +369,21 @@ impl Comm {
     }
 }
 
-/// Scope of [`Comm::nbi`]: implicit operations whose destinations are borrowed for the scope.
-pub struct NbiScope<'s> {
-    pub(crate) comm: &'s Comm,
-    pub(crate) gets: RefCell<Vec<RmaHandle<'s>>>,
+/// Scope of [`Comm::nbi`]: implicit operations whose destinations are borrowed for the
+/// whole call (`'env`).
+pub struct NbiScope<'scope, 'env> {
+    pub(crate) comm: &'env Comm,
+    reads: &'scope ReadScope<'env>,
+    pub(crate) gets: RefCell<Vec<RmaHandle<'env>>>,
 }
 
-impl<'s> NbiScope<'s> {
+impl<'env> NbiScope<'_, 'env> {
     /// Starts a get into `dst`, complete when the scope ends.
-    pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &'s mut [T]) -> Result<()> {
-        let h = self.comm.get_nb(src, dst)?;
-        self.gets.borrow_mut().push(h);
+    pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &'env mut [T]) -> Result<()> {
+        let (op, out) = self.comm.start_get_into(src, self.reads.dst(bytes_of_mut(dst)))?;
+        if let Some(op) = op {
+            self.gets.borrow_mut().push(RmaHandle::pending(self.comm, op, out));
+        }
         Ok(())
     }
     /// Starts a put, complete when the scope ends.

@@ -515,13 +515,13 @@ impl Comm {
     }
 }
 
-impl<'s> NbiScope<'s> {
+impl<'env> NbiScope<'_, 'env> {
     /// Starts [`Comm::get_pieces`], complete when the scope ends.
     pub fn get_pieces<T: Pod>(
         &self,
         src: GlobalPtr<T>,
         sp: Pieces<'_>,
-        dst: &'s mut [T],
+        dst: &'env mut [T],
         dp: Pieces<'_>,
     ) -> Result<()> {
         let h = self.comm.get_pieces_nb(src, sp, dst, dp)?;

@@ -10,9 +10,10 @@
 //!   `fi_pingpong`'s 1 MiB ping-pong bandwidth (bytes over one-way time: no completion trip);
 //! - a blocking 8 B get beside the same round trip.
 //!
-//! Then weft alone, gets beside puts: floods of non-blocking puts and of non-blocking gets
-//! (all in flight, then all waited for) from 8 B to 4 MiB, each get flood beside the put
-//! flood of its size, and the rate of 8 B non-blocking gets beside that of blocking ones.
+//! Then weft alone, gets beside puts: floods of non-blocking puts (handles) and of implicit
+//! gets (one NBI scope; all in flight, then all waited for) from 8 B to 4 MiB, each get flood
+//! beside the put flood of its size, and the rate of 8 B implicit gets beside that of
+//! blocking ones.
 //!
 //! Last, both ranks: an RPC echo of a 1 MiB and a 16 MiB `SerializeBuffer` (rank 0 calls,
 //! rank 1 sends it back), zero copy (the buffer registered for the transfer and read by the
@@ -291,8 +292,8 @@ fn put_flood(w: &weft::World, target: weft::GlobalPtr<u8>, src: &[u8], ops: u64)
     Ok(t.elapsed().as_nanos() as f64 / (ops * src.len() as u64) as f64)
 }
 
-/// ns per byte of non-blocking gets of `size` bytes from `from` into consecutive pieces of
-/// `dst` (`ops` of them), all issued, then all waited for.
+/// ns per byte of implicit gets (an NBI scope: in flight at any size) of `size` bytes from
+/// `from` into consecutive pieces of `dst` (`ops` of them), all issued, then all waited for.
 fn get_flood(
     w: &weft::World,
     from: weft::GlobalPtr<u8>,
@@ -301,9 +302,7 @@ fn get_flood(
     ops: u64,
 ) -> weft::Result<f64> {
     let t = Instant::now();
-    let hs: Vec<_> =
-        dst.chunks_mut(size).take(ops as usize).map(|c| w.get_nb(from, c)).collect::<Result<_, _>>()?;
-    hs.into_iter().try_for_each(|h| h.wait())?;
+    w.nbi(|s| dst.chunks_mut(size).take(ops as usize).try_for_each(|c| s.get(from, c)))?;
     Ok(t.elapsed().as_nanos() as f64 / (ops * size as u64) as f64)
 }
 

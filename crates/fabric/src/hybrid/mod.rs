@@ -21,6 +21,7 @@
 //! the one its destination's route names.
 
 use crate::ofi::OfiFabric;
+use crate::read::{ReadDst, ReadScope};
 use crate::shm::{ShmConfig, ShmFabric};
 use crate::{
     AmIn, AmOut, AmPayload, AtomicOp, Caps, EventSink, Exposure, Fabric, FabricError, FabricResult,
@@ -347,6 +348,24 @@ impl Fabric for HybridFabric {
             Route::Shm(l) => self.parts.shm.get_nb(&as_local(src, l), offset, dst, token),
             Route::Ofi => self.parts.ofi.get_nb(src, offset, dst, token),
         }
+    }
+
+    fn get_into(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: ReadDst<'_>,
+        token: u64,
+    ) -> FabricResult<Issued> {
+        match self.route(src.rank)? {
+            Route::Shm(l) => self.parts.shm.get_into(&as_local(src, l), offset, dst, token),
+            Route::Ofi => self.parts.ofi.get_into(src, offset, dst, token),
+        }
+    }
+
+    fn wait_reads(&self, scope: &ReadScope<'_>) {
+        // Only libfabric's reads complete later.
+        self.parts.ofi.wait_reads(scope)
     }
 
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued> {

@@ -117,33 +117,27 @@ impl Fabric for OfiFabric {
         token: u64,
     ) -> FabricResult<GetIssued> {
         src.check(offset, dst.len())?;
-        let n = dst.len();
-        let slab =
-            GET_TIERS.iter().position(|&(bytes, _)| n <= bytes).filter(|_| n > 0).map(|t| &self.get_slots[t]);
-        let Some((slab, slot)) = slab.and_then(|s| Some((s, s.take()?))) else {
+        match self.read_staged(src, offset, dst.len(), token, None)? {
+            Some(stage) => Ok(GetIssued::Staged(StagedGet::new(stage))),
             // Nothing to read, more than a slot holds, or every slot out: read in place and
             // wait (never wait for a slot, which only a handle's completion returns).
-            return self.get(src, offset, dst).map(|_| GetIssued::Done);
-        };
-        let stage = Arc::new(StageSlot {
-            _map: self.stage.map.clone(),
-            slab: slab.clone(),
-            slot,
-            len: n,
-            done: AtomicBool::new(false),
-            counters: self.counters.clone(),
-        });
-        let t = Tracker::new(Target::Token(token));
-        t.remaining.fetch_add(1, Ordering::AcqRel);
-        let (fa, raddr, buf) = (self.addrs[src.rank as usize], src.addr + offset as u64, slab.addr(slot));
-        let op = Op::ReadStaged { dst: src.rank, track: t.clone(), stage: stage.clone() };
-        let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
-            self.obj.ep().read(buf, n, self.stage.mr.desc(), fa, raddr, src.key, ctx)
-        });
-        // Never posted: nothing completes the token, and the slot goes back with `stage`.
-        posted?;
-        self.release_guard(&t);
-        Ok(GetIssued::Staged(StagedGet::new(stage)))
+            None => self.get(src, offset, dst).map(|_| GetIssued::Done),
+        }
+    }
+
+    fn get_into(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: ReadDst<'_>,
+        token: u64,
+    ) -> FabricResult<Issued> {
+        src.check(offset, dst.len())?;
+        self.read_into(src, offset, dst, token)
+    }
+
+    fn wait_reads(&self, scope: &ReadScope<'_>) {
+        self.settle_reads(scope)
     }
 
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued> {

@@ -32,6 +32,7 @@ pub mod wire;
 
 use crate::boot::Bootstrap;
 use crate::os::{self, Mapping};
+use crate::read::{Landing, ReadDst, ReadScope};
 use crate::{
     AmClass, AmIn, AmInPayload, AmOut, AmPayload, AtomicOp, Caps, EventSink, Exposure, Fabric, FabricError,
     FabricResult, FabricStats, GetIssued, Issued, LocalRegion, PeerState, PollSet, Rank, RemoteRegion,
@@ -206,11 +207,20 @@ enum Op {
         dst: Rank,
         track: Arc<Tracker>,
     },
-    /// A non-blocking get into a staging slot (see [`StageSlot`]).
+    /// A non-blocking get into a staging slot (see [`StageSlot`]), copied at the completion
+    /// to where `land` says if it says.
     ReadStaged {
         dst: Rank,
         track: Arc<Tracker>,
         stage: Arc<StageSlot>,
+        land: Option<Landing>,
+    },
+    /// A piece of a get read in place into a destination that outlives it
+    /// ([`Fabric::get_into`]), with the registration it uses under `FI_MR_LOCAL`.
+    ReadInto {
+        dst: Rank,
+        track: Arc<Tracker>,
+        hold: (Landing, Option<Arc<expose::OpReg>>),
     },
     Atomic {
         slot: u32,
@@ -244,6 +254,17 @@ impl Staged for StageSlot {
         unsafe { crate::copy::copy_bytes(self.slab.addr(self.slot) as *const u8, dst.as_mut_ptr(), n) };
         self.counters.staged(n);
         true
+    }
+}
+
+impl StageSlot {
+    /// Copies the completed read to `land`.
+    fn copy_to_landing(&self, land: &Landing) {
+        let n = land.len.min(self.len);
+        // SAFETY: the slot holds `len` bytes inside the mapping `_map` keeps alive and its
+        // read completed; `land` is valid and written by nobody else while it is held.
+        unsafe { crate::copy::copy_bytes(self.slab.addr(self.slot) as *const u8, land.addr as *mut u8, n) };
+        self.counters.staged(n);
     }
 }
 
@@ -748,8 +769,17 @@ impl OfiFabric {
                 self.piece_done(dst, &track, res, 0);
             }
             Op::Read { dst, track } => self.piece_done(dst, &track, res, 0),
-            Op::ReadStaged { dst, track, stage } => {
+            Op::ReadStaged { dst, track, stage, land } => {
                 stage.done.store(true, Ordering::Release);
+                if let (Some(l), true) = (land, res.is_ok()) {
+                    stage.copy_to_landing(&l);
+                }
+                self.piece_done(dst, &track, res, 0);
+            }
+            Op::ReadInto { dst, track, hold } => {
+                // The destination goes before the completion is reported: whoever waits for
+                // it may then take it back.
+                drop(hold);
                 self.piece_done(dst, &track, res, 0);
             }
             Op::Atomic { slot, dst, track } => {

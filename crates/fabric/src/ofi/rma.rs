@@ -211,6 +211,111 @@ impl OfiFabric {
         Ok(())
     }
 
+    /// Starts a get of `n` bytes at `offset` of `src` into a staging slot of its own
+    /// ([`GET_TIERS`]), completing `token`; at the completion the bytes are copied to `land`
+    /// if given. `None`: nothing to read, more than a slot holds, or every slot out.
+    pub(super) fn read_staged(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        n: usize,
+        token: u64,
+        land: Option<Landing>,
+    ) -> FabricResult<Option<Arc<StageSlot>>> {
+        let slab = GET_TIERS.iter().position(|&(bytes, _)| n <= bytes).filter(|_| n > 0);
+        let Some((slab, slot)) = slab.map(|t| &self.get_slots[t]).and_then(|s| Some((s, s.take()?))) else {
+            return Ok(None);
+        };
+        let stage = Arc::new(StageSlot {
+            _map: self.stage.map.clone(),
+            slab: slab.clone(),
+            slot,
+            len: n,
+            done: AtomicBool::new(false),
+            counters: self.counters.clone(),
+        });
+        let t = Tracker::new(Target::Token(token));
+        t.remaining.fetch_add(1, Ordering::AcqRel);
+        let (fa, raddr, buf) = (self.addrs[src.rank as usize], src.addr + offset as u64, slab.addr(slot));
+        let op = Op::ReadStaged { dst: src.rank, track: t.clone(), stage: stage.clone(), land };
+        // Never posted: nothing completes the token, and the slot goes back with `stage`.
+        self.post_op(src.rank, "fi_read", op, |ctx| {
+            self.obj.ep().read(buf, n, self.stage.mr.desc(), fa, raddr, src.key, ctx)
+        })?;
+        self.release_guard(&t);
+        Ok(Some(stage))
+    }
+
+    /// [`Fabric::get_into`] (range checked): in place, every piece posted at once (bounded by
+    /// the transmit queue), registered under `FI_MR_LOCAL` from the zero-copy threshold up;
+    /// below it through a staging slot, or read now when none is free.
+    pub(super) fn read_into(
+        &self,
+        src: &RemoteRegion,
+        offset: usize,
+        dst: ReadDst<'_>,
+        token: u64,
+    ) -> FabricResult<Issued> {
+        let n = dst.len();
+        if n == 0 {
+            return Ok(Issued::Done(0));
+        }
+        let mut reg = None;
+        if self.obj.neg.mr_local() {
+            if !self.registers_local(n) {
+                if self.read_staged(src, offset, n, token, Some(dst.landing()))?.is_some() {
+                    return Ok(Issued::Pending);
+                }
+                // Not posted: nothing holds the destination.
+                return self.get(src, offset, dst.into_slice()).map(|_| Issued::Done(0));
+            }
+            reg = Some(self.local_desc(dst.landing().addr, n)?);
+        }
+        let desc = reg.as_ref().map_or(0, |r| r.0);
+        let hold = (dst.landing(), reg.map(|r| Arc::new(r.1)));
+        let (fa, piece) = (self.addrs[src.rank as usize], self.obj.neg.max_msg.max(1));
+        let t = Tracker::new(Target::Token(token));
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(piece);
+            let (buf, raddr) = (hold.0.addr + done, src.addr + (offset + done) as u64);
+            t.remaining.fetch_add(1, Ordering::AcqRel);
+            let op = Op::ReadInto { dst: src.rank, track: t.clone(), hold: hold.clone() };
+            let posted = self.post_op(src.rank, "fi_read", op, |ctx| {
+                self.obj.ep().read(buf, k, desc, fa, raddr, src.key, ctx)
+            });
+            if let Err(e) = posted {
+                t.remaining.fetch_sub(1, Ordering::AcqRel);
+                if done == 0 {
+                    // Nothing in flight: nothing completes the token.
+                    return Err(e);
+                }
+                // The pieces in flight complete the token, with this error.
+                t.fail(e);
+                break;
+            }
+            done += k;
+        }
+        self.release_guard(&t);
+        Ok(Issued::Pending)
+    }
+
+    /// [`Fabric::wait_reads`]: polls until no read into `scope` is in flight. Every such read
+    /// ends in a completion (an error one if its peer failed), so this ends too.
+    pub(super) fn settle_reads(&self, scope: &ReadScope<'_>) {
+        let mut spins = 0u32;
+        while !scope.settled() {
+            if self.poll_cq().unwrap_or(0) == 0 {
+                spins = spins.saturating_add(1);
+                if spins > 1024 {
+                    std::thread::sleep(Duration::from_micros(100));
+                } else if spins > 64 {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
     pub(super) fn start(&self, token: u64) -> Arc<Tracker> {
         if token == 0 {
             self.untracked.fetch_add(1, Ordering::AcqRel);
