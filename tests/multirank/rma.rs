@@ -546,6 +546,14 @@ pub(crate) fn large_gets_in_flight() -> Res {
         for b in &bufs {
             ck(good(b, LEN - b.len()), || format!("round {round}: nbi get of {} B: wrong data", b.len()))?;
         }
+        // Strided: four 64 KiB rows 128 KiB apart, gathered into one buffer.
+        let mut rows = vec![0u8; 4 << 16];
+        let sp = weft::Pieces::Strided { counts: &[1 << 16, 4], strides: &[2 << 16] };
+        let dp = weft::Pieces::Contiguous { start: 0, len: 4 << 16 };
+        w.nbi(|s| s.get_pieces(seg.at(from, 0), sp, &mut rows, dp))?;
+        for (r, row) in rows.chunks(1 << 16).enumerate() {
+            ck(good(row, r * (2 << 16)), || format!("round {round}: strided nbi get: row {r} wrong"))?;
+        }
         let hs: Vec<_> =
             sizes.iter().map(|&len| w.get_vec_nb(seg.at(from, 0), len)).collect::<Result<_, _>>()?;
         for (h, len) in hs.into_iter().zip(sizes) {

@@ -229,11 +229,7 @@ impl Comm {
     /// a network the fabric reads straight into it, every get in flight at once. Returns the
     /// operation to wait on, if any, and the slice to copy its data to at completion where
     /// another path (AM-based, staged) fetched it.
-    fn start_get_into<'a, T: Pod>(
-        &self,
-        src: GlobalPtr<T>,
-        dst: ReadDst<'a>,
-    ) -> Result<GetStart<'a>> {
+    fn start_get_into<'a, T: Pod>(&self, src: GlobalPtr<T>, dst: ReadDst<'a>) -> Result<GetStart<'a>> {
         let (seg, off) = self.resolve(src, dst.len())?;
         if !self.native_rma || self.caps.load_store || self.fabric.gets_at_once(src.rank()) {
             let out = dst.into_slice();
@@ -373,7 +369,7 @@ impl Comm {
 /// whole call (`'env`).
 pub struct NbiScope<'scope, 'env> {
     pub(crate) comm: &'env Comm,
-    reads: &'scope ReadScope<'env>,
+    pub(crate) reads: &'scope ReadScope<'env>,
     pub(crate) gets: RefCell<Vec<RmaHandle<'env>>>,
 }
 

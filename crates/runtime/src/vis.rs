@@ -20,6 +20,7 @@ use crate::{AmMsg, Comm, Error, NbiScope, Pod, Result, RmaHandle};
 use std::ops::Range;
 use std::sync::Arc;
 use weft_fabric::pod::{bytes_of, bytes_of_mut};
+use weft_fabric::read::ReadScope;
 use weft_fabric::{AmClass, AmPayload, GetIssued, Issued};
 
 /// Where one side's elements lie, in elements from a base (a [`GlobalPtr`] or the start of a
@@ -407,13 +408,28 @@ impl Comm {
         self.get_pieces(src, sp, dst, Pieces::Strided { counts, strides: dst_strides })
     }
 
-    /// Starts [`Comm::get_pieces`]; `dst` stays borrowed until the handle completes.
+    /// Starts [`Comm::get_pieces`]; `dst` stays borrowed until the handle completes. On a
+    /// network pieces of up to 4 KiB are in flight when this returns, larger ones complete
+    /// before (see [`Comm::get_nb`]); inside [`Comm::nbi`] all are in flight.
     pub fn get_pieces_nb<'a, T: Pod>(
         &self,
         src: GlobalPtr<T>,
         sp: Pieces<'_>,
         dst: &'a mut [T],
         dp: Pieces<'_>,
+    ) -> Result<RmaHandle<'a>> {
+        self.start_get_pieces(src, sp, dst, dp, None)
+    }
+
+    /// [`Comm::get_pieces_nb`]; with `reads`, a network reads the pieces in place (if they
+    /// do not overlap), all in flight, the scope keeping `dst` alive.
+    fn start_get_pieces<'a, T: Pod>(
+        &self,
+        src: GlobalPtr<T>,
+        sp: Pieces<'_>,
+        dst: &'a mut [T],
+        dp: Pieces<'_>,
+        reads: Option<&ReadScope<'a>>,
     ) -> Result<RmaHandle<'a>> {
         let plan = self.plan(src, sp, dst.len(), dp)?;
         let out = bytes_of_mut(dst);
@@ -428,6 +444,22 @@ impl Comm {
             // A network: every piece in flight at once, completing one token.
             let op = OpState::new(plan.rank, plan.copies.len(), 0);
             let token = self.ops.register(&op);
+            if let (Some(reads), Some(order)) = (reads, disjoint_order(&plan.copies, out.len())) {
+                for (i, (remote, piece)) in split_pieces(out, &plan.copies, &order).into_iter().enumerate() {
+                    match self.fabric.get_into(region, remote, reads.dst(piece), token) {
+                        Ok(Issued::Done(_)) => self.ops.complete(token, 0, Ok(())),
+                        Ok(Issued::Pending) => {}
+                        Err(e) => {
+                            // Those in flight end the token later (the scope waits for them).
+                            for _ in i..plan.copies.len() {
+                                self.ops.complete(token, 0, Err(e.clone().into()));
+                            }
+                            return Err(e.into());
+                        }
+                    }
+                }
+                return Ok(RmaHandle::pending(self, op, None));
+            }
             for (i, c) in plan.copies.iter().enumerate() {
                 match self.fabric.get_nb(region, c.remote, &mut out[c.local..c.local + c.len], token) {
                     Ok(GetIssued::Done) => self.ops.complete(token, 0, Ok(())),
@@ -515,6 +547,36 @@ impl Comm {
     }
 }
 
+/// The indices of `copies` in the order of their local offsets if their local ranges lie in
+/// `len` bytes without overlapping; `None` otherwise.
+fn disjoint_order(copies: &[Copy], len: usize) -> Option<Vec<usize>> {
+    let mut order: Vec<usize> = (0..copies.len()).collect();
+    order.sort_unstable_by_key(|&i| copies[i].local);
+    let mut at = 0usize;
+    for &i in &order {
+        let c = &copies[i];
+        if c.local < at {
+            return None;
+        }
+        at = c.local.checked_add(c.len).filter(|&end| end <= len)?;
+    }
+    Some(order)
+}
+
+/// `out` split at the local ranges of `copies` taken in `order` (from [`disjoint_order`]),
+/// each piece with its remote offset.
+fn split_pieces<'a>(mut out: &'a mut [u8], copies: &[Copy], order: &[usize]) -> Vec<(usize, &'a mut [u8])> {
+    let (mut at, mut pieces) = (0, Vec::with_capacity(order.len()));
+    for &i in order {
+        let c = &copies[i];
+        let (_, rest) = std::mem::take(&mut out).split_at_mut(c.local - at);
+        let (piece, rest) = rest.split_at_mut(c.len);
+        pieces.push((c.remote, piece));
+        (out, at) = (rest, c.local + c.len);
+    }
+    pieces
+}
+
 impl<'env> NbiScope<'_, 'env> {
     /// Starts [`Comm::get_pieces`], complete when the scope ends.
     pub fn get_pieces<T: Pod>(
@@ -524,7 +586,7 @@ impl<'env> NbiScope<'_, 'env> {
         dst: &'env mut [T],
         dp: Pieces<'_>,
     ) -> Result<()> {
-        let h = self.comm.get_pieces_nb(src, sp, dst, dp)?;
+        let h = self.comm.start_get_pieces(src, sp, dst, dp, Some(self.reads))?;
         self.gets.borrow_mut().push(h);
         Ok(())
     }
@@ -557,6 +619,21 @@ mod tests {
         let backwards = std::ops::Range { start: 3, end: 1 };
         assert!(Pieces::List(&[0..5, backwards]).total().is_err());
         assert!(Pieces::Strided { counts: &[0, 5], strides: &[3] }.runs(0).unwrap().is_empty());
+    }
+
+    #[test]
+    fn pieces_split_only_when_disjoint() {
+        let c = |local: usize, len| Copy { remote: local.wrapping_mul(10), local, len };
+        let copies = [c(8, 4), c(0, 4), c(4, 2)];
+        let order = disjoint_order(&copies, 12).unwrap();
+        assert_eq!(order, vec![1, 2, 0]);
+        let mut out: Vec<u8> = (0..12).collect();
+        let pieces = split_pieces(&mut out, &copies, &order);
+        let got: Vec<(usize, Vec<u8>)> = pieces.into_iter().map(|(r, p)| (r, p.to_vec())).collect();
+        assert_eq!(got, vec![(0, vec![0, 1, 2, 3]), (40, vec![4, 5]), (80, vec![8, 9, 10, 11])]);
+        assert!(disjoint_order(&[c(0, 4), c(3, 2)], 12).is_none(), "overlapping");
+        assert!(disjoint_order(&[c(10, 4)], 12).is_none(), "past the buffer");
+        assert!(disjoint_order(&[c(usize::MAX, 2)], 12).is_none(), "overflowing");
     }
 
     #[test]
