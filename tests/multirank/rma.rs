@@ -573,6 +573,29 @@ pub(crate) fn large_gets_in_flight() -> Res {
             )
         })?;
     }
+    // Blocking strided gets and a waited handle whose pieces are all above the staging
+    // size (they once panicked on a network: nothing staged, nothing to copy).
+    let mut rows = vec![0u8; 2 << 16];
+    w.get_strided(seg.at(from, 4096), &[3 << 16], &mut rows, &[1 << 16], &[1 << 16, 2])?;
+    ck(good(&rows[..1 << 16], 4096) && good(&rows[1 << 16..], 4096 + (3 << 16)), || {
+        "blocking strided get of 64 KiB rows: wrong data".into()
+    })?;
+    let list = [0..5000, 9000..20_000];
+    let sp = weft::Pieces::List(&list);
+    let dp = weft::Pieces::Contiguous { start: 0, len: 16_000 };
+    let mut packed = vec![0u8; 16_000];
+    w.get_pieces_nb(seg.at(from, 0), sp, &mut packed, dp)?.wait()?;
+    ck(good(&packed[..5000], 0) && good(&packed[5000..], 9000), || {
+        "get_pieces_nb of a list: wrong data".into()
+    })?;
+    // A length no segment holds is an error, before anything is allocated.
+    ck(w.get_vec_nb(seg.at(from, 0), 1 << 40).is_err(), || "get_vec_nb of 1 TiB did not fail".into())?;
+    ck(w.get_vec_nb(seg.at(from, 0), usize::MAX).is_err(), || {
+        "get_vec_nb of usize::MAX did not fail".into()
+    })?;
+    let mut h = w.get_vec_nb(seg.at(from, 0), 8)?;
+    while h.test()?.is_none() {}
+    ck(h.test().is_err(), || "a spent GetVec tested again gave data".into())?;
     // Handles given up in flight: their vectors stay with the fabric until the reads end.
     std::mem::forget(w.get_vec_nb(seg.at(from, 0), LEN)?);
     drop(w.get_vec_nb(seg.at(from, 0), LEN)?);

@@ -386,15 +386,20 @@ pub struct GetVec<T: Pod> {
     buf: ReadBuf,
     /// Whether the operation's data is copied into `buf` at completion (not read in place).
     copy: bool,
+    /// The data went to the caller (a later test or poll is an error).
+    given: bool,
     _elem: PhantomData<T>,
 }
 
 impl<T: Pod> GetVec<T> {
     pub(crate) fn new(comm: &Comm, op: Option<Arc<OpState>>, buf: ReadBuf, copy: bool) -> Self {
-        GetVec { op: op.map(|op| (comm.arc(), op)), buf, copy, _elem: PhantomData }
+        GetVec { op: op.map(|op| (comm.arc(), op)), buf, copy, given: false, _elem: PhantomData }
     }
     /// The data, once the operation is complete.
     fn finish(&mut self) -> Result<Vec<T>> {
+        if self.given {
+            return Err(Error::Misuse("GetVec: the data was given already"));
+        }
         let held = || Error::Misuse("get_vec_nb: the fabric still holds the buffer after completion");
         if let Some((_, op)) = self.op.take() {
             op.outcome()?;
@@ -402,7 +407,9 @@ impl<T: Pod> GetVec<T> {
                 op.copy_out(self.buf.bytes_mut().ok_or_else(held)?, std::iter::empty());
             }
         }
-        self.buf.take::<T>().ok_or_else(held)
+        let v = self.buf.take::<T>().ok_or_else(held)?;
+        self.given = true;
+        Ok(v)
     }
     /// Blocks (making progress) until the data is here; gives it.
     pub fn wait(mut self) -> Result<Vec<T>> {
@@ -411,7 +418,8 @@ impl<T: Pod> GetVec<T> {
         }
         self.finish()
     }
-    /// Makes progress once; `Some(data)` when complete (the handle is spent then).
+    /// Makes progress once; `Some(data)` when complete (the handle is spent then: testing it
+    /// again is an error).
     pub fn test(&mut self) -> Result<Option<Vec<T>>> {
         match &self.op {
             Some((comm, op)) => {

@@ -255,10 +255,12 @@ impl Comm {
     }
 
     /// Starts a get into `dst`, which stays borrowed until the handle completes (the handle
-    /// holds its own reference to the world). On a network a get of up to 4 KiB is in flight
-    /// when this returns; a larger one completes before it returns, since a handle that is
-    /// forgotten (`mem::forget`) would let the network write `dst` after its borrow ended:
-    /// gets inside [`Comm::nbi`] and [`Comm::get_vec_nb`] are in flight at any size.
+    /// holds its own reference to the world). On a network a get of up to 4 KiB reads into a
+    /// staging slot of its own and is in flight when this returns (while slots are free: a
+    /// few thousand per process, each back when its handle completes or is dropped); a larger
+    /// one completes before it returns, since a handle that is forgotten (`mem::forget`) would
+    /// let the network write `dst` after its borrow ended. Gets inside [`Comm::nbi`] and
+    /// [`Comm::get_vec_nb`] are in flight at any size.
     pub fn get_nb<'a, T: Pod>(&self, src: GlobalPtr<T>, dst: &'a mut [T]) -> Result<RmaHandle<'a>> {
         let out = bytes_of_mut(dst);
         Ok(match self.start_get(src, out, false)? {
@@ -271,6 +273,10 @@ impl Comm {
     /// [`crate::GetVec`]): the form of [`Comm::get_nb`] for futures that move, as into
     /// `tokio::spawn`.
     pub fn get_vec_nb<T: Pod>(&self, src: GlobalPtr<T>, len: usize) -> Result<crate::GetVec<T>> {
+        // Checked before the vector is allocated: a wrong length is an error, not an abort.
+        let bytes =
+            len.checked_mul(std::mem::size_of::<T>()).ok_or(Error::Misuse("get_vec_nb: length overflows"))?;
+        self.resolve(src, bytes)?;
         let mut buf = ReadBuf::new(vec![T::zeroed(); len]);
         let dst = buf.dst().ok_or(Error::Misuse("get_vec_nb: a new buffer is shared"))?;
         let (op, out) = self.start_get_into(src, dst)?;

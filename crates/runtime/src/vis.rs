@@ -409,8 +409,9 @@ impl Comm {
     }
 
     /// Starts [`Comm::get_pieces`]; `dst` stays borrowed until the handle completes. On a
-    /// network pieces of up to 4 KiB are in flight when this returns, larger ones complete
-    /// before (see [`Comm::get_nb`]); inside [`Comm::nbi`] all are in flight.
+    /// network pieces of up to 4 KiB are in flight when this returns (while staging slots
+    /// are free), larger ones complete before (see [`Comm::get_nb`]); inside [`Comm::nbi`]
+    /// all are in flight if their local ranges do not overlap.
     pub fn get_pieces_nb<'a, T: Pod>(
         &self,
         src: GlobalPtr<T>,
@@ -460,10 +461,14 @@ impl Comm {
                 }
                 return Ok(RmaHandle::pending(self, op, None));
             }
+            let mut staged_any = false;
             for (i, c) in plan.copies.iter().enumerate() {
                 match self.fabric.get_nb(region, c.remote, &mut out[c.local..c.local + c.len], token) {
                     Ok(GetIssued::Done) => self.ops.complete(token, 0, Ok(())),
-                    Ok(GetIssued::Staged(staged)) => op.stage(c.local, staged),
+                    Ok(GetIssued::Staged(staged)) => {
+                        op.stage(c.local, staged);
+                        staged_any = true;
+                    }
                     Err(e) => {
                         // The pieces not issued end here; those in flight read into the
                         // fabric's staging, never into `out`, and end the token later.
@@ -474,7 +479,8 @@ impl Comm {
                     }
                 }
             }
-            return Ok(RmaHandle::pending(self, op, Some(out)));
+            // Only staged pieces are copied at completion (the others are in `out` already).
+            return Ok(RmaHandle::pending(self, op, staged_any.then_some(out)));
         }
         let msgs = pack(&plan.copies, self.caps.am_max_medium, false);
         if msgs.is_empty() {
