@@ -48,15 +48,53 @@ pub(crate) fn early_exit() -> Res {
 /// launcher stop the job): the others' barrier fails within a few seconds, on any host.
 pub(crate) fn vanished_rank() -> Res {
     let w = World::init()?;
+    let seg = w.alloc_segment::<u64>(1 << 13)?;
     w.barrier()?;
     if w.rank() == 1 {
-        // Ends the process without running destructors: the World is never finalized.
+        // Long enough for rank 0's gets to be in flight, then gone without running
+        // destructors: the World is never finalized.
+        std::thread::sleep(Duration::from_millis(300));
         std::process::exit(0);
     }
+    let mut vec_get = w.get_vec_nb(seg.at(1, 0), 1 << 13)?;
+    let mut buf = [0u64; 4];
+    let mut small_get = w.get_nb(seg.at(1, 0), &mut buf)?;
     let t = Instant::now();
     let r = w.barrier();
     ck(matches!(&r, Err(Error::PeerFailed { .. })), || format!("barrier with a vanished rank: {r:?}"))?;
-    ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))
+    ck(t.elapsed() < Duration::from_secs(5), || format!("detection took {:?}", t.elapsed()))?;
+    // Shared memory still maps what the rank left and may give it; a network fails the gets.
+    // A failure stays: asking the handle again never hands out the partly written buffer.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        match vec_get.test() {
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Ok(None) => return Err("a get_vec_nb from a vanished rank never ended".into()),
+            Ok(Some(v)) => break Ok(v.len()),
+            Err(e) => break Err(e),
+        }
+    };
+    if let Err(e) = &first {
+        let again = vec_get.test();
+        ck(again.is_err(), || format!("GetVec failed ({e}), then test gave {again:?}"))?;
+        let awaited = weft::block_on(&mut vec_get);
+        ck(awaited.is_err(), || {
+            format!("GetVec failed ({e}), then .await gave {:?}", awaited.map(|v| v.len()))
+        })?;
+    }
+    let first = loop {
+        match small_get.test() {
+            Ok(false) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            Ok(false) => return Err("a get_nb from a vanished rank never ended".into()),
+            Ok(true) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    if let Err(e) = &first {
+        let again = small_get.test();
+        ck(again.is_err(), || format!("get_nb failed ({e}), then test gave {again:?}"))?;
+    }
+    Ok(())
 }
 
 /// A wake-up (`notify`) sent to a rank that has already finalized and exited returns at once:

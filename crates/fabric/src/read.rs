@@ -77,8 +77,16 @@ pub struct ReadScope<'env> {
 }
 
 impl<'env> ReadScope<'env> {
-    /// A destination for [`Fabric::get_into`]: `buf`, borrowed until the scope ends.
-    pub fn dst(&self, buf: &'env mut [u8]) -> ReadDst<'env> {
+    /// A destination for [`Fabric::get_into`]: `buf`, borrowed until the scope ends. The
+    /// destination itself cannot leave the scope's closure (it would keep the scope open):
+    ///
+    /// ```compile_fail
+    /// # fn demo(fabric: &dyn weft_fabric::Fabric) {
+    /// let mut buf = vec![0u8; 64];
+    /// let kept = weft_fabric::read::read_scope(fabric, |s| s.dst(&mut buf));
+    /// # }
+    /// ```
+    pub fn dst<'s>(&'s self, buf: &'env mut [u8]) -> ReadDst<'s> {
         ReadDst {
             addr: buf.as_mut_ptr() as usize,
             len: buf.len(),
@@ -101,6 +109,10 @@ impl<'env> ReadScope<'env> {
 /// Runs `f` with a [`ReadScope`] and returns once every read into the scope's slices has
 /// completed ([`Fabric::wait_reads`]), also when `f` panics.
 ///
+/// Gets into the scope's slices must go through `fabric` (or a fabric that `fabric`'s
+/// progress completes): the scope waits for them however long it takes, and never ends
+/// before they have completed, also when `wait_reads` returns early.
+///
 /// ```
 /// use weft_fabric::read::read_scope;
 /// # fn demo(fabric: &dyn weft_fabric::Fabric, src: &weft_fabric::RemoteRegion) -> weft_fabric::FabricResult<()> {
@@ -113,7 +125,26 @@ pub fn read_scope<'env, R>(fabric: &dyn Fabric, f: impl FnOnce(&ReadScope<'env>)
     struct End<'f, 'env>(&'f dyn Fabric, ReadScope<'env>);
     impl Drop for End<'_, '_> {
         fn drop(&mut self) {
-            self.0.wait_reads(&self.1);
+            // `wait_reads` is safe code a fabric implements: trust only `settled`.
+            let mut rounds = 0u32;
+            loop {
+                self.0.wait_reads(&self.1);
+                if self.1.settled() {
+                    return;
+                }
+                rounds = rounds.saturating_add(1);
+                if rounds == 10_000 {
+                    eprintln!(
+                        "weft: a read scope waits for gets its fabric ({}) does not complete",
+                        self.0.name()
+                    );
+                }
+                if rounds > 64 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                } else {
+                    std::thread::yield_now();
+                }
+            }
         }
     }
     let end = End(fabric, ReadScope { mark: Arc::new(()), _env: PhantomData });

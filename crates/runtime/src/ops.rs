@@ -82,9 +82,10 @@ impl OpState {
     pub fn is_done(&self) -> bool {
         self.remaining.load(Ordering::Acquire) == 0
     }
+    /// The operation's result once done; a failure stays (asked again, it is the same error).
     pub(crate) fn outcome(&self) -> Result<u64> {
-        match self.error.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            Some(e) => Err(e),
+        match &*self.error.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e.clone()),
             None => Ok(self.value.load(Ordering::Acquire)),
         }
     }
@@ -205,18 +206,11 @@ impl Comm {
     }
 }
 
-/// Polls a handle's operation in flight: ready once it completed (or there is none); a
-/// failure ends it (the handle then holds no operation).
-fn poll_in_flight(op: &mut Option<(Arc<Comm>, Arc<OpState>)>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+/// Polls a handle's operation in flight: ready once it completed (or there is none). A
+/// failed operation stays with the handle, so asking again gives the same error.
+fn poll_in_flight(op: &Option<(Arc<Comm>, Arc<OpState>)>, cx: &mut Context<'_>) -> Poll<Result<()>> {
     let Some((comm, o)) = op else { return Poll::Ready(Ok(())) };
-    match comm.poll_op(o, cx) {
-        Poll::Ready(Ok(_)) => Poll::Ready(Ok(())),
-        Poll::Ready(Err(e)) => {
-            *op = None;
-            Poll::Ready(Err(e))
-        }
-        Poll::Pending => Poll::Pending,
-    }
+    comm.poll_op(o, cx).map(|r| r.map(drop))
 }
 
 /// Handle of a non-blocking put or get. Complete it with [`RmaHandle::wait`], check it with
@@ -265,11 +259,13 @@ impl<'a> RmaHandle<'a> {
     ) -> Self {
         RmaHandle { op: Some((comm.arc(), op)), out: Some(Box::new(GetOut { buf: out, scatter })) }
     }
+    /// Hands over a completed operation's data; a failed one keeps failing.
     fn finish(&mut self) -> Result<()> {
-        let Some((_, op)) = self.op.take() else {
+        let Some((_, op)) = &self.op else {
             return Ok(());
         };
         op.outcome()?;
+        let Some((_, op)) = self.op.take() else { return Ok(()) };
         if let Some(out) = self.out.take() {
             let GetOut { buf, scatter } = *out;
             op.copy_out(buf, scatter.into_iter());
@@ -304,7 +300,7 @@ impl Future for RmaHandle<'_> {
     type Output = Result<()>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = &mut *self;
-        poll_in_flight(&mut this.op, cx).map(|r| r.and_then(|()| this.finish()))
+        poll_in_flight(&this.op, cx).map(|r| r.and_then(|()| this.finish()))
     }
 }
 
@@ -401,8 +397,11 @@ impl<T: Pod> GetVec<T> {
             return Err(Error::Misuse("GetVec: the data was given already"));
         }
         let held = || Error::Misuse("get_vec_nb: the fabric still holds the buffer after completion");
-        if let Some((_, op)) = self.op.take() {
+        if let Some((_, op)) = &self.op {
+            // A failed get keeps failing: its partly written vector is never given.
             op.outcome()?;
+        }
+        if let Some((_, op)) = self.op.take() {
             if self.copy {
                 op.copy_out(self.buf.bytes_mut().ok_or_else(held)?, std::iter::empty());
             }
@@ -438,10 +437,34 @@ impl<T: Pod> Future for GetVec<T> {
     type Output = Result<Vec<T>>;
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<T>>> {
         let this = &mut *self;
-        poll_in_flight(&mut this.op, cx).map(|r| r.and_then(|()| this.finish()))
+        poll_in_flight(&this.op, cx).map(|r| r.and_then(|()| this.finish()))
     }
 }
 
 // Nothing points into the handle (the vector's bytes are on the heap), so it may move while
 // polled, whatever `T`.
 impl<T: Pod> Unpin for GetVec<T> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_stays_with_its_operation() {
+        let table = OpTable::default();
+        let op = OpState::new(1, 2, 0);
+        let token = table.register(&op);
+        table.complete(token, 0, Err(Error::PeerFailed { rank: 1, reason: "gone".into() }));
+        table.complete(token, 0, Ok(()));
+        assert!(op.is_done());
+        assert!(op.outcome().is_err());
+        assert!(op.outcome().is_err(), "asked again, a failed operation must fail again");
+        let gone = OpState::new(2, 1, 0);
+        table.register(&gone);
+        assert_eq!(
+            table.fail_gone(&|r| (r == 2).then(|| Error::PeerFailed { rank: 2, reason: "x".into() })),
+            1
+        );
+        assert!(gone.outcome().is_err() && gone.outcome().is_err());
+    }
+}

@@ -376,10 +376,10 @@ impl Comm {
 pub struct NbiScope<'scope, 'env> {
     pub(crate) comm: &'env Comm,
     pub(crate) reads: &'scope ReadScope<'env>,
-    pub(crate) gets: RefCell<Vec<RmaHandle<'env>>>,
+    pub(crate) gets: RefCell<Vec<RmaHandle<'scope>>>,
 }
 
-impl<'env> NbiScope<'_, 'env> {
+impl<'scope, 'env> NbiScope<'scope, 'env> {
     /// Starts a get into `dst`, complete when the scope ends.
     pub fn get<T: Pod>(&self, src: GlobalPtr<T>, dst: &'env mut [T]) -> Result<()> {
         let (op, out) = self.comm.start_get_into(src, self.reads.dst(bytes_of_mut(dst)))?;

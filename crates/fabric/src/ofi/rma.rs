@@ -303,7 +303,9 @@ impl OfiFabric {
     /// [`Fabric::wait_reads`]: polls until no read into `scope` is in flight. Every such read
     /// ends in a completion (an error one if its peer failed), so this ends too.
     pub(super) fn settle_reads(&self, scope: &ReadScope<'_>) {
+        let start = Instant::now();
         let mut spins = 0u32;
+        let mut said = false;
         while !scope.settled() {
             if self.poll_cq().unwrap_or(0) == 0 {
                 spins = spins.saturating_add(1);
@@ -311,6 +313,11 @@ impl OfiFabric {
                     std::thread::sleep(Duration::from_micros(100));
                 } else if spins > 64 {
                     std::thread::yield_now();
+                }
+                if !said && spins.is_multiple_of(1024) && start.elapsed() > self.op_timeout {
+                    let what = "gets into a read scope did not complete".to_string();
+                    say_stuck(self.rank, &FabricError::Timeout { what });
+                    said = true;
                 }
             }
         }
