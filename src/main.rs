@@ -62,6 +62,22 @@ enum Cmd {
         #[arg(long, default_value = "plots")]
         out: std::path::PathBuf,
     },
+    /// Compile and link a C OpenSHMEM program against weft (`shmem.h`, libweft_shmem), as
+    /// `oshcc` does: `weft cc -O2 -o prog prog.c`, then `weft run -n 4 ./prog`. `--show`
+    /// prints the command; `--weft-static` links the static library.
+    #[command(disable_help_flag = true)]
+    Cc {
+        /// Compiler arguments (the compiler is `cc`, or `WEFT_CC`).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+        args: Vec<OsString>,
+    },
+    /// `weft cc` for C++ (the compiler is `c++`, or `WEFT_CXX`).
+    #[command(name = "c++", disable_help_flag = true)]
+    Cxx {
+        /// Compiler arguments.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+        args: Vec<OsString>,
+    },
     /// Internal: what one rank of `weft info` / `weft bench` runs.
     #[command(hide = true, name = "__rank")]
     Rank {
@@ -107,6 +123,13 @@ fn exit(code: i32) -> ExitCode {
 fn fail(e: impl std::fmt::Display) -> ExitCode {
     eprintln!("weft: {e}");
     ExitCode::from(1)
+}
+
+fn cc(cxx: bool, args: Vec<OsString>) -> ExitCode {
+    match cli::cc::main(cxx, args) {
+        Ok(code) => exit(code),
+        Err(e) => fail(format!("{}: {e}", if cxx { "c++" } else { "cc" })),
+    }
 }
 
 fn main() -> ExitCode {
@@ -157,6 +180,8 @@ fn main() -> ExitCode {
             Ok(code) => exit(code),
             Err(e) => fail(e),
         },
+        Cmd::Cc { args } => cc(false, args),
+        Cmd::Cxx { args } => cc(true, args),
         Cmd::Plot { input, out } => match cli::plot::plot(&input, &out) {
             Ok(files) if files.is_empty() => {
                 fail(format!("{}: no msgrate, dgemm, stencil or scale rows", input.display()))

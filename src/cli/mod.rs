@@ -1,6 +1,7 @@
 //! The apps-and-tools layer: the launcher and the commands built on it.
 
 pub mod bench;
+pub mod cc;
 pub mod info;
 pub mod plot;
 pub mod run;

@@ -124,6 +124,11 @@ impl<'a, T: Pod> LocalView<'a, T> {
         // SAFETY: the destination range is in bounds of live memory; src is a live slice.
         unsafe { crate::copy::copy_bytes(src.as_ptr().cast(), self.ptr.add(start).cast(), size_of_val(src)) }
     }
+    /// Address of the first element (this process's mapping of the memory), for code that
+    /// hands the memory to C or compares addresses with it.
+    pub fn as_ptr(&self) -> *mut T {
+        self.ptr
+    }
     /// The whole view as a slice.
     ///
     /// # Safety

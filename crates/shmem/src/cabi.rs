@@ -1,0 +1,59 @@
+//! The C boundary: the only `unsafe` of this crate. A C caller hands raw pointers; these
+//! turn them into slices and values under the OpenSHMEM contract the caller accepted (a
+//! source or destination is valid for the bytes the call names, and nobody else writes a
+//! source or touches a destination while the call runs). Symmetric addresses are never
+//! dereferenced here: they are checked and translated into global addresses
+//! (`crate::state::Shmem::sym`) and reach memory through the runtime.
+
+use std::ffi::{c_char, c_void};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// `len` bytes from `src`, read by the call.
+pub(crate) fn src_bytes<'a>(src: *const c_void, len: usize) -> &'a [u8] {
+    if len == 0 || src.is_null() {
+        return &[];
+    }
+    // SAFETY: the caller of the OpenSHMEM routine passes a source valid for `len` bytes that
+    // nobody writes during the call (the routine's contract); null and empty are handled above.
+    unsafe { std::slice::from_raw_parts(src.cast::<u8>(), len) }
+}
+
+/// `len` bytes at `dst`, written by the call.
+pub(crate) fn dst_bytes<'a>(dst: *mut c_void, len: usize) -> &'a mut [u8] {
+    if len == 0 || dst.is_null() {
+        return &mut [];
+    }
+    // SAFETY: the caller passes a destination valid for `len` bytes that nobody reads or
+    // writes during the call (the routine's contract); null and empty are handled above.
+    unsafe { std::slice::from_raw_parts_mut(dst.cast::<u8>(), len) }
+}
+
+/// Writes `v` at `p` (a private, local address the caller owns).
+pub(crate) fn write_value<T: Copy>(p: *mut T, v: T) {
+    // SAFETY: the caller passes a valid, writable `T` (unaligned writes are allowed).
+    unsafe { p.write_unaligned(v) }
+}
+
+/// Loads the 4 or 8 bytes at `addr` of this PE's own symmetric memory with acquire
+/// ordering, as point-to-point synchronization does while peers write them.
+pub(crate) fn load_local(addr: usize, size: usize) -> u64 {
+    match size {
+        // SAFETY: `addr` was checked to lie in this PE's mapped symmetric heap, aligned for
+        // its size (`crate::state::Shmem::local_word`); peers write it only atomically or
+        // with RMA, and an atomic load observes either.
+        4 => unsafe { (*(addr as *const AtomicU32)).load(Ordering::Acquire) as u64 },
+        // SAFETY: as above, for 8 bytes.
+        _ => unsafe { (*(addr as *const AtomicU64)).load(Ordering::Acquire) },
+    }
+}
+
+/// Copies `s` and a NUL into the caller's buffer of `cap` bytes (truncating).
+pub(crate) fn put_c_str(dst: *mut c_char, cap: usize, s: &str) {
+    if dst.is_null() || cap == 0 {
+        return;
+    }
+    let n = s.len().min(cap - 1);
+    let out = dst_bytes(dst.cast(), n + 1);
+    out[..n].copy_from_slice(&s.as_bytes()[..n]);
+    out[n] = 0;
+}

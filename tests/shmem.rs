@@ -1,0 +1,150 @@
+//! The OpenSHMEM conformance suite: the C programs of `tests/shmem/`, built with `weft cc`
+//! (`-std=c11 -Wall -Wextra -Werror`), run with `weft run` on 1, 2 and 4 PEs, over whatever
+//! fabric the environment chooses (`WEFT_FABRIC`). Erroneous calls must end the job with a
+//! message naming the routine, in seconds, and leave nothing in /dev/shm.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+const WEFT: &str = env!("CARGO_BIN_EXE_weft");
+
+/// The built programs, by name and flavour.
+static BUILT: OnceLock<Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+
+/// Builds `tests/shmem/NAME.c` with `weft cc` (plus `extra` flags) once; returns the program.
+fn build(name: &str, extra: &[&str], cxx: bool) -> PathBuf {
+    let key = format!("{name}{extra:?}{cxx}");
+    let built = BUILT.get_or_init(Default::default);
+    if let Some(p) = built.lock().unwrap().get(&key) {
+        return p.clone();
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shmem").join(format!("{name}.c"));
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shmem");
+    std::fs::create_dir_all(&dir).unwrap();
+    let flavour = if cxx {
+        "-cxx"
+    } else if extra.is_empty() {
+        ""
+    } else {
+        "-static"
+    };
+    let out = dir.join(format!("{name}{flavour}"));
+    let mut cmd = Command::new(WEFT);
+    cmd.arg(if cxx { "c++" } else { "cc" });
+    if cxx {
+        cmd.args(["-x", "c++", "-std=c++11"]);
+    } else {
+        cmd.arg("-std=c11");
+    }
+    let o = cmd
+        .args(["-O1", "-Wall", "-Wextra", "-Werror"])
+        .args(extra)
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "weft cc {name} failed\n{}", common::text(&o));
+    built.lock().unwrap().insert(key, out.clone());
+    out
+}
+
+/// Runs `prog` on `n` PEs; returns the output, the time taken and the launcher's pid.
+fn run(prog: &Path, n: u32, args: &[&str]) -> (Output, Duration, u32) {
+    let t = Instant::now();
+    let child = Command::new(WEFT)
+        .args(["run", "-n", &n.to_string(), "--timeout", "120", "--"])
+        .arg(prog)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    (out, t.elapsed(), pid)
+}
+
+/// Runs `name` on 1, 2 and 4 PEs; each must succeed, print its line, and clean up.
+fn passes(name: &str) {
+    let prog = build(name, &[], false);
+    for n in [1, 2, 4] {
+        let (out, took, pid) = run(&prog, n, &[]);
+        let text = common::text(&out);
+        assert!(out.status.success(), "{name} on {n} PEs failed after {took:?}\n{text}");
+        assert!(text.contains(&format!("{name}: {n} PEs ok")), "{name} on {n} PEs printed no result\n{text}");
+        let left = common::shm_leftovers(pid);
+        assert!(left.is_empty(), "{name} on {n} PEs left {left:?} in /dev/shm");
+    }
+}
+
+#[test]
+fn setup_and_queries() {
+    passes("setup");
+}
+
+#[test]
+fn symmetric_heap() {
+    passes("heap");
+}
+
+#[test]
+fn puts_and_gets() {
+    passes("rma");
+}
+
+#[test]
+fn atomics() {
+    passes("amo");
+}
+
+#[test]
+fn point_to_point_synchronization() {
+    passes("sync");
+}
+
+/// The static library and C++ compilers build and run the same programs.
+#[test]
+fn static_library_and_cxx() {
+    for prog in [build("rma", &["--weft-static"], false), build("setup", &[], true)] {
+        let (out, took, _) = run(&prog, 2, &[]);
+        assert!(out.status.success(), "{} failed after {took:?}\n{}", prog.display(), common::text(&out));
+    }
+}
+
+/// Each erroneous call ends the job (status not 0) within seconds, saying which routine and
+/// what was wrong; nothing is left in /dev/shm.
+#[test]
+fn erroneous_calls_end_the_job_with_a_message() {
+    let prog = build("errors", &[], false);
+    let cases = [
+        ("before_init", "shmem_int_p", "not initialized"),
+        ("bad_pe", "shmem_int_p", "PE 2 does not exist"),
+        ("negative_pe", "shmem_int_get", "PE -1 does not exist"),
+        ("not_symmetric", "shmem_int_put", "not symmetric memory"),
+        ("past_the_heap", "shmem_putmem", "not symmetric memory"),
+        ("overflow", "shmem_int_put", "overflow"),
+        ("misaligned_atomic", "shmem_long_atomic_add", "not aligned"),
+        ("double_free", "shmem_free", "not an object of the symmetric heap"),
+        ("mismatched_malloc", "shmem_malloc", "different sizes"),
+        ("bad_cmp", "shmem_int_wait_until", "comparison 42"),
+        ("bad_stride", "shmem_int_iput", "stride 0"),
+    ];
+    for (case, routine, what) in cases {
+        let (out, took, pid) = run(&prog, 2, &[case]);
+        let text = common::text(&out);
+        assert!(!out.status.success(), "{case}: the job succeeded\n{text}");
+        assert!(!text.contains("did not fail"), "{case}: the call returned\n{text}");
+        assert!(
+            text.contains(routine) && text.contains(what),
+            "{case}: no message naming {routine} ({what})\n{text}"
+        );
+        assert!(took < Duration::from_secs(30), "{case}: the job took {took:?} to end");
+        let left = common::shm_leftovers(pid);
+        assert!(left.is_empty(), "{case}: left {left:?} in /dev/shm");
+    }
+}

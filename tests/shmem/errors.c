@@ -1,0 +1,33 @@
+/* Erroneous calls: each must end the job with a message that names the routine (run by the
+ * test with the case as argument; every one of them is a failure of the job). */
+#include <shmem.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+  const char *c = argc > 1 ? argv[1] : "";
+  if (strcmp(c, "before_init") == 0) {
+    shmem_int_p(NULL, 1, 0);
+    return 0;
+  }
+  shmem_init();
+  int me = shmem_my_pe(), n = shmem_n_pes();
+  int *x = shmem_malloc(16 * sizeof(int));
+  int local[16] = {0};
+  shmem_barrier_all();
+  if (strcmp(c, "bad_pe") == 0) shmem_int_p(x, 1, n);
+  if (strcmp(c, "negative_pe") == 0) shmem_int_get(local, x, 1, -1);
+  if (strcmp(c, "not_symmetric") == 0) shmem_int_put(local, x, 16, (me + 1) % n);
+  if (strcmp(c, "past_the_heap") == 0) shmem_putmem((char *)x + 8, local, (size_t)1 << 40, 0);
+  if (strcmp(c, "overflow") == 0) shmem_int_put(x, local, SIZE_MAX / 2, 0);
+  if (strcmp(c, "misaligned_atomic") == 0) shmem_long_atomic_add((long *)((char *)x + 4), 1, 0);
+  if (strcmp(c, "double_free") == 0) { shmem_free(x); shmem_free(x); }
+  if (strcmp(c, "mismatched_malloc") == 0) shmem_malloc(me == 0 ? 64 : 128);
+  if (strcmp(c, "bad_cmp") == 0) shmem_int_wait_until(x, 42, 0);
+  if (strcmp(c, "bad_stride") == 0) shmem_int_iput(x, local, 0, 1, 4, 0);
+  shmem_barrier_all();
+  printf("errors: case %s did not fail\n", c);
+  shmem_finalize();
+  return 0;
+}

@@ -1,0 +1,48 @@
+/* Point-to-point synchronization: a ring of flags with wait_until and test, a ping-pong, and
+ * put with signal (set and add). */
+#include "check.h"
+
+#define ROUNDS 100
+
+int main(void) {
+  shmem_init();
+  int me = shmem_my_pe(), n = shmem_n_pes();
+  int right = (me + 1) % n, left = (me + n - 1) % n;
+  long *flag = shmem_calloc(1, sizeof(long));
+  int *data = shmem_calloc(64, sizeof(int));
+  uint64_t *sig = shmem_calloc(2, sizeof(uint64_t));
+  /* A token goes round the ring ROUNDS times. */
+  for (long r = 1; r <= ROUNDS; r++) {
+    if (me == 0) {
+      shmem_long_p(flag, r, right);
+      shmem_long_wait_until(flag, SHMEM_CMP_EQ, r);
+    } else {
+      shmem_long_wait_until(flag, SHMEM_CMP_GE, r);
+      shmem_long_p(flag, r, right);
+    }
+  }
+  CHECK(*flag == ROUNDS, "flag %ld", *flag);
+  shmem_barrier_all();
+  CHECK(shmem_long_test(flag, SHMEM_CMP_EQ, ROUNDS) == 1, "test true");
+  CHECK(shmem_long_test(flag, SHMEM_CMP_GT, ROUNDS) == 0, "test false");
+  /* Put with signal: the data is there when the signal is. */
+  int src[64];
+  for (int round = 1; round <= ROUNDS; round++) {
+    for (int i = 0; i < 64; i++) src[i] = round * 1000 + me * 64 + i;
+    shmem_putmem_signal(data, src, sizeof src, &sig[0], (uint64_t)round, SHMEM_SIGNAL_SET, right);
+    uint64_t s = shmem_signal_wait_until(&sig[0], SHMEM_CMP_GE, (uint64_t)round);
+    CHECK(s >= (uint64_t)round, "signal %llu", (unsigned long long)s);
+    for (int i = 0; i < 64; i++) CHECK(data[i] >= round * 1000 + left * 64 + i, "data before signal, round %d", round);
+    shmem_barrier_all();
+  }
+  /* Signal add: every PE adds 1 to PE 0's counter. */
+  shmem_putmem_signal(data, src, 4, &sig[1], 1, SHMEM_SIGNAL_ADD, 0);
+  if (me == 0) {
+    shmem_signal_wait_until(&sig[1], SHMEM_CMP_EQ, (uint64_t)n);
+    CHECK(shmem_signal_fetch(&sig[1]) == (uint64_t)n, "signal add");
+  }
+  shmem_barrier_all();
+  if (me == 0) printf("sync: %d PEs ok\n", n);
+  shmem_finalize();
+  return 0;
+}
