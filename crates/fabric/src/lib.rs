@@ -20,6 +20,7 @@
 //! - `hybrid::HybridFabric` (feature `ofi`): shared memory to the ranks of this host and
 //!   libfabric to the others, chosen per peer.
 
+pub mod adopt;
 pub mod boot;
 pub mod copy;
 mod counts;
@@ -74,6 +75,13 @@ pub trait Fabric: Send + Sync + 'static {
     /// written: a fabric that can need not back it up front.
     fn register_sparse(&self, len: usize) -> FabricResult<LocalRegion> {
         self.register(len)
+    }
+    /// Makes the main program's writable static data ([`adopt::program_data`]) a region that
+    /// peers can reach once they attach it, the program keeping its variables where they are
+    /// (OpenSHMEM's symmetric static data). Call it before the program's other threads write
+    /// its statics. Refused where weft is linked into the program, and by fabrics that cannot.
+    fn adopt_program_data(&self) -> FabricResult<LocalRegion> {
+        Err(FabricError::Unsupported { what: "symmetric static data on this fabric" })
     }
     /// Releases a region this rank registered: the fabric forgets it (its memory goes when
     /// the last `LocalRegion` clone does). Peers must no longer use it.

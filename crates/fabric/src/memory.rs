@@ -68,3 +68,15 @@ impl Mapping {
         pages.iter().filter(|&&p| p & 1 != 0).count() as u64 * PAGE as u64
     }
 }
+
+impl Mapping {
+    /// The `i`-th `u64` of the mapping as an atomic, or `None` if out of range.
+    pub fn atomic_u64(&self, i: usize) -> Option<&std::sync::atomic::AtomicU64> {
+        if i.checked_add(1)?.checked_mul(8)? > self.len {
+            return None;
+        }
+        // SAFETY: in bounds; the mapping is page-aligned so every u64 slot is 8-aligned; the
+        // memory lives as long as &self.
+        Some(unsafe { &*self.ptr.cast::<std::sync::atomic::AtomicU64>().add(i) })
+    }
+}

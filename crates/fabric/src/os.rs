@@ -9,11 +9,26 @@ use std::time::Duration;
 /// Directory of POSIX shared-memory files.
 pub const SHM_DIR: &str = "/dev/shm";
 
-/// A shared mapping of a file in [`SHM_DIR`]; unmapped on drop.
+/// A shared mapping of a file in [`SHM_DIR`] (or anonymous memory); unmapped on drop, but for
+/// the program's own static data (see [`crate::adopt`]).
 #[derive(Debug)]
 pub struct Mapping {
-    ptr: *mut u8,
-    len: usize,
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+    pub(crate) kind: MapKind,
+}
+
+/// What dropping a [`Mapping`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MapKind {
+    /// Unmaps it: weft mapped it.
+    Owned,
+    /// Nothing: the program's memory, registered in place.
+    #[cfg_attr(not(feature = "ofi"), allow(dead_code))]
+    Borrowed,
+    /// Puts private memory with the same bytes back in its place: the program's static data,
+    /// moved into a shared file while weft held it.
+    Adopted,
 }
 
 // SAFETY: a Mapping is a plain address range; synchronisation of what is stored in it is the
@@ -72,11 +87,18 @@ impl Mapping {
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if self.len > 0 {
+        if self.len == 0 {
+            return;
+        }
+        match self.kind {
             // SAFETY: ptr/len came from a successful mmap of exactly this length and nothing
             // created by this Mapping outlives it (callers keep the Mapping alive while they use
             // pointers into it).
-            unsafe { libc::munmap(self.ptr.cast(), self.len) };
+            MapKind::Owned => unsafe {
+                libc::munmap(self.ptr.cast(), self.len);
+            },
+            MapKind::Borrowed => {}
+            MapKind::Adopted => crate::adopt::restore(self.ptr, self.len),
         }
     }
 }
@@ -108,7 +130,11 @@ pub enum Fill {
 /// mappings (`MAP_ANONYMOUS` in `flags`).
 fn map_raw(fd: libc::c_int, len: usize, flags: libc::c_int, what: &str) -> FabricResult<Mapping> {
     if len == 0 {
-        return Ok(Mapping { ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(), len: 0 });
+        return Ok(Mapping {
+            ptr: std::ptr::NonNull::<u64>::dangling().as_ptr().cast(),
+            len: 0,
+            kind: MapKind::Owned,
+        });
     }
     // SAFETY: fd is -1 (anonymous) or an open descriptor of a file at least `len` bytes long;
     // we ask for a fresh mapping anywhere in the address space, so no existing memory is
@@ -118,7 +144,7 @@ fn map_raw(fd: libc::c_int, len: usize, flags: libc::c_int, what: &str) -> Fabri
     if p == libc::MAP_FAILED {
         return Err(FabricError::last_os(format!("mmap of {len} bytes for {what}")));
     }
-    Ok(Mapping { ptr: p.cast(), len })
+    Ok(Mapping { ptr: p.cast(), len, kind: MapKind::Owned })
 }
 
 struct Fd(libc::c_int);
@@ -705,18 +731,6 @@ pub fn remove_orphaned_files() -> usize {
             }
         })
         .sum()
-}
-
-impl Mapping {
-    /// The `i`-th `u64` of the mapping as an atomic, or `None` if out of range.
-    pub fn atomic_u64(&self, i: usize) -> Option<&std::sync::atomic::AtomicU64> {
-        if i.checked_add(1)?.checked_mul(8)? > self.len {
-            return None;
-        }
-        // SAFETY: in bounds; the mapping is page-aligned so every u64 slot is 8-aligned; the
-        // memory lives as long as &self.
-        Some(unsafe { &*self.ptr.cast::<std::sync::atomic::AtomicU64>().add(i) })
-    }
 }
 
 /// SIGTERM, for launchers.

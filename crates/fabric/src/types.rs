@@ -64,6 +64,11 @@ impl LocalRegion {
         self.discardable = discardable;
         self
     }
+    /// True for the program's own static data ([`crate::Fabric::adopt_program_data`]): its
+    /// memory is never given back nor used for anything else.
+    pub fn is_program_data(&self) -> bool {
+        self._keep.kind != crate::os::MapKind::Owned
+    }
     /// True if [`LocalRegion::discard`] gives memory back.
     pub fn discardable(&self) -> bool {
         self.discardable

@@ -126,7 +126,8 @@ impl Layer for Comm {
     fn alloc_pool(&self, bytes: usize) -> Result<RmaPool> {
         let members: Vec<u32> = (0..self.size()).collect();
         let exchange = |m: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, m);
-        let seg = self.alloc_segment_among::<u8>(bytes, &members, &exchange, true)?;
+        let seg =
+            self.alloc_segment_among::<u8>(bytes, &members, &exchange, crate::segment::Backing::Sparse)?;
         let info = self.segments.get(seg.id()).ok_or(Error::NoSuchSegment(seg.id()))?;
         let blocks = BlockPool::new(info.local.clone());
         Ok(RmaPool { seg, blocks })

@@ -53,6 +53,18 @@ pub(crate) struct SegInfo {
 /// Drops of segments so far, in this process (stamps for [`SegInfo::dropped_at`]).
 static DROPS: AtomicU64 = AtomicU64::new(0);
 
+/// What backs a new segment's part on this rank.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backing {
+    /// Fresh zeroed memory.
+    Fresh,
+    /// Fresh memory committed where written (a pool, see
+    /// [`weft_fabric::Fabric::register_sparse`]).
+    Sparse,
+    /// The program's static data ([`weft_fabric::Fabric::adopt_program_data`]), never reused.
+    ProgramData,
+}
+
 /// Highest generation a slot reaches: a slot whose id has it is not reused again, so that a
 /// generation never wraps round to an id an old address holds.
 const LAST_GENERATION: u32 = (1 << (32 - SLOT_BITS)) - 1;
@@ -93,6 +105,7 @@ impl SegInfo {
     /// `bytes` bytes held by `members` (world ranks, sorted or not).
     fn reusable_for(&self, bytes: usize, members: &[u32]) -> bool {
         !self.live()
+            && !self.local.is_program_data()
             && self.bytes == bytes
             && self.id() >> SLOT_BITS < LAST_GENERATION
             && self.remote.iter().filter(|r| r.is_some()).count() == members.len()
@@ -356,18 +369,41 @@ impl Comm {
     pub fn alloc_segment<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
         let members: Vec<u32> = (0..self.size()).collect();
         let exchange = |mine: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, mine);
-        self.alloc_segment_among(len, &members, &exchange, false)
+        self.alloc_segment_among(len, &members, &exchange, Backing::Fresh)
+    }
+
+    /// The program's own writable static data (its global and static variables) as a
+    /// segment of every rank, the variables staying where they are: OpenSHMEM's symmetric
+    /// static data. Collective; every rank must run the same executable (the sizes are
+    /// compared). Call it before the program's other threads write its statics. An error
+    /// where the fabric cannot (see [`weft_fabric::Fabric::adopt_program_data`]).
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let data = world.alloc_program_data()?;
+    /// // `data.local().as_ptr()` is where the program's data starts; an address of a global
+    /// // variable minus it is that variable's offset on every rank.
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn alloc_program_data(&self) -> Result<Segment<u8>> {
+        let Some((_, len)) = weft_fabric::adopt::program_data() else {
+            return Err(Error::Fabric(weft_fabric::FabricError::Unsupported {
+                what: "a program without static data",
+            }));
+        };
+        let members: Vec<u32> = (0..self.size()).collect();
+        let exchange = |mine: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, mine);
+        self.alloc_segment_among(len, &members, &exchange, Backing::ProgramData)
     }
 
     /// Allocates a segment held by `members` only (world ranks; `exchange` runs among them,
-    /// parts in member order), `sparse` for a pool (see
-    /// [`weft_fabric::Fabric::register_sparse`]). Collective over the members.
+    /// parts in member order), backed as `backing` says. Collective over the members.
     pub(crate) fn alloc_segment_among<T: Pod>(
         &self,
         len: usize,
         members: &[u32],
         exchange: &ExchangeFn<'_>,
-        sparse: bool,
+        backing: Backing,
     ) -> Result<Segment<T>> {
         let elem = std::mem::size_of::<T>();
         let bytes = len.checked_mul(elem).filter(|&b| b <= isize::MAX as usize).ok_or(Error::TooLarge {
@@ -380,13 +416,13 @@ impl Comm {
         // This rank's operations in flight are completed first, only where there is a slot to
         // offer (declining drops the offer and its claims).
         let mut offer = self.segments.reusable(bytes, members);
-        if !offer.0.is_empty() && !self.quiet_for_reuse() {
+        if backing == Backing::ProgramData || (!offer.0.is_empty() && !self.quiet_for_reuse()) {
             offer = Offer(vec![]);
         }
         let offered = offer.ids();
         let mut fresh = None;
         let mut all = if offered.is_empty() {
-            exchange(&self.fresh_proposal(bytes, elem, sparse, &mut fresh))?
+            exchange(&self.fresh_proposal(bytes, elem, backing, &mut fresh))?
         } else {
             let mut mine = vec![REUSE];
             mine.extend_from_slice(&(bytes as u64).to_le_bytes());
@@ -402,7 +438,7 @@ impl Comm {
         }
         if all.iter().any(|d| d.first() != Some(&FRESH)) {
             // Some members offered segments but not all the same: allocate afresh after all.
-            all = exchange(&self.fresh_proposal(bytes, elem, sparse, &mut fresh))?;
+            all = exchange(&self.fresh_proposal(bytes, elem, backing, &mut fresh))?;
         }
         let registered = fresh.expect("a fresh proposal registered its region");
         // The id: the largest any member proposed (members that allocated elsewhere meanwhile
@@ -485,12 +521,16 @@ impl Comm {
         &self,
         bytes: usize,
         elem: usize,
-        sparse: bool,
+        backing: Backing,
         fresh: &mut Option<Result<LocalRegion>>,
     ) -> Vec<u8> {
         // Registration may fail on one rank only (memory): everyone learns it in the exchange.
         let registered = fresh.get_or_insert_with(|| {
-            let r = if sparse { self.fabric.register_sparse(bytes) } else { self.fabric.register(bytes) };
+            let r = match backing {
+                Backing::Fresh => self.fabric.register(bytes),
+                Backing::Sparse => self.fabric.register_sparse(bytes),
+                Backing::ProgramData => self.fabric.adopt_program_data(),
+            };
             r.map_err(Error::from)
         });
         let proposed = *self.segments.count.lock().unwrap_or_else(|p| p.into_inner());

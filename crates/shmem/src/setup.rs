@@ -70,18 +70,19 @@ pub extern "C" fn shmem_pe_accessible(pe: c_int) -> c_int {
 #[no_mangle]
 pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int {
     let s = st("shmem_addr_accessible");
-    (shmem_pe_accessible(pe) == 1 && s.offset(addr, 1).is_some()) as c_int
+    (shmem_pe_accessible(pe) == 1 && s.symmetric(addr, 1)) as c_int
 }
 
-/// A load/store address of `dest` on `pe`: this PE's own memory only so far (null for a
-/// peer, which the specification allows: the program then uses RMA).
+/// A load/store address of `dest` on `pe`: this PE's own symmetric memory only so far (null
+/// for a peer, which the specification allows: the program then uses RMA).
 #[no_mangle]
 pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
     let s = st("shmem_ptr");
     let pe = s.pe("shmem_ptr", pe);
-    match s.offset(dest, 1) {
-        Some(off) if pe == s.me => s.local_addr(off),
-        _ => std::ptr::null_mut(),
+    if pe == s.me && s.symmetric(dest, 1) {
+        dest.cast_mut()
+    } else {
+        std::ptr::null_mut()
     }
 }
 

@@ -15,17 +15,36 @@ pub(crate) struct Shmem {
     pub comm: Arc<Comm>,
     /// The world, until `shmem_finalize` ends it.
     world: Mutex<Option<World>>,
-    /// The symmetric heap's segment, until `shmem_finalize`.
-    heap_seg: Mutex<Option<Segment<u8>>>,
-    heap_id: u32,
-    /// This PE's mapping of the heap.
-    base: usize,
-    len: usize,
+    /// The symmetric heap's segment and the program's static data, until `shmem_finalize`.
+    segs: Mutex<Vec<Segment<u8>>>,
+    /// The symmetric heap.
+    heap: Area,
+    /// The program's static data (global and static variables), or why it is not symmetric.
+    data: Result<Area, String>,
     pub alloc: Mutex<Heap>,
     pub me: u32,
     pub n: u32,
     /// The thread level granted.
     pub thread_level: i32,
+}
+
+/// Symmetric memory of one kind: a segment, and where this PE maps it.
+struct Area {
+    id: u32,
+    base: usize,
+    len: usize,
+}
+
+impl Area {
+    fn of(seg: &Segment<u8>) -> Area {
+        Area { id: seg.id(), base: seg.local().as_ptr() as usize, len: seg.len() }
+    }
+    /// The offset of `bytes` bytes at `addr`, if they lie in the area.
+    #[inline]
+    fn offset(&self, addr: *const c_void, bytes: usize) -> Option<usize> {
+        let off = (addr as usize).checked_sub(self.base)?;
+        (off.checked_add(bytes)? <= self.len).then_some(off)
+    }
 }
 
 static STATE: OnceLock<Shmem> = OnceLock::new();
@@ -93,16 +112,19 @@ fn start(call: &str, thread_level: i32) -> Shmem {
             ),
         )
     });
-    let base = seg.local().as_ptr() as usize;
+    // The program's globals become symmetric: moved into shared memory, or registered.
+    let (data, data_seg) = match world.alloc_program_data() {
+        Ok(d) => (Ok(Area::of(&d)), Some(d)),
+        Err(e) => (Err(e.to_string()), None),
+    };
     Shmem {
         comm: world.arc(),
         me: world.rank(),
         n: world.size(),
-        heap_id: seg.id(),
-        base,
-        len: heap,
+        heap: Area::of(&seg),
+        data,
         alloc: Mutex::new(Heap::new(heap)),
-        heap_seg: Mutex::new(Some(seg)),
+        segs: Mutex::new(std::iter::once(seg).chain(data_seg).collect()),
         world: Mutex::new(Some(world)),
         thread_level,
     }
@@ -118,7 +140,7 @@ pub(crate) fn finalize() {
     if let Err(e) = s.comm.sync_nbi().and_then(|()| s.comm.barrier()) {
         eprintln!("weft shmem: PE {}: shmem_finalize: {e}", s.me);
     }
-    drop(s.heap_seg.lock().unwrap_or_else(|p| p.into_inner()).take());
+    s.segs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     drop(s.world.lock().unwrap_or_else(|p| p.into_inner()).take());
 }
 
@@ -132,11 +154,26 @@ impl Shmem {
         }
     }
 
-    /// The offset of `bytes` bytes at `addr` in the symmetric heap, if they lie in it.
+    /// The heap offset of `bytes` bytes at `addr`, if they lie in the symmetric heap.
     #[inline]
     pub fn offset(&self, addr: *const c_void, bytes: usize) -> Option<usize> {
-        let off = (addr as usize).checked_sub(self.base)?;
-        (off.checked_add(bytes)? <= self.len).then_some(off)
+        self.heap.offset(addr, bytes)
+    }
+
+    /// The segment and offset of `bytes` bytes at `addr`, if they are symmetric memory (the
+    /// heap or the program's static data).
+    #[inline]
+    fn locate(&self, addr: *const c_void, bytes: usize) -> Option<(u32, usize)> {
+        if let Some(off) = self.heap.offset(addr, bytes) {
+            return Some((self.heap.id, off));
+        }
+        let data = self.data.as_ref().ok()?;
+        data.offset(addr, bytes).map(|off| (data.id, off))
+    }
+
+    /// Whether `bytes` bytes at `addr` are symmetric memory.
+    pub fn symmetric(&self, addr: *const c_void, bytes: usize) -> bool {
+        self.locate(addr, bytes).is_some()
     }
 
     /// The global address of `bytes` bytes at symmetric address `addr` on PE `pe`, after
@@ -144,32 +181,38 @@ impl Shmem {
     #[inline]
     pub fn sym(&self, call: &str, addr: *const c_void, bytes: usize, pe: i32) -> GlobalPtr<u8> {
         let pe = self.pe(call, pe);
-        match self.offset(addr, bytes) {
-            Some(off) => GlobalPtr::new(pe, self.heap_id, off),
-            None => die(
-                call,
-                format_args!(
-                    "{bytes} bytes at {addr:p} are not symmetric memory (the symmetric heap is {:#x}..{:#x})",
-                    self.base,
-                    self.base + self.len
-                ),
-            ),
+        match self.locate(addr, bytes) {
+            Some((seg, off)) => GlobalPtr::new(pe, seg, off),
+            None => die(call, self.not_symmetric(addr, bytes)),
         }
+    }
+
+    /// Why `bytes` bytes at `addr` are refused.
+    #[cold]
+    fn not_symmetric(&self, addr: *const c_void, bytes: usize) -> String {
+        let (h, end) = (self.heap.base, self.heap.base + self.heap.len);
+        let data = match &self.data {
+            Ok(d) => format!("the program's static data {:#x}..{:#x}", d.base, d.base + d.len),
+            Err(e) => format!("static data is not symmetric here: {e}"),
+        };
+        format!("{bytes} bytes at {addr:p} are not symmetric memory (the symmetric heap is {h:#x}..{end:#x}; {data})")
     }
 
     /// The address in this PE's mapping of heap offset `off`.
     pub fn local_addr(&self, off: usize) -> *mut c_void {
-        (self.base + off) as *mut c_void
+        (self.heap.base + off) as *mut c_void
     }
 
-    /// Checks that `addr` is a `size`-byte word of this PE's symmetric heap, aligned for its
-    /// size, for a local wait on it; returns the address.
+    /// Checks that `addr` is a `size`-byte word of this PE's symmetric memory, aligned for
+    /// its size, for a local wait on it; returns the address.
     pub fn local_word(&self, call: &str, addr: *const c_void, size: usize) -> usize {
-        match self.offset(addr, size) {
-            Some(_) if (addr as usize).is_multiple_of(size) => addr as usize,
-            Some(_) => die(call, format_args!("{addr:p} is not aligned to {size} bytes")),
-            None => die(call, format_args!("{addr:p} is not symmetric memory")),
+        if self.locate(addr, size).is_none() {
+            die(call, self.not_symmetric(addr, size));
         }
+        if !(addr as usize).is_multiple_of(size) {
+            die(call, format_args!("{addr:p} is not aligned to {size} bytes"));
+        }
+        addr as usize
     }
 
     /// Turns a weft error into the end of the job, naming the call.

@@ -305,6 +305,12 @@ impl Fabric for HybridFabric {
         self.also_ofi(s, len)
     }
 
+    fn adopt_program_data(&self) -> FabricResult<LocalRegion> {
+        let s = self.parts.shm.adopt_program_data()?;
+        let len = s.len;
+        self.also_ofi(s, len)
+    }
+
     fn deregister(&self, region: &LocalRegion) {
         self.parts.ofi.deregister(region);
         self.parts.shm.deregister(region);

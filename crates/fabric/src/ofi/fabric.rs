@@ -30,6 +30,13 @@ impl Fabric for OfiFabric {
         self.register_at(None, map, len)
     }
 
+    fn adopt_program_data(&self) -> FabricResult<LocalRegion> {
+        let (start, len) = crate::adopt::adoptable()?;
+        let region = self.register_at(None, Arc::new(crate::adopt::borrow(start, len)), len)?;
+        // The program's variables are never given back.
+        Ok(region.with_discard(false))
+    }
+
     fn deregister(&self, region: &LocalRegion) {
         let mut regions = self.regions.write().unwrap_or_else(|e| e.into_inner());
         if let Some(r) = regions.get_mut(region.id as usize) {

@@ -296,6 +296,31 @@ impl ShmFabric {
         Ok(LocalRegion::new(id, map, desc).with_discard(true))
     }
 
+    /// The program's static data moved into a region file (see [`crate::adopt`]).
+    fn adopt_data(&self) -> FabricResult<LocalRegion> {
+        let (start, len) = crate::adopt::adoptable()?;
+        let id = self.next_region.fetch_add(1, Ordering::Relaxed);
+        let name = region_name(&self.job, self.rank, id);
+        let copy =
+            os::create_shared(&name, len, os::Fill::Reserved, |p| crate::adopt::copy_in(start, p, len))?;
+        let map = match crate::adopt::move_over(copy, start) {
+            Ok(m) => Arc::new(m),
+            Err(e) => {
+                os::unlink(&name);
+                return Err(e);
+            }
+        };
+        let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
+        if regions.len() <= id as usize {
+            regions.resize(id as usize + 1, None);
+        }
+        regions[id as usize] = Some(map.clone());
+        let mut desc = id.to_le_bytes().to_vec();
+        desc.extend_from_slice(&(len as u64).to_le_bytes());
+        // The program's variables are never given back.
+        Ok(LocalRegion::new(id, map, desc).with_discard(false))
+    }
+
     /// Unlinks what dead peer `rank` left in the job's directory (its inbox if start-up had not
     /// ended, a region it was publishing): it cannot, and under mpirun or srun nobody else would.
     fn bury(&self, rank: Rank) {
@@ -476,6 +501,10 @@ impl Fabric for ShmFabric {
             peer_read: true,
             target_progress: false,
         }
+    }
+
+    fn adopt_program_data(&self) -> FabricResult<LocalRegion> {
+        self.adopt_data()
     }
 
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {

@@ -154,7 +154,7 @@ fn next(seq: &Mutex<Seq>, counter: fn(&mut Seq) -> &mut u64) -> u64 {
 /// numbered by `seq`.
 fn alloc_among<T: Pod>(comm: &Comm, g: &Group<'_>, seq: &Mutex<Seq>, len: usize) -> Result<Segment<T>> {
     let exchange = |mine: &[u8]| comm.group_exchange(g, next(seq, |s| &mut s.exchanges), mine);
-    comm.alloc_segment_among(len, g.members, &exchange, false)
+    comm.alloc_segment_among(len, g.members, &exchange, crate::segment::Backing::Fresh)
 }
 
 thread_local! {
