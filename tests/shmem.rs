@@ -103,6 +103,11 @@ fn symmetric_static_data() {
 }
 
 #[test]
+fn collectives_and_teams() {
+    passes("coll");
+}
+
+#[test]
 fn atomics() {
     passes("amo");
 }
@@ -143,6 +148,9 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("mismatched_malloc", "shmem_malloc", "different sizes"),
         ("bad_cmp", "shmem_int_wait_until", "comparison 42"),
         ("bad_stride", "shmem_int_iput", "stride 0"),
+        ("bad_team", "shmem_team_sync", "is not a team"),
+        ("bad_active_set", "shmem_barrier", "is not within the job"),
+        ("bad_root", "shmem_broadcast64", "root 5"),
     ];
     for (case, routine, what) in cases {
         let (out, took, pid) = run(&prog, 2, &[case]);

@@ -93,6 +93,12 @@ impl LocalRegion {
         unsafe { std::ptr::write_bytes(self.as_ptr(), 0, self.len) };
         Ok(())
     }
+    /// Backs bytes `offset..offset + len` with memory now, where a sparse region
+    /// ([`crate::Fabric::register_sparse`]) would commit them only when written: an error
+    /// here, instead of a SIGBUS at the first write, where the system has none left.
+    pub fn back(&self, offset: usize, len: usize) -> crate::FabricResult<()> {
+        self._keep.back(offset, len)
+    }
     /// The memory behind the region.
     pub(crate) fn mapping(&self) -> &std::sync::Arc<crate::os::Mapping> {
         &self._keep

@@ -272,6 +272,19 @@ impl<T: Pod> Segment<T> {
     pub fn local(&self) -> LocalView<'_, T> {
         LocalView::new(&self.info.local, self.len).expect("segment memory is sized and aligned for T")
     }
+    /// Commits memory to elements `start..start + len` of this rank's part now (see
+    /// [`Comm::alloc_segment_sparse`]): an error where the system has none left, instead of
+    /// a SIGBUS at the first write.
+    pub fn back(&self, start: usize, len: usize) -> Result<()> {
+        let z = size_of::<T>();
+        let (off, bytes) = (start.checked_mul(z), len.checked_mul(z));
+        match (off, bytes) {
+            (Some(off), Some(bytes)) if off.checked_add(bytes).is_some_and(|e| e <= self.len * z) => {
+                Ok(self.info.local.back(off, bytes)?)
+            }
+            _ => Err(Error::Misuse("Segment::back: the range is not inside the segment")),
+        }
+    }
     /// The fabric's view of `rank`'s copy (an error where `rank` does not hold the segment).
     pub(crate) fn remote_region(&self, rank: u32) -> Result<&RemoteRegion> {
         self.info.remote(rank)
@@ -370,6 +383,15 @@ impl Comm {
         let members: Vec<u32> = (0..self.size()).collect();
         let exchange = |mine: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, mine);
         self.alloc_segment_among(len, &members, &exchange, Backing::Fresh)
+    }
+
+    /// As [`Comm::alloc_segment`], but memory is committed only where it is written or
+    /// backed with [`Segment::back`] (on shared memory; elsewhere as the fabric does): a large
+    /// segment of which parts are used, such as OpenSHMEM's symmetric heap.
+    pub fn alloc_segment_sparse<T: Pod>(&self, len: usize) -> Result<Segment<T>> {
+        let members: Vec<u32> = (0..self.size()).collect();
+        let exchange = |mine: &[u8]| self.world_exchange(crate::collective::SEGMENT_CALL, mine);
+        self.alloc_segment_among(len, &members, &exchange, Backing::Sparse)
     }
 
     /// The program's own writable static data (its global and static variables) as a

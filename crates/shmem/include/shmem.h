@@ -90,6 +90,11 @@ void *shmem_calloc(size_t count, size_t size);
 void *shmem_realloc(void *ptr, size_t size);
 void *shmem_align(size_t alignment, size_t size);
 void shmem_free(void *ptr);
+/* OpenSHMEM 1.0's names (deprecated). */
+void *shmalloc(size_t size);
+void shfree(void *ptr);
+void *shmemalign(size_t alignment, size_t size);
+void *shrealloc(void *ptr, size_t size);
 
 /* RMA: the standard types (Table 5; long double below). */
 #define WEFT_SHMEM_RMA_TYPES(X) \
@@ -210,6 +215,79 @@ void shmem_sync_all(void);
   void shmem_##N##_wait(T *ivar, T cmp_value); \
   int shmem_##N##_test(T *ivar, int cmp, T cmp_value);
 WEFT_SHMEM_P2P_TYPES(WEFT_SHMEM_DECL_P2P)
+
+/* Teams. A handle is an opaque value weft checks (never a pointer it follows). */
+typedef struct weft_shmem_team *shmem_team_t;
+#define SHMEM_TEAM_INVALID ((shmem_team_t)0)
+#define SHMEM_TEAM_WORLD ((shmem_team_t)1)
+#define SHMEM_TEAM_SHARED ((shmem_team_t)2)
+typedef struct {
+  int num_contexts;
+} shmem_team_config_t;
+#define SHMEM_TEAM_NUM_CONTEXTS 1L
+
+int shmem_team_my_pe(shmem_team_t team);
+int shmem_team_n_pes(shmem_team_t team);
+int shmem_team_get_config(shmem_team_t team, long config_mask, shmem_team_config_t *config);
+int shmem_team_translate_pe(shmem_team_t src_team, int src_pe, shmem_team_t dest_team);
+int shmem_team_split_strided(shmem_team_t parent_team, int start, int stride, int size,
+                             const shmem_team_config_t *config, long config_mask, shmem_team_t *new_team);
+int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_config_t *xaxis_config,
+                        long xaxis_mask, shmem_team_t *xaxis_team, const shmem_team_config_t *yaxis_config,
+                        long yaxis_mask, shmem_team_t *yaxis_team);
+void shmem_team_destroy(shmem_team_t team);
+int shmem_team_sync(shmem_team_t team);
+
+/* Collectives on teams. */
+int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root);
+int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+#define WEFT_SHMEM_DECL_TEAM_COLL(N, T) \
+  int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root); \
+  int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems); \
+  int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems); \
+  int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);
+WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_TEAM_COLL)
+WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
+
+/* Reductions (Table 10; long double and complex types not yet): on teams, and the deprecated
+ * forms on active sets. */
+#define WEFT_SHMEM_BITWISE_RED_TYPES(X) \
+  X(uchar, unsigned char) X(ushort, unsigned short) X(uint, unsigned int) X(ulong, unsigned long) \
+  X(ulonglong, unsigned long long) X(int8, int8_t) X(int16, int16_t) X(int32, int32_t) \
+  X(int64, int64_t) X(uint8, uint8_t) X(uint16, uint16_t) X(uint32, uint32_t) X(uint64, uint64_t) \
+  X(size, size_t) X(short, short) X(int, int) X(long, long) X(longlong, long long)
+#define WEFT_SHMEM_ARITH_RED_TYPES(X) \
+  WEFT_SHMEM_BITWISE_RED_TYPES(X) X(char, char) X(schar, signed char) X(ptrdiff, ptrdiff_t) \
+  X(float, float) X(double, double)
+#define WEFT_SHMEM_DECL_RED(N, T, OP) \
+  int shmem_##N##_##OP##_reduce(shmem_team_t team, T *dest, const T *source, size_t nreduce); \
+  void shmem_##N##_##OP##_to_all(T *dest, const T *source, int nreduce, int PE_start, int logPE_stride, \
+                                 int PE_size, T *pWrk, long *pSync);
+#define WEFT_SHMEM_DECL_RED_BIT(N, T) WEFT_SHMEM_DECL_RED(N, T, and) WEFT_SHMEM_DECL_RED(N, T, or) WEFT_SHMEM_DECL_RED(N, T, xor)
+#define WEFT_SHMEM_DECL_RED_ARITH(N, T) \
+  WEFT_SHMEM_DECL_RED(N, T, max) WEFT_SHMEM_DECL_RED(N, T, min) WEFT_SHMEM_DECL_RED(N, T, sum) \
+  WEFT_SHMEM_DECL_RED(N, T, prod)
+WEFT_SHMEM_BITWISE_RED_TYPES(WEFT_SHMEM_DECL_RED_BIT)
+WEFT_SHMEM_ARITH_RED_TYPES(WEFT_SHMEM_DECL_RED_ARITH)
+
+/* Deprecated collectives on active sets (PE_start, logPE_stride, PE_size) with a pSync. */
+void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_sync(int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_broadcast32(void *dest, const void *source, size_t nelems, int PE_root, int PE_start,
+                       int logPE_stride, int PE_size, long *pSync);
+void shmem_broadcast64(void *dest, const void *source, size_t nelems, int PE_root, int PE_start,
+                       int logPE_stride, int PE_size, long *pSync);
+#define WEFT_SHMEM_DECL_ACTIVE(NAME) \
+  void shmem_##NAME(void *dest, const void *source, size_t nelems, int PE_start, int logPE_stride, \
+                    int PE_size, long *pSync);
+WEFT_SHMEM_DECL_ACTIVE(collect32)
+WEFT_SHMEM_DECL_ACTIVE(collect64)
+WEFT_SHMEM_DECL_ACTIVE(fcollect32)
+WEFT_SHMEM_DECL_ACTIVE(fcollect64)
+WEFT_SHMEM_DECL_ACTIVE(alltoall32)
+WEFT_SHMEM_DECL_ACTIVE(alltoall64)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -13,8 +13,11 @@
 
 mod amo;
 mod cabi;
+mod coll;
+mod collectives;
 mod heap;
 mod rma;
 mod setup;
 mod state;
 mod sync;
+mod team;

@@ -118,8 +118,9 @@ pub extern "C" fn _num_pes() -> c_int {
 }
 
 /// Checks that every PE made the same allocation call with the same result (a collective
-/// that also waits for every PE, as the routines' implied barrier must).
-fn agree(s: &Shmem, call: &str, size: usize, off: Option<usize>) {
+/// that also waits for every PE, as the routines' implied barrier must). False where some
+/// PE could not allocate (`None`) and others could: those undo theirs, and all return null.
+fn agree(s: &Shmem, call: &str, size: usize, off: Option<usize>) -> bool {
     let off = off.map_or(u64::MAX, |o| o as u64);
     let mine = [size as u64, !(size as u64), off, !off];
     let team = s.check(call, s.comm.world_team());
@@ -133,14 +134,34 @@ fn agree(s: &Shmem, call: &str, size: usize, off: Option<usize>) {
             ),
         );
     }
-    if all[2] != off || !all[3] != off {
-        die(call, "PEs' symmetric heaps disagree (some PE allocated or freed differently)");
+    match (all[2] == off && !all[3] == off, all[2] == u64::MAX) {
+        (true, _) => true,
+        (false, true) => false,
+        (false, false) => die(call, "PEs' symmetric heaps disagree (some PE allocated or freed differently)"),
+    }
+}
+
+/// Heap offset `off`'s allocation backed by memory now (see `Shmem::back_heap`); `None`,
+/// said on standard error and undone, where the system has no memory left for it.
+fn backed(s: &Shmem, call: &str, off: Option<usize>) -> Option<usize> {
+    let off = off?;
+    let len = s.alloc.lock().unwrap_or_else(|p| p.into_inner()).len_of(off).unwrap_or(0);
+    match s.back_heap(off, len) {
+        Ok(()) => Some(off),
+        Err(e) => {
+            eprintln!(
+                "weft shmem: PE {}: {call}: no memory for {len} bytes of the symmetric heap: {e}",
+                s.me
+            );
+            s.alloc.lock().unwrap_or_else(|p| p.into_inner()).free(off);
+            None
+        }
     }
 }
 
 /// A collective allocation of `size` bytes aligned to `align` (zeroed if `zero`, before any
-/// PE returns and may write it); null for 0 bytes, and when the heap is full on every PE
-/// (said on standard error).
+/// PE returns and may write it); null for 0 bytes, and when the heap is full or memory runs
+/// out on some PE (said on standard error).
 fn alloc_zeroed(call: &str, size: usize, align: usize, zero: bool) -> *mut c_void {
     let s = st(call);
     if size == 0 {
@@ -148,24 +169,27 @@ fn alloc_zeroed(call: &str, size: usize, align: usize, zero: bool) -> *mut c_voi
         return std::ptr::null_mut();
     }
     let off = s.alloc.lock().unwrap_or_else(|p| p.into_inner()).alloc(size, align);
+    if off.is_none() {
+        let heap = s.alloc.lock().unwrap_or_else(|p| p.into_inner());
+        eprintln!(
+            "weft shmem: PE {}: {call}: {size} bytes do not fit the symmetric heap ({} of {} bytes in use; set SHMEM_SYMMETRIC_SIZE)",
+            s.me,
+            heap.used_bytes(),
+            heap.size()
+        );
+    }
+    let off = backed(s, call, off);
     if let (Some(off), true) = (off, zero) {
         // Freed heap memory may hold old data: zeroed through this PE's own mapping.
         cabi::dst_bytes(s.local_addr(off), size).fill(0);
     }
-    agree(s, call, size, off);
-    match off {
-        Some(off) => s.local_addr(off),
-        None => {
-            let heap = s.alloc.lock().unwrap_or_else(|p| p.into_inner());
-            eprintln!(
-                "weft shmem: PE {}: {call}: {size} bytes do not fit the symmetric heap ({} of {} bytes in use; set SHMEM_SYMMETRIC_SIZE)",
-                s.me,
-                heap.used_bytes(),
-                heap.size()
-            );
-            std::ptr::null_mut()
+    if !agree(s, call, size, off) {
+        if let Some(off) = off {
+            s.alloc.lock().unwrap_or_else(|p| p.into_inner()).free(off);
         }
+        return std::ptr::null_mut();
     }
+    off.map_or(std::ptr::null_mut(), |o| s.local_addr(o))
 }
 
 fn alloc(call: &str, size: usize, align: usize) -> *mut c_void {
@@ -210,7 +234,9 @@ pub extern "C" fn shmem_free(ptr: *mut c_void) {
     s.check(call, s.comm.sync_nbi());
     let off = s.offset(ptr, 1).filter(|&o| s.alloc.lock().unwrap_or_else(|p| p.into_inner()).free(o));
     match off {
-        Some(o) => agree(s, call, 0, Some(o)),
+        Some(o) => {
+            agree(s, call, 0, Some(o));
+        }
         None => die(call, format_args!("{ptr:p} is not an object of the symmetric heap (freed twice?)")),
     }
 }
@@ -235,18 +261,56 @@ pub extern "C" fn shmem_realloc(ptr: *mut c_void, size: usize) -> *mut c_void {
     let mut heap = s.alloc.lock().unwrap_or_else(|p| p.into_inner());
     let have = heap.len_of(old).unwrap_or(0);
     if heap.resize_in_place(old, size) {
+        let now = heap.len_of(old).unwrap_or(0);
         drop(heap);
+        if now > have {
+            if let Err(e) = s.back_heap(old + have, now - have) {
+                die(call, format_args!("no memory to grow an object to {size} bytes: {e}"));
+            }
+        }
         agree(s, call, size, Some(old));
         return ptr;
     }
     let new = heap.alloc(size, MALLOC_ALIGN);
+    drop(heap);
+    let new = backed(s, call, new);
     if let Some(new) = new {
         let n = have.min(size);
         cabi::dst_bytes(s.local_addr(new), n).copy_from_slice(cabi::src_bytes(ptr, n));
-        heap.free(old);
     }
-    drop(heap);
-    agree(s, call, size, new);
     // Every PE copies its own part before any PE returns (and writes to the new object).
+    if !agree(s, call, size, new) {
+        if let Some(new) = new {
+            s.alloc.lock().unwrap_or_else(|p| p.into_inner()).free(new);
+        }
+        return std::ptr::null_mut();
+    }
+    if new.is_some() {
+        s.alloc.lock().unwrap_or_else(|p| p.into_inner()).free(old);
+    }
     new.map_or(std::ptr::null_mut(), |o| s.local_addr(o))
+}
+
+/// OpenSHMEM 1.0's name of `shmem_malloc` (deprecated; existing programs call it).
+#[no_mangle]
+pub extern "C" fn shmalloc(size: usize) -> *mut c_void {
+    alloc("shmalloc", size, MALLOC_ALIGN)
+}
+
+/// OpenSHMEM 1.0's name of `shmem_free`.
+#[no_mangle]
+pub extern "C" fn shfree(ptr: *mut c_void) {
+    shmem_free(ptr)
+}
+
+/// OpenSHMEM 1.0's name of `shmem_align`.
+#[no_mangle]
+pub extern "C" fn shmemalign(alignment: usize, size: usize) -> *mut c_void {
+    shmem_align(alignment, size)
+}
+
+/// OpenSHMEM 1.0's name of `shmem_realloc`.
+#[no_mangle]
+pub extern "C" fn shrealloc(ptr: *mut c_void, size: usize) -> *mut c_void {
+    shmem_realloc(ptr, size)
 }

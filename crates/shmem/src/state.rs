@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use weft_runtime::{Comm, GlobalPtr, Segment, World};
 
-/// Default size of the symmetric heap when `SHMEM_SYMMETRIC_SIZE` is not set.
-pub const DEFAULT_HEAP: usize = 64 << 20;
+/// Default size of the symmetric heap when `SHMEM_SYMMETRIC_SIZE` is not set (address space:
+/// memory is committed as objects are allocated).
+pub const DEFAULT_HEAP: usize = 1 << 30;
 
 /// One PE's OpenSHMEM state.
 pub(crate) struct Shmem {
@@ -21,6 +22,10 @@ pub(crate) struct Shmem {
     heap: Area,
     /// The program's static data (global and static variables), or why it is not symmetric.
     data: Result<Area, String>,
+    /// weft's own symmetric words: team barriers' counters, collect's sizes (see `crate::team`).
+    internal: Area,
+    /// Teams, by handle (see `crate::team`).
+    pub teams: Mutex<crate::team::Teams>,
     pub alloc: Mutex<Heap>,
     pub me: u32,
     pub n: u32,
@@ -104,7 +109,7 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         .checked_next_multiple_of(crate::heap::MALLOC_ALIGN)
         .unwrap_or_else(|| die(call, "heap too large"));
     let world = World::init().unwrap_or_else(|e| die(call, format_args!("weft start-up failed: {e}")));
-    let seg = world.alloc_segment::<u8>(heap).unwrap_or_else(|e| {
+    let seg = world.alloc_segment_sparse::<u8>(heap).unwrap_or_else(|e| {
         die(
             call,
             format_args!(
@@ -117,14 +122,20 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         Ok(d) => (Ok(Area::of(&d)), Some(d)),
         Err(e) => (Err(e.to_string()), None),
     };
+    let words = crate::team::internal_words(world.size());
+    let internal = world.alloc_segment::<u8>(words * 8).unwrap_or_else(|e| {
+        die(call, format_args!("weft's symmetric words ({} bytes) cannot be allocated: {e}", words * 8))
+    });
     Shmem {
         comm: world.arc(),
         me: world.rank(),
         n: world.size(),
         heap: Area::of(&seg),
         data,
+        internal: Area::of(&internal),
+        teams: Mutex::new(crate::team::Teams::new(world.rank(), world.size())),
         alloc: Mutex::new(Heap::new(heap)),
-        segs: Mutex::new(std::iter::once(seg).chain(data_seg).collect()),
+        segs: Mutex::new([seg, internal].into_iter().chain(data_seg).collect()),
         world: Mutex::new(Some(world)),
         thread_level,
     }
@@ -167,8 +178,26 @@ impl Shmem {
         if let Some(off) = self.heap.offset(addr, bytes) {
             return Some((self.heap.id, off));
         }
+        if let Some(off) = self.internal.offset(addr, bytes) {
+            return Some((self.internal.id, off));
+        }
         let data = self.data.as_ref().ok()?;
         data.offset(addr, bytes).map(|off| (data.id, off))
+    }
+
+    /// Commits memory to heap bytes `off..off + len` (the heap is sparse: a large
+    /// `SHMEM_SYMMETRIC_SIZE` costs only what is allocated).
+    pub fn back_heap(&self, off: usize, len: usize) -> Result<(), String> {
+        let segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        match segs.first() {
+            Some(heap) => heap.back(off, len).map_err(|e| e.to_string()),
+            None => Err("OpenSHMEM is finalized".into()),
+        }
+    }
+
+    /// This PE's address of word `i` of weft's own symmetric words.
+    pub fn internal_word(&self, i: usize) -> usize {
+        self.internal.base + 8 * i
     }
 
     /// Whether `bytes` bytes at `addr` are symmetric memory.

@@ -1,0 +1,281 @@
+//! The collectives' engine, on a set of PEs `start + i·stride` (an active set or a team): a
+//! dissemination barrier on a symmetric array of counters (a `pSync`, or a team's own), and
+//! broadcast, collect, fcollect, alltoall(s) and reductions built from puts, gets and it.
+//!
+//! The barrier's round k adds 1 to word k on the PE `2^k` further round the set and waits
+//! until its own word k is positive, then takes 1 off it: the words count, so a signal of
+//! the next call that arrives early is kept, and they are back at 0 (`SHMEM_SYNC_VALUE`)
+//! once the call is over, as the specification asks of a `pSync`. All updates are weft's
+//! remote atomics, so they mix with nothing else on any fabric.
+//!
+//! Reductions read every member's source (gets, in member order, the same on every PE:
+//! every PE gets the same result) between two barriers, then write the destination, which
+//! may be the source.
+
+use crate::cabi;
+use crate::state::{die, st, Shmem};
+use std::ffi::c_void;
+use weft_runtime::{AtomicOp, GlobalPtr};
+
+/// Words of a `pSync` the engine uses (`SHMEM_*_SYNC_SIZE` in `shmem.h` is 64).
+pub(crate) const SYNC_WORDS: usize = 64;
+/// Barrier rounds at most: sets of up to 2^32 PEs.
+const ROUNDS: usize = 32;
+
+/// PEs `start + i·stride`, `i < size` (world PE numbers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Set {
+    pub start: u32,
+    pub stride: u32,
+    pub size: u32,
+}
+
+impl Set {
+    /// An active set of the deprecated routines, checked against the job.
+    pub fn active(s: &Shmem, call: &str, start: i32, log_stride: i32, size: i32) -> Set {
+        let ok = start >= 0 && (0..31).contains(&log_stride) && size >= 1;
+        let set =
+            Set { start: start as u32, stride: 1u32 << (log_stride.clamp(0, 30)), size: size.max(1) as u32 };
+        let last = (set.size as u64 - 1) * set.stride as u64 + set.start as u64;
+        if !ok || last >= s.n as u64 {
+            die(call, format_args!("active set (PE_start {start}, logPE_stride {log_stride}, PE_size {size}) is not within the job's {} PEs", s.n));
+        }
+        if set.index_of(s.me).is_none() {
+            die(call, format_args!("PE {} is not in the active set it calls for", s.me));
+        }
+        set
+    }
+    /// World PE of member `i`.
+    pub fn pe(&self, i: u32) -> u32 {
+        self.start + i * self.stride
+    }
+    /// Member index of world PE `pe`.
+    pub fn index_of(&self, pe: u32) -> Option<u32> {
+        let d = pe.checked_sub(self.start)?;
+        (d.is_multiple_of(self.stride) && d / self.stride < self.size).then_some(d / self.stride)
+    }
+}
+
+/// A symmetric array of counters: this PE's copy at `local`, and its global address.
+#[derive(Clone, Copy)]
+pub(crate) struct SyncArea {
+    pub local: usize,
+    pub global: GlobalPtr<u8>,
+}
+
+impl SyncArea {
+    /// A caller's `pSync` of at least [`SYNC_WORDS`] longs.
+    pub fn user(s: &Shmem, call: &str, psync: *const i64) -> SyncArea {
+        let global = s.sym(call, psync.cast(), SYNC_WORDS * 8, s.me as i32);
+        if !(psync as usize).is_multiple_of(8) {
+            die(call, format_args!("pSync {psync:p} is not aligned to 8 bytes"));
+        }
+        SyncArea { local: psync as usize, global }
+    }
+    fn word(&self, pe: u32, k: usize) -> GlobalPtr<u64> {
+        self.global.on(pe).byte_add(8 * k).cast()
+    }
+}
+
+/// Barrier of `set` on counters `area` (after completing this thread's puts).
+pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
+    s.check(call, s.comm.sync_nbi());
+    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
+    let mut dist = 1u32;
+    let mut k = 0;
+    while dist < set.size && k < ROUNDS {
+        let to = set.pe(((me as u64 + dist as u64) % set.size as u64) as u32);
+        s.check(call, s.comm.atomic(area.word(to, k), AtomicOp::FetchAdd(1)));
+        let addr = area.local + 8 * k;
+        s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) as i64 > 0));
+        s.check(call, s.comm.atomic(area.word(s.me, k), AtomicOp::FetchAdd(u64::MAX)));
+        dist = dist.saturating_mul(2);
+        k += 1;
+    }
+}
+
+/// Puts `len` bytes from `src` to symmetric `dest + at` on world PE `pe`.
+fn put_at(s: &Shmem, call: &str, dest: *const c_void, at: usize, src: *const c_void, len: usize, pe: u32) {
+    if len == 0 {
+        return;
+    }
+    let to = (dest as usize).checked_add(at).unwrap_or_else(|| die(call, "destination overflows"))
+        as *const c_void;
+    let g = s.sym(call, to, len, pe as i32);
+    s.check(call, s.comm.put(g, cabi::src_bytes(src, len)));
+}
+
+/// The root of a broadcast (a member index), and whether its own `dest` gets the data too
+/// (teams: yes; the deprecated routines leave it).
+#[derive(Clone, Copy)]
+pub(crate) struct Root {
+    pub index: u32,
+    pub to_itself: bool,
+}
+
+/// Broadcast of `len` bytes from the root's `source` to every member's `dest`.
+pub(crate) fn broadcast(
+    call: &str,
+    set: Set,
+    area: SyncArea,
+    dest: *mut c_void,
+    source: *const c_void,
+    len: usize,
+    root: Root,
+) {
+    let s = st(call);
+    if root.index >= set.size {
+        die(call, format_args!("root {} is not a member index (the set has {} PEs)", root.index, set.size));
+    }
+    s.sym(call, dest, len, s.me as i32);
+    if set.pe(root.index) == s.me {
+        s.sym(call, source, len, s.me as i32);
+        for i in (0..set.size).filter(|&i| i != root.index || root.to_itself) {
+            put_at(s, call, dest, 0, source, len, set.pe(i));
+        }
+    }
+    barrier(s, call, set, area);
+}
+
+/// Every member's `len` bytes of `source` at member-order offsets of every member's `dest`
+/// (`sizes`: every member's length, for `collect`; `None`: all `len`, for `fcollect`).
+pub(crate) fn collect(
+    call: &str,
+    set: Set,
+    area: SyncArea,
+    dest: *mut c_void,
+    source: *const c_void,
+    len: usize,
+    sizes: Option<&[usize]>,
+) {
+    let s = st(call);
+    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
+    let at = match sizes {
+        Some(z) => z[..me as usize].iter().sum::<usize>(),
+        None => (me as usize).checked_mul(len).unwrap_or_else(|| die(call, "size overflows")),
+    };
+    let total = match sizes {
+        Some(z) => z.iter().try_fold(0usize, |a, &b| a.checked_add(b)),
+        None => len.checked_mul(set.size as usize),
+    };
+    let total = total.unwrap_or_else(|| die(call, "the collected size overflows"));
+    s.sym(call, dest, total, s.me as i32);
+    for i in 0..set.size {
+        put_at(s, call, dest, at, source, len, set.pe(i));
+    }
+    barrier(s, call, set, area);
+}
+
+/// Member j's block `j` of this PE's `source` lands as block `me` of member j's `dest`
+/// (blocks `len` bytes, `dst`/`sst` blocks apart counted in elements of `elem` bytes for the
+/// strided form).
+pub(crate) fn alltoall(
+    call: &str,
+    set: Set,
+    area: SyncArea,
+    dest: *mut c_void,
+    source: *const c_void,
+    len: usize,
+) {
+    let s = st(call);
+    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set")) as usize;
+    let blocks = len.checked_mul(set.size as usize).unwrap_or_else(|| die(call, "size overflows"));
+    s.sym(call, dest, blocks, s.me as i32);
+    for j in 0..set.size as usize {
+        let src = (source as usize + j * len) as *const c_void;
+        put_at(s, call, dest, me * len, src, len, set.pe(j as u32));
+    }
+    barrier(s, call, set, area);
+}
+
+/// A reduction's element type and operation.
+pub(crate) trait Reduce: Copy + Default {
+    fn combine(op: Op, a: Self, b: Self) -> Self;
+}
+
+/// Reduction operations.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Op {
+    And,
+    Or,
+    Xor,
+    Max,
+    Min,
+    Sum,
+    Prod,
+}
+
+macro_rules! int_reduce {
+    ($($t:ty),*) => {$(
+        impl Reduce for $t {
+            fn combine(op: Op, a: Self, b: Self) -> Self {
+                match op {
+                    Op::And => a & b,
+                    Op::Or => a | b,
+                    Op::Xor => a ^ b,
+                    Op::Max => a.max(b),
+                    Op::Min => a.min(b),
+                    Op::Sum => a.wrapping_add(b),
+                    Op::Prod => a.wrapping_mul(b),
+                }
+            }
+        }
+    )*};
+}
+int_reduce!(i8, i16, i32, i64, u8, u16, u32, u64, isize, usize);
+
+macro_rules! float_reduce {
+    ($($t:ty),*) => {$(
+        impl Reduce for $t {
+            fn combine(op: Op, a: Self, b: Self) -> Self {
+                match op {
+                    Op::Max => a.max(b),
+                    Op::Min => a.min(b),
+                    Op::Sum => a + b,
+                    Op::Prod => a * b,
+                    // The C routines of these types do not exist for bitwise operations.
+                    Op::And | Op::Or | Op::Xor => a,
+                }
+            }
+        }
+    )*};
+}
+float_reduce!(f32, f64);
+
+/// Reduces `n` elements of every member's `source` with `op` into every member's `dest`.
+pub(crate) fn reduce<T: Reduce>(
+    call: &str,
+    set: Set,
+    area: SyncArea,
+    dest: *mut T,
+    source: *const T,
+    n: usize,
+    op: Op,
+) {
+    let s = st(call);
+    let z = std::mem::size_of::<T>();
+    let bytes = n.checked_mul(z).unwrap_or_else(|| die(call, format_args!("{n} elements overflow")));
+    s.sym(call, dest.cast(), bytes, s.me as i32);
+    s.sym(call, source.cast(), bytes, s.me as i32);
+    let mut acc: Vec<T> = Vec::new();
+    if acc.try_reserve_exact(n).is_err() {
+        die(call, format_args!("no memory for {bytes} bytes"));
+    }
+    acc.resize(n, T::default());
+    let mut part: Vec<T> = vec![T::default(); n];
+    // Every member's source is ready.
+    barrier(s, call, set, area);
+    for i in 0..set.size {
+        let g = s.sym(call, source.cast(), bytes, set.pe(i) as i32);
+        let out = cabi::dst_bytes(part.as_mut_ptr().cast(), bytes);
+        s.check(call, s.comm.get(g, out));
+        if i == 0 {
+            acc.copy_from_slice(&part);
+        } else {
+            acc.iter_mut().zip(&part).for_each(|(a, &b)| *a = T::combine(op, *a, b));
+        }
+    }
+    // Nobody reads a source any more: the destination (which may be it) can change.
+    barrier(s, call, set, area);
+    cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(cabi::src_bytes(acc.as_ptr().cast(), bytes));
+}

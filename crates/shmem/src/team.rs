@@ -1,0 +1,270 @@
+//! Teams: `SHMEM_TEAM_WORLD`, `SHMEM_TEAM_SHARED`, `split_strided`, `split_2d`, queries and
+//! `destroy`. A team is a strided set of world PEs (every split of a strided set is one) and
+//! a slot of weft's own symmetric words for its barrier's counters.
+//!
+//! A new team's slot must be free on all of its members: the parent's members AND their
+//! masks of free slots (a reduction over the parent), and all the teams of one split (the
+//! disjoint x- or y-teams of `split_2d`) take the lowest common one. A handle is the team's
+//! index + 1, so that a forged or stale handle is an error, never a pointer followed.
+
+use crate::coll::{self, Set, SyncArea, SYNC_WORDS};
+use crate::state::{die, st, Shmem};
+use std::ffi::{c_int, c_long, c_void};
+
+/// Teams a PE can be in at once (slots of barrier counters).
+pub(crate) const SLOTS: usize = 64;
+/// Where collect's sizes start among weft's own symmetric words.
+const SIZES: usize = SLOTS * SYNC_WORDS;
+
+/// Words of weft's own symmetric memory for a job of `n` PEs: team counters, collect's
+/// sizes (one per PE), two words for the slot agreement.
+pub(crate) fn internal_words(n: u32) -> usize {
+    SIZES + n as usize + 2
+}
+
+/// One team this PE is in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Team {
+    pub set: Set,
+    slot: usize,
+}
+
+/// This PE's teams, by handle − 1; `None` once destroyed.
+pub(crate) struct Teams {
+    list: Vec<Option<Team>>,
+    /// Slots this PE's teams hold.
+    used: u64,
+}
+
+/// `SHMEM_TEAM_WORLD` and `SHMEM_TEAM_SHARED` in `shmem.h`.
+const WORLD: usize = 1;
+const SHARED: usize = 2;
+
+impl Teams {
+    /// World and shared teams of PE `me` of `n`.
+    pub fn new(me: u32, n: u32) -> Teams {
+        let world = Team { set: Set { start: 0, stride: 1, size: n }, slot: 0 };
+        // Shared: the PEs whose memory `shmem_ptr` reaches, this one only so far. Every PE's
+        // is its own, so all use slot 1.
+        let shared = Team { set: Set { start: me, stride: 1, size: 1 }, slot: 1 };
+        Teams { list: vec![Some(world), Some(shared)], used: 0b11 }
+    }
+}
+
+/// The team of handle `h`, or the end of the job.
+pub(crate) fn team(s: &Shmem, call: &str, h: *const c_void) -> Team {
+    let teams = s.teams.lock().unwrap_or_else(|p| p.into_inner());
+    let t = (h as usize).checked_sub(1).and_then(|i| teams.list.get(i)).copied().flatten();
+    t.unwrap_or_else(|| {
+        die(
+            call,
+            format_args!("{h:p} is not a team of this PE (SHMEM_TEAM_INVALID, destroyed, or never created)"),
+        )
+    })
+}
+
+/// The counters of team `t`'s barrier.
+pub(crate) fn sync_area(s: &Shmem, call: &str, t: Team) -> SyncArea {
+    let local = s.internal_word(t.slot * SYNC_WORDS);
+    SyncArea { local, global: s.sym(call, local as *const c_void, SYNC_WORDS * 8, s.me as i32) }
+}
+
+/// Tells every member of `set` this PE's `len`, and returns all members' lengths (for
+/// `collect`), over counters `area`.
+pub(crate) fn sizes(s: &Shmem, call: &str, set: Set, area: SyncArea, len: usize) -> Vec<usize> {
+    let slot = s.internal_word(SIZES + s.me as usize) as *const c_void;
+    for i in 0..set.size {
+        let g = s.sym(call, slot, 8, set.pe(i) as i32);
+        s.check(call, s.comm.put(g, &(len as u64).to_le_bytes()));
+    }
+    coll::barrier(s, call, set, area);
+    (0..set.size)
+        .map(|i| crate::cabi::load_local(s.internal_word(SIZES + set.pe(i) as usize), 8) as usize)
+        .collect()
+}
+
+/// Creates this PE's team `mine` of a split of `parent` (collective over the parent: every
+/// member calls, `None` where it joins no team); the new handle, or null.
+fn split(s: &Shmem, call: &str, parent: Team, mine: Option<Set>) -> *mut c_void {
+    let area = sync_area(s, call, parent);
+    let free = !s.teams.lock().unwrap_or_else(|p| p.into_inner()).used;
+    let (src, dst) = (s.internal_word(SIZES + s.n as usize), s.internal_word(SIZES + s.n as usize + 1));
+    crate::cabi::dst_bytes(src as *mut c_void, 8).copy_from_slice(&free.to_le_bytes());
+    coll::reduce::<u64>(call, parent.set, area, dst as *mut u64, src as *const u64, 1, coll::Op::And);
+    let common = crate::cabi::load_local(dst, 8);
+    let (Some(set), true) = (mine, common != 0) else {
+        return std::ptr::null_mut();
+    };
+    let slot = common.trailing_zeros() as usize;
+    let mut teams = s.teams.lock().unwrap_or_else(|p| p.into_inner());
+    teams.used |= 1 << slot;
+    teams.list.push(Some(Team { set, slot }));
+    teams.list.len() as *mut c_void
+}
+
+/// Writes `h` to the caller's `*out` (if given).
+fn give(out: *mut *mut c_void, h: *mut c_void) {
+    if !out.is_null() {
+        crate::cabi::write_value(out, h);
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_my_pe(team_h: *mut c_void) -> c_int {
+    let s = st("shmem_team_my_pe");
+    if team_h.is_null() {
+        return -1;
+    }
+    team(s, "shmem_team_my_pe", team_h).set.index_of(s.me).map_or(-1, |i| i as c_int)
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_n_pes(team_h: *mut c_void) -> c_int {
+    let s = st("shmem_team_n_pes");
+    if team_h.is_null() {
+        return -1;
+    }
+    team(s, "shmem_team_n_pes", team_h).set.size as c_int
+}
+
+/// `shmem_team_config_t`: the number of contexts a team's creator asked for (none are kept:
+/// contexts are not implemented yet).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TeamConfig {
+    pub num_contexts: c_int,
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_get_config(
+    team_h: *mut c_void,
+    _mask: c_long,
+    config: *mut TeamConfig,
+) -> c_int {
+    let s = st("shmem_team_get_config");
+    if team_h.is_null() {
+        return -1;
+    }
+    team(s, "shmem_team_get_config", team_h);
+    if !config.is_null() {
+        crate::cabi::write_value(config, TeamConfig { num_contexts: 0 });
+    }
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_translate_pe(
+    src_team: *mut c_void,
+    src_pe: c_int,
+    dest_team: *mut c_void,
+) -> c_int {
+    let call = "shmem_team_translate_pe";
+    let s = st(call);
+    if src_team.is_null() || dest_team.is_null() {
+        return -1;
+    }
+    let (a, b) = (team(s, call, src_team), team(s, call, dest_team));
+    match u32::try_from(src_pe) {
+        Ok(p) if p < a.set.size => b.set.index_of(a.set.pe(p)).map_or(-1, |i| i as c_int),
+        _ => -1,
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_split_strided(
+    parent: *mut c_void,
+    start: c_int,
+    stride: c_int,
+    size: c_int,
+    _config: *const TeamConfig,
+    _mask: c_long,
+    new_team: *mut *mut c_void,
+) -> c_int {
+    let call = "shmem_team_split_strided";
+    let s = st(call);
+    give(new_team, std::ptr::null_mut());
+    if parent.is_null() {
+        return -1;
+    }
+    let p = team(s, call, parent);
+    let ok = start >= 0
+        && stride >= 1
+        && size >= 1
+        && (start as u64 + (size as u64 - 1) * stride as u64) < p.set.size as u64;
+    if !ok {
+        die(
+            call,
+            format_args!(
+                "start {start}, stride {stride}, size {size} do not fit the parent team of {} PEs",
+                p.set.size
+            ),
+        );
+    }
+    let set = Set { start: p.set.pe(start as u32), stride: p.set.stride * stride as u32, size: size as u32 };
+    let mine = set.index_of(s.me).map(|_| set);
+    let h = split(s, call, p, mine);
+    give(new_team, h);
+    if mine.is_some() && h.is_null() {
+        return -1;
+    }
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_split_2d(
+    parent: *mut c_void,
+    xrange: c_int,
+    _xconfig: *const TeamConfig,
+    _xmask: c_long,
+    xteam: *mut *mut c_void,
+    _yconfig: *const TeamConfig,
+    _ymask: c_long,
+    yteam: *mut *mut c_void,
+) -> c_int {
+    let call = "shmem_team_split_2d";
+    let s = st(call);
+    give(xteam, std::ptr::null_mut());
+    give(yteam, std::ptr::null_mut());
+    if parent.is_null() {
+        return -1;
+    }
+    let p = team(s, call, parent);
+    if xrange < 1 {
+        die(call, format_args!("xrange {xrange} is not positive"));
+    }
+    let Some(me) = p.set.index_of(s.me) else { return -1 };
+    let x = (xrange as u32).min(p.set.size);
+    let (row, col) = (me / x, me % x);
+    let xs = Set { start: p.set.pe(row * x), stride: p.set.stride, size: x.min(p.set.size - row * x) };
+    let ys = Set { start: p.set.pe(col), stride: p.set.stride * x, size: (p.set.size - col).div_ceil(x) };
+    let (xh, yh) = (split(s, call, p, Some(xs)), split(s, call, p, Some(ys)));
+    give(xteam, xh);
+    give(yteam, yh);
+    if xh.is_null() || yh.is_null() {
+        return -1;
+    }
+    0
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_destroy(team_h: *mut c_void) {
+    let call = "shmem_team_destroy";
+    let s = st(call);
+    let i = team_h as usize;
+    if i == WORLD || i == SHARED {
+        die(call, "SHMEM_TEAM_WORLD and SHMEM_TEAM_SHARED cannot be destroyed");
+    }
+    let t = team(s, call, team_h);
+    let mut teams = s.teams.lock().unwrap_or_else(|p| p.into_inner());
+    teams.used &= !(1 << t.slot);
+    teams.list[i - 1] = None;
+}
+
+#[no_mangle]
+pub extern "C" fn shmem_team_sync(team_h: *mut c_void) -> c_int {
+    let call = "shmem_team_sync";
+    let s = st(call);
+    let t = team(s, call, team_h);
+    coll::barrier(s, call, t.set, sync_area(s, call, t));
+    0
+}

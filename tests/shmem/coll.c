@@ -1,0 +1,100 @@
+/* Collectives: the deprecated active-set forms with pSync arrays (globals, as programs keep
+ * them) and the team forms; teams: split_strided, split_2d, queries, translate, destroy. */
+#include "check.h"
+
+long psync[SHMEM_REDUCE_SYNC_SIZE];
+long psync2[SHMEM_REDUCE_SYNC_SIZE];
+int pwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+double dwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+int ibuf[64], iout[64 * 8];
+long lbuf[64], lout[64 * 8];
+double dbuf[4], dout[4];
+
+int main(void) {
+  shmem_init();
+  int me = shmem_my_pe(), n = shmem_n_pes();
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) psync[i] = psync2[i] = SHMEM_SYNC_VALUE;
+  shmem_barrier_all();
+  /* Barriers on the whole job, then on odd PEs only. */
+  for (int r = 0; r < 20; r++) shmem_barrier(0, 0, n, psync);
+  if (n >= 2 && me % 2 == 1) shmem_barrier(1, 1, n / 2, psync2);
+  shmem_barrier_all();
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) CHECK(psync[i] == SHMEM_SYNC_VALUE, "pSync[%d] = %ld after use", i, psync[i]);
+  shmem_barrier_all(); /* before anyone uses psync again */
+  /* broadcast32 from member 1 (or 0): the root's dest is left alone. */
+  int root = n > 1 ? 1 : 0;
+  for (int i = 0; i < 64; i++) { ibuf[i] = me * 100 + i; iout[i] = -1; }
+  shmem_barrier_all(); /* destinations are written from the moment the root calls */
+  shmem_broadcast32(iout, ibuf, 64, root, 0, 0, n, psync);
+  for (int i = 0; i < 64; i++) CHECK(me == root ? iout[i] == -1 : iout[i] == root * 100 + i, "broadcast32 [%d] = %d", i, iout[i]);
+  /* collect32: PE i gives i + 1 ints. */
+  for (int i = 0; i < 64; i++) ibuf[i] = me;
+  shmem_collect32(iout, ibuf, me + 1, 0, 0, n, psync2);
+  int k = 0;
+  for (int pe = 0; pe < n; pe++)
+    for (int i = 0; i <= pe; i++, k++) CHECK(iout[k] == pe, "collect32 element %d = %d", k, iout[k]);
+  /* fcollect64 and alltoall32. */
+  for (int i = 0; i < 64; i++) lbuf[i] = me * 1000 + i;
+  shmem_fcollect64(lout, lbuf, 8, 0, 0, n, psync);
+  for (int pe = 0; pe < n; pe++)
+    for (int i = 0; i < 8; i++) CHECK(lout[pe * 8 + i] == pe * 1000 + i, "fcollect64 [%d][%d]", pe, i);
+  for (int j = 0; j < n; j++) ibuf[j] = me * 10 + j;
+  shmem_alltoall32(iout, ibuf, 1, 0, 0, n, psync2);
+  for (int j = 0; j < n; j++) CHECK(iout[j] == j * 10 + me, "alltoall32 [%d] = %d", j, iout[j]);
+  /* Reductions, one in place. */
+  for (int i = 0; i < 4; i++) ibuf[i] = me + i;
+  shmem_int_sum_to_all(iout, ibuf, 4, 0, 0, n, pwrk, psync);
+  for (int i = 0; i < 4; i++) CHECK(iout[i] == n * (n - 1) / 2 + n * i, "int_sum_to_all [%d] = %d", i, iout[i]);
+  dbuf[0] = me * 1.5;
+  shmem_double_max_to_all(dout, dbuf, 1, 0, 0, n, dwrk, psync2);
+  CHECK(dout[0] == (n - 1) * 1.5, "double_max_to_all %f", dout[0]);
+  lbuf[0] = ~(1L << me);
+  shmem_long_and_to_all(lbuf, lbuf, 1, 0, 0, n, (long *)pwrk, psync);
+  CHECK(lbuf[0] == ~((1L << n) - 1), "long_and_to_all in place %lx", lbuf[0]);
+  /* Teams. */
+  CHECK(shmem_team_n_pes(SHMEM_TEAM_WORLD) == n && shmem_team_my_pe(SHMEM_TEAM_WORLD) == me, "world");
+  CHECK(shmem_team_n_pes(SHMEM_TEAM_SHARED) >= 1, "shared");
+  shmem_team_t even = SHMEM_TEAM_INVALID, xt, yt;
+  int evens = (n + 1) / 2;
+  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 2, evens, NULL, 0, &even) == 0, "split_strided");
+  if (me % 2 == 0) {
+    CHECK(even != SHMEM_TEAM_INVALID && shmem_team_n_pes(even) == evens && shmem_team_my_pe(even) == me / 2, "even team");
+    CHECK(shmem_team_translate_pe(even, evens - 1, SHMEM_TEAM_WORLD) == 2 * (evens - 1), "translate");
+    int *tb = shmem_malloc(8 * sizeof(int)); /* every PE allocates, as the heap requires */
+    (void)tb;
+    for (int i = 0; i < 8; i++) ibuf[i] = me == 0 ? 77 + i : -1;
+    for (int i = 0; i < 8; i++) iout[i] = 0;
+    shmem_team_sync(even);
+    shmem_int_broadcast(even, iout, ibuf, 8, 0);
+    for (int i = 0; i < 8; i++) CHECK(iout[i] == 77 + i, "team broadcast [%d] = %d", i, iout[i]);
+    shmem_team_sync(even); /* iout is the next destination */
+    ibuf[0] = me;
+    shmem_int_fcollect(even, iout, ibuf, 1);
+    for (int i = 0; i < evens; i++) CHECK(iout[i] == 2 * i, "team fcollect [%d] = %d", i, iout[i]);
+    shmem_int_sum_reduce(even, iout, ibuf, 1);
+    CHECK(iout[0] == evens * (evens - 1), "team sum_reduce %d", iout[0]);
+    shmem_team_sync(even);
+    shmem_free(tb);
+    shmem_team_destroy(even);
+  } else {
+    CHECK(even == SHMEM_TEAM_INVALID, "an odd PE got a team");
+    CHECK(shmem_team_translate_pe(SHMEM_TEAM_WORLD, me, SHMEM_TEAM_WORLD) == me, "translate to world");
+    int *tb = shmem_malloc(8 * sizeof(int));
+    shmem_free(tb);
+  }
+  shmem_barrier_all();
+  CHECK(shmem_team_split_2d(SHMEM_TEAM_WORLD, 2, NULL, 0, &xt, NULL, 0, &yt) == 0, "split_2d");
+  CHECK(shmem_team_n_pes(xt) == (me / 2 * 2 + 2 <= n ? 2 : 1), "x team of %d", shmem_team_n_pes(xt));
+  CHECK(shmem_team_my_pe(yt) == me / 2 && shmem_team_my_pe(xt) == me % 2, "2d positions");
+  lbuf[0] = me;
+  shmem_long_sum_reduce(yt, lout, lbuf, 1);
+  long want = 0;
+  for (int pe = me % 2; pe < n; pe += 2) want += pe;
+  CHECK(lout[0] == want, "y-team sum %ld, want %ld", lout[0], want);
+  shmem_team_destroy(xt);
+  shmem_team_destroy(yt);
+  shmem_barrier_all();
+  if (me == 0) printf("coll: %d PEs ok\n", n);
+  shmem_finalize();
+  return 0;
+}
