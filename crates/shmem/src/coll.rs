@@ -190,7 +190,53 @@ pub(crate) fn alltoall(
 
 /// A reduction's element type and operation.
 pub(crate) trait Reduce: Copy + Default {
+    const SIZE: usize;
     fn combine(op: Op, a: Self, b: Self) -> Self;
+    fn from_b(b: &[u8]) -> Self;
+    fn to_b(self, out: &mut [u8]);
+}
+
+/// `acc[i] = f(acc[i], part[i])` over elements stored as bytes.
+#[inline(always)]
+fn fold_with<T: Reduce>(acc: &mut [u8], part: &[u8], f: impl Fn(T, T) -> T) {
+    for (a, b) in acc.chunks_exact_mut(T::SIZE).zip(part.chunks_exact(T::SIZE)) {
+        f(T::from_b(a), T::from_b(b)).to_b(a);
+    }
+}
+
+/// Combines `part` into `acc` with `op` (the operation fixed per loop, so that it vectorizes).
+fn fold<T: Reduce>(op: Op, acc: &mut [u8], part: &[u8]) {
+    match op {
+        Op::And => fold_with::<T>(acc, part, |a, b| T::combine(Op::And, a, b)),
+        Op::Or => fold_with::<T>(acc, part, |a, b| T::combine(Op::Or, a, b)),
+        Op::Xor => fold_with::<T>(acc, part, |a, b| T::combine(Op::Xor, a, b)),
+        Op::Max => fold_with::<T>(acc, part, |a, b| T::combine(Op::Max, a, b)),
+        Op::Min => fold_with::<T>(acc, part, |a, b| T::combine(Op::Min, a, b)),
+        Op::Sum => fold_with::<T>(acc, part, |a, b| T::combine(Op::Sum, a, b)),
+        Op::Prod => fold_with::<T>(acc, part, |a, b| T::combine(Op::Prod, a, b)),
+    }
+}
+
+macro_rules! bytes_of {
+    () => {
+        const SIZE: usize = std::mem::size_of::<Self>();
+        #[inline(always)]
+        fn from_b(b: &[u8]) -> Self {
+            let mut a = [0u8; std::mem::size_of::<Self>()];
+            a.copy_from_slice(b);
+            Self::from_ne_bytes(a)
+        }
+        #[inline(always)]
+        fn to_b(self, out: &mut [u8]) {
+            out.copy_from_slice(&self.to_ne_bytes());
+        }
+    };
+}
+
+thread_local! {
+    /// A reduction's accumulator and the part it reads, kept between calls (fresh pages
+    /// for each call cost more than the reduction).
+    static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
 /// Reduction operations.
@@ -208,6 +254,8 @@ pub(crate) enum Op {
 macro_rules! int_reduce {
     ($($t:ty),*) => {$(
         impl Reduce for $t {
+            bytes_of!();
+            #[inline(always)]
             fn combine(op: Op, a: Self, b: Self) -> Self {
                 match op {
                     Op::And => a & b,
@@ -227,6 +275,8 @@ int_reduce!(i8, i16, i32, i64, u8, u16, u32, u64, isize, usize);
 macro_rules! float_reduce {
     ($($t:ty),*) => {$(
         impl Reduce for $t {
+            bytes_of!();
+            #[inline(always)]
             fn combine(op: Op, a: Self, b: Self) -> Self {
                 match op {
                     Op::Max => a.max(b),
@@ -253,29 +303,29 @@ pub(crate) fn reduce<T: Reduce>(
     op: Op,
 ) {
     let s = st(call);
-    let z = std::mem::size_of::<T>();
-    let bytes = n.checked_mul(z).unwrap_or_else(|| die(call, format_args!("{n} elements overflow")));
+    let bytes = n.checked_mul(T::SIZE).unwrap_or_else(|| die(call, format_args!("{n} elements overflow")));
     s.sym(call, dest.cast(), bytes, s.me as i32);
     s.sym(call, source.cast(), bytes, s.me as i32);
-    let mut acc: Vec<T> = Vec::new();
-    if acc.try_reserve_exact(n).is_err() {
-        die(call, format_args!("no memory for {bytes} bytes"));
-    }
-    acc.resize(n, T::default());
-    let mut part: Vec<T> = vec![T::default(); n];
-    // Every member's source is ready.
-    barrier(s, call, set, area);
-    for i in 0..set.size {
-        let g = s.sym(call, source.cast(), bytes, set.pe(i) as i32);
-        let out = cabi::dst_bytes(part.as_mut_ptr().cast(), bytes);
-        s.check(call, s.comm.get(g, out));
-        if i == 0 {
-            acc.copy_from_slice(&part);
-        } else {
-            acc.iter_mut().zip(&part).for_each(|(a, &b)| *a = T::combine(op, *a, b));
+    SCRATCH.with_borrow_mut(|(acc, part)| {
+        for v in [&mut *acc, &mut *part] {
+            v.clear();
+            if v.try_reserve(bytes).is_err() {
+                die(call, format_args!("no memory for {bytes} bytes"));
+            }
+            v.resize(bytes, 0);
         }
-    }
-    // Nobody reads a source any more: the destination (which may be it) can change.
-    barrier(s, call, set, area);
-    cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(cabi::src_bytes(acc.as_ptr().cast(), bytes));
+        // Every member's source is ready.
+        barrier(s, call, set, area);
+        for i in 0..set.size {
+            let g = s.sym(call, source.cast(), bytes, set.pe(i) as i32);
+            let into = if i == 0 { &mut acc[..] } else { &mut part[..] };
+            s.check(call, s.comm.get(g, into));
+            if i > 0 {
+                fold::<T>(op, acc, part);
+            }
+        }
+        // Nobody reads a source any more: the destination (which may be it) can change.
+        barrier(s, call, set, area);
+        cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(acc);
+    });
 }

@@ -14,6 +14,7 @@ mod rma;
 mod rpc;
 pub mod scale;
 mod serialize;
+mod shmem;
 mod stencil;
 
 use clap::{Args, ValueEnum};
@@ -65,6 +66,12 @@ pub enum Suite {
     /// the same programs (with `--features mpi`). Ignores `-n`. The /dev/shm figure counts
     /// the whole node's: run it on a quiet node. Not in the default set.
     Scale,
+    /// The OSU Micro-Benchmarks' OpenSHMEM programs (`WEFT_OSU_SHMEM`, else
+    /// `../shared/third_party/osu-openshmem`) built against weft (`weft cc`) and against Open
+    /// MPI's OpenSHMEM (`oshcc`), run alternately (`WEFT_SHMEM_ROUNDS` each, default 2), each
+    /// row beside Open MPI's. Point-to-point programs on 2 PEs, collectives on `-n`. Not in the
+    /// default set.
+    Shmem,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -117,10 +124,21 @@ impl BenchArgs {
 /// other suites).
 pub fn launch(args: &BenchArgs) -> Result<i32, String> {
     let scale = args.suites.contains(&Suite::Scale);
-    let suites: Vec<Suite> = args.suites.iter().copied().filter(|&s| s != Suite::Scale).collect();
+    let shmem = args.suites.contains(&Suite::Shmem);
+    let suites: Vec<Suite> =
+        args.suites.iter().copied().filter(|&s| s != Suite::Scale && s != Suite::Shmem).collect();
     let mut code = 0;
-    if !scale || !suites.is_empty() {
+    if !(scale || shmem) || !suites.is_empty() {
         code = launch_ranks(&BenchArgs { suites, ..args.clone() })?;
+    }
+    if shmem && code == 0 {
+        let rows = shmem::run(args.n)?;
+        if args.json {
+            print_json(&rows);
+        } else {
+            println!("weft bench shmem: OSU OpenSHMEM programs on {}; ratio = weft / Open MPI", hostname());
+            print_table(&rows);
+        }
     }
     if scale && code == 0 {
         let rows = scale::run()?;
@@ -225,7 +243,13 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             .filter(|&s| {
                 !matches!(
                     s,
-                    Suite::Ft | Suite::Msgrate | Suite::Dgemm | Suite::Stencil | Suite::Net | Suite::Scale
+                    Suite::Ft
+                        | Suite::Msgrate
+                        | Suite::Dgemm
+                        | Suite::Stencil
+                        | Suite::Net
+                        | Suite::Scale
+                        | Suite::Shmem
                 )
             })
             .collect()
@@ -249,7 +273,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Net => rows.extend(net::run(&ctx)?),
             Suite::Ft => ft_rows = ft::run(&ctx, &ft, args.class)?,
             // Started by the launcher side (`launch`), never inside the ranks.
-            Suite::Scale => {}
+            Suite::Scale | Suite::Shmem => {}
         }
     }
     ctx.progress.done();
