@@ -108,6 +108,11 @@ fn collectives_and_teams() {
 }
 
 #[test]
+fn locks() {
+    passes("lock");
+}
+
+#[test]
 fn atomics() {
     passes("amo");
 }

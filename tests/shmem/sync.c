@@ -1,6 +1,7 @@
 /* Point-to-point synchronization: a ring of flags with wait_until and test, a ping-pong, and
  * put with signal (set and add). */
 #include "check.h"
+#include <stdint.h>
 
 #define ROUNDS 100
 
@@ -41,6 +42,23 @@ int main(void) {
     shmem_signal_wait_until(&sig[1], SHMEM_CMP_EQ, (uint64_t)n);
     CHECK(shmem_signal_fetch(&sig[1]) == (uint64_t)n, "signal add");
   }
+  shmem_barrier_all();
+  /* Arrays of flags: every PE sets its own flag on every PE; wait for all, any, some. */
+  int *flags = shmem_calloc(n + 1, sizeof(int));
+  int status[64] = {0};
+  status[n] = 1; /* the extra flag nobody sets is left out */
+  shmem_barrier_all();
+  for (int pe = 0; pe < n; pe++) shmem_int_p(&flags[me], 1, pe);
+  shmem_int_wait_until_all(flags, n + 1, status, SHMEM_CMP_EQ, 1);
+  CHECK(shmem_int_test_all(flags, n + 1, status, SHMEM_CMP_EQ, 1) == 1, "test_all");
+  CHECK(shmem_int_test_all(flags, n + 1, NULL, SHMEM_CMP_EQ, 1) == 0, "test_all without status");
+  size_t idx[64];
+  CHECK(shmem_int_wait_until_some(flags, n + 1, idx, NULL, SHMEM_CMP_EQ, 1) == (size_t)n, "some");
+  CHECK(shmem_int_wait_until_any(flags, n + 1, NULL, SHMEM_CMP_EQ, 0) == (size_t)n, "any: the unset one");
+  int want[64];
+  for (int i = 0; i <= n; i++) want[i] = i < n;
+  shmem_int_wait_until_all_vector(flags, n + 1, NULL, SHMEM_CMP_EQ, want);
+  CHECK(shmem_int_test_any(flags, n + 1, status, SHMEM_CMP_EQ, 5) == SIZE_MAX, "test_any none");
   shmem_barrier_all();
   if (me == 0) printf("sync: %d PEs ok\n", n);
   shmem_finalize();

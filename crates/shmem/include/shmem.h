@@ -215,6 +215,31 @@ void shmem_sync_all(void);
   void shmem_##N##_wait(T *ivar, T cmp_value); \
   int shmem_##N##_test(T *ivar, int cmp, T cmp_value);
 WEFT_SHMEM_P2P_TYPES(WEFT_SHMEM_DECL_P2P)
+#define WEFT_SHMEM_DECL_P2P_ARRAYS(N, T) \
+  void shmem_##N##_wait_until_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
+  size_t shmem_##N##_wait_until_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
+  size_t shmem_##N##_wait_until_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
+                                     T cmp_value); \
+  void shmem_##N##_wait_until_all_vector(T *ivars, size_t nelems, const int *status, int cmp, \
+                                         T *cmp_values); \
+  size_t shmem_##N##_wait_until_any_vector(T *ivars, size_t nelems, const int *status, int cmp, \
+                                           T *cmp_values); \
+  size_t shmem_##N##_wait_until_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, \
+                                            int cmp, T *cmp_values); \
+  int shmem_##N##_test_all(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
+  size_t shmem_##N##_test_any(T *ivars, size_t nelems, const int *status, int cmp, T cmp_value); \
+  size_t shmem_##N##_test_some(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
+                               T cmp_value); \
+  int shmem_##N##_test_all_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values); \
+  size_t shmem_##N##_test_any_vector(T *ivars, size_t nelems, const int *status, int cmp, T *cmp_values); \
+  size_t shmem_##N##_test_some_vector(T *ivars, size_t nelems, size_t *indices, const int *status, int cmp, \
+                                      T *cmp_values);
+WEFT_SHMEM_P2P_TYPES(WEFT_SHMEM_DECL_P2P_ARRAYS)
+
+/* Distributed locks (a symmetric long, 0 before first use). */
+void shmem_set_lock(long *lock);
+void shmem_clear_lock(long *lock);
+int shmem_test_lock(long *lock);
 
 /* Teams. A handle is an opaque value weft checks (never a pointer it follows). */
 typedef struct weft_shmem_team *shmem_team_t;

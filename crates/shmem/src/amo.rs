@@ -102,23 +102,39 @@ pub(crate) fn amo<T: Word>(call: &str, dest: *const c_void, pe: c_int, op: Amo) 
     T::from_w(old)
 }
 
+thread_local! {
+    /// The last value this thread saw of the last word a 32-bit operation used (rank,
+    /// segment, offset, value): the first guess of the next compare-and-swap on it, which
+    /// then needs no read first while no other PE changed the word.
+    static LAST_WORD: std::cell::Cell<(u32, u32, usize, u64)> = const { std::cell::Cell::new((u32::MAX, 0, 0, 0)) };
+}
+
 /// A 32-bit operation as a compare-and-swap loop on the (little-endian) word that holds it.
 fn amo32(s: &Shmem, call: &str, dest: *const c_void, pe: c_int, op: Amo) -> u32 {
     let word_addr = (dest as usize & !7) as *const c_void;
     let word: GlobalPtr<u64> = s.sym(call, word_addr, 8, pe).cast();
     s.sym(call, dest, 4, pe);
     let shift = (dest as usize & 4) * 8;
-    let mut cur = s.check(call, s.comm.atomic(word, AtomicOp::Load));
-    loop {
+    let key = (word.rank(), word.segment_id(), word.byte_offset());
+    let last = LAST_WORD.get();
+    let mut cur = if matches!(op, Amo::Fetch) || (last.0, last.1, last.2) != key {
+        s.check(call, s.comm.atomic(word, AtomicOp::Load))
+    } else {
+        last.3
+    };
+    let old = loop {
         let old = (cur >> shift) as u32;
-        let Some(new) = op.apply32(old) else { return old };
+        let Some(new) = op.apply32(old) else { break old };
         let next = (cur & !(0xffff_ffffu64 << shift)) | ((new as u64) << shift);
         let prev = s.check(call, s.comm.compare_exchange(word, cur, next));
         if prev == cur {
-            return old;
+            cur = next;
+            break old;
         }
         cur = prev;
-    }
+    };
+    LAST_WORD.set((key.0, key.1, key.2, cur));
+    old
 }
 
 /// The routines of one type: the standard set (fetch, set, swap, compare_swap, inc, add,

@@ -57,3 +57,15 @@ pub(crate) fn put_c_str(dst: *mut c_char, cap: usize, s: &str) {
     out[..n].copy_from_slice(&s.as_bytes()[..n]);
     out[n] = 0;
 }
+
+/// Element `i` of the caller's array at `p`.
+pub(crate) fn read_at<T: Copy>(p: *const T, i: usize) -> T {
+    // SAFETY: the caller passes an array of at least `i + 1` elements (the routine's contract).
+    unsafe { p.add(i).read_unaligned() }
+}
+
+/// Writes element `i` of the caller's array at `p`.
+pub(crate) fn write_at<T: Copy>(p: *mut T, i: usize, v: T) {
+    // SAFETY: the caller passes an array of at least `i + 1` elements (the routine's contract).
+    unsafe { p.add(i).write_unaligned(v) }
+}

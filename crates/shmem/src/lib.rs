@@ -16,6 +16,8 @@ mod cabi;
 mod coll;
 mod collectives;
 mod heap;
+mod lock;
+mod p2p;
 mod rma;
 mod setup;
 mod state;

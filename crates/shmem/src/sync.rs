@@ -47,7 +47,7 @@ pub extern "C" fn shmem_sync_all() {
 }
 
 /// Whether `a cmp b` holds; the end of the job for an unknown comparison.
-fn holds<T: PartialOrd>(call: &str, a: T, cmp: c_int, b: T) -> bool {
+pub(crate) fn holds<T: PartialOrd>(call: &str, a: T, cmp: c_int, b: T) -> bool {
     match cmp {
         CMP_EQ => a == b,
         CMP_NE => a != b,
