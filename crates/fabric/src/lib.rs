@@ -104,6 +104,13 @@ pub trait Fabric: Send + Sync + 'static {
         let _ = rank;
         self.caps().load_store
     }
+    /// Whether `rank`'s regions are mapped into this process: then [`RemoteRegion::addr`] of
+    /// one of them is where this process loads and stores its bytes (OpenSHMEM's
+    /// `shmem_ptr`). Shared memory: every rank; elsewhere none.
+    fn maps_peer(&self, rank: Rank) -> bool {
+        let _ = rank;
+        self.caps().load_store
+    }
     /// Starts a get of `dst.len()` bytes at `offset` of `src` that may complete later, so
     /// that many can be in flight: either done at return (the bytes in `dst`), or read into
     /// the fabric's own memory and completed with `on_complete(token)` (then

@@ -661,6 +661,27 @@ impl Comm {
         })
     }
 
+    /// Where this process can load and store the `len` bytes at `p` directly: `Some` where
+    /// the fabric maps `p`'s rank's memory here (shared memory), `None` elsewhere; an error
+    /// for an address that is out of bounds. Accesses through it are plain loads and stores,
+    /// ordered with weft's RMA as the fabric's copies are (synchronize as for any RMA).
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let seg = world.alloc_segment::<u64>(8)?;
+    /// if let Some(addr) = world.local_address(seg.at(1, 0), 8)? {
+    ///     println!("rank 1's element 0 is at {addr:#x} in this process");
+    /// }
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn local_address<T>(&self, p: GlobalPtr<T>, len: usize) -> Result<Option<usize>> {
+        let (seg, off) = self.resolve(p, len)?;
+        if !self.fabric.maps_peer(p.rank) {
+            return Ok(None);
+        }
+        Ok(Some(seg.remote(p.rank)?.addr() as usize + off))
+    }
+
     /// Checks a global address for an access of `len` bytes; returns the segment and offset.
     pub(crate) fn resolve<T>(&self, p: GlobalPtr<T>, len: usize) -> Result<(&Arc<SegInfo>, usize)> {
         if p.rank >= self.size() {

@@ -73,16 +73,24 @@ pub extern "C" fn shmem_addr_accessible(addr: *const c_void, pe: c_int) -> c_int
     (shmem_pe_accessible(pe) == 1 && s.symmetric(addr, 1)) as c_int
 }
 
-/// A load/store address of `dest` on `pe`: this PE's own symmetric memory only so far (null
-/// for a peer, which the specification allows: the program then uses RMA).
+/// A load/store address of `dest` on `pe`: this PE's own memory, or a peer's mapped here (on
+/// shared memory); null where the fabric does not map the peer's memory (the program then
+/// uses RMA, as the specification allows).
 #[no_mangle]
 pub extern "C" fn shmem_ptr(dest: *const c_void, pe: c_int) -> *mut c_void {
-    let s = st("shmem_ptr");
-    let pe = s.pe("shmem_ptr", pe);
-    if pe == s.me && s.symmetric(dest, 1) {
-        dest.cast_mut()
-    } else {
-        std::ptr::null_mut()
+    let call = "shmem_ptr";
+    let s = st(call);
+    let pe = s.pe(call, pe);
+    if !s.symmetric(dest, 1) {
+        return std::ptr::null_mut();
+    }
+    if pe == s.me {
+        return dest.cast_mut();
+    }
+    let g = s.sym(call, dest, 1, pe as c_int);
+    match s.comm.local_address(g, 1) {
+        Ok(Some(a)) => a as *mut c_void,
+        _ => std::ptr::null_mut(),
     }
 }
 

@@ -133,11 +133,29 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         heap: Area::of(&seg),
         data,
         internal: Area::of(&internal),
-        teams: Mutex::new(crate::team::Teams::new(world.rank(), world.size())),
+        teams: Mutex::new(crate::team::Teams::new(world.size(), shared_set(&world, &seg))),
         alloc: Mutex::new(Heap::new(heap)),
         segs: Mutex::new([seg, internal].into_iter().chain(data_seg).collect()),
         world: Mutex::new(Some(world)),
         thread_level,
+    }
+}
+
+/// `SHMEM_TEAM_SHARED`: the PEs whose memory this PE maps (`shmem_ptr` reaches them), if
+/// they are a strided set (as a host's ranks of a job are), else this PE alone.
+fn shared_set(world: &World, heap: &Segment<u8>) -> crate::coll::Set {
+    let me = world.rank();
+    let mapped: Vec<u32> = (0..world.size())
+        .filter(|&p| p == me || matches!(world.local_address(heap.at(p, 0), 1), Ok(Some(_))))
+        .collect();
+    let alone = crate::coll::Set { start: me, stride: 1, size: 1 };
+    let (Some(&first), Some(&second)) = (mapped.first(), mapped.get(1)) else { return alone };
+    let stride = second - first;
+    let strided = mapped.windows(2).all(|w| w[1] - w[0] == stride);
+    if strided {
+        crate::coll::Set { start: first, stride, size: mapped.len() as u32 }
+    } else {
+        alone
     }
 }
 

@@ -41,12 +41,12 @@ const WORLD: usize = 1;
 const SHARED: usize = 2;
 
 impl Teams {
-    /// World and shared teams of PE `me` of `n`.
-    pub fn new(me: u32, n: u32) -> Teams {
+    /// World (`n` PEs) and shared teams (`shared`: the PEs whose memory `shmem_ptr` reaches,
+    /// the same set on each of them; the sets of different hosts are disjoint, so all use
+    /// slot 1).
+    pub fn new(n: u32, shared: Set) -> Teams {
         let world = Team { set: Set { start: 0, stride: 1, size: n }, slot: 0 };
-        // Shared: the PEs whose memory `shmem_ptr` reaches, this one only so far. Every PE's
-        // is its own, so all use slot 1.
-        let shared = Team { set: Set { start: me, stride: 1, size: 1 }, slot: 1 };
+        let shared = Team { set: shared, slot: 1 };
         Teams { list: vec![Some(world), Some(shared)], used: 0b11 }
     }
 }

@@ -295,6 +295,10 @@ impl Fabric for HybridFabric {
         matches!(self.route(rank), Ok(Route::Shm(_)))
     }
 
+    fn maps_peer(&self, rank: Rank) -> bool {
+        matches!(self.route(rank), Ok(Route::Shm(_)))
+    }
+
     fn register(&self, len: usize) -> FabricResult<LocalRegion> {
         let s = self.parts.shm.register(len)?;
         self.also_ofi(s, len)
