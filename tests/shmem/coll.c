@@ -41,6 +41,18 @@ int main(void) {
   for (int j = 0; j < n; j++) ibuf[j] = me * 10 + j;
   shmem_alltoall32(iout, ibuf, 1, 0, 0, n, psync2);
   for (int j = 0; j < n; j++) CHECK(iout[j] == j * 10 + me, "alltoall32 [%d] = %d", j, iout[j]);
+  /* Strided all-to-all: element k for member j at source (j*2+k)*3, lands at (me*2+k)*2. */
+  long *sa = shmem_calloc(3 * 2 * 8, sizeof(long)), *da = shmem_calloc(2 * 2 * 8, sizeof(long));
+  for (int j = 0; j < n; j++)
+    for (int k = 0; k < 2; k++) sa[(j * 2 + k) * 3] = me * 100 + j * 10 + k;
+  shmem_barrier_all();
+  shmem_long_alltoalls(SHMEM_TEAM_WORLD, da, sa, 2, 3, 2);
+  for (int i = 0; i < n; i++)
+    for (int k = 0; k < 2; k++)
+      CHECK(da[(i * 2 + k) * 2] == i * 100 + me * 10 + k, "alltoalls from %d element %d: %ld", i, k, da[(i * 2 + k) * 2]);
+  shmem_barrier_all();
+  shmem_free(sa);
+  shmem_free(da);
   /* Reductions, one in place. */
   for (int i = 0; i < 4; i++) ibuf[i] = me + i;
   shmem_int_sum_to_all(iout, ibuf, 4, 0, 0, n, pwrk, psync);

@@ -268,11 +268,15 @@ int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t
 int shmem_collectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
 int shmem_fcollectmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
 int shmem_alltoallmem(shmem_team_t team, void *dest, const void *source, size_t nelems);
+int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst,
+                       size_t nelems);
 #define WEFT_SHMEM_DECL_TEAM_COLL(N, T) \
   int shmem_##N##_broadcast(shmem_team_t team, T *dest, const T *source, size_t nelems, int PE_root); \
   int shmem_##N##_collect(shmem_team_t team, T *dest, const T *source, size_t nelems); \
   int shmem_##N##_fcollect(shmem_team_t team, T *dest, const T *source, size_t nelems); \
-  int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems);
+  int shmem_##N##_alltoall(shmem_team_t team, T *dest, const T *source, size_t nelems); \
+  int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, \
+                            size_t nelems);
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_TEAM_COLL)
 WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
 
@@ -313,6 +317,10 @@ WEFT_SHMEM_DECL_ACTIVE(fcollect32)
 WEFT_SHMEM_DECL_ACTIVE(fcollect64)
 WEFT_SHMEM_DECL_ACTIVE(alltoall32)
 WEFT_SHMEM_DECL_ACTIVE(alltoall64)
+void shmem_alltoalls32(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+                       int PE_start, int logPE_stride, int PE_size, long *pSync);
+void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems,
+                       int PE_start, int logPE_stride, int PE_size, long *pSync);
 
 #ifdef __cplusplus
 } /* extern "C" */

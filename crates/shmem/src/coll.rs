@@ -167,8 +167,7 @@ pub(crate) fn collect(
 }
 
 /// Member j's block `j` of this PE's `source` lands as block `me` of member j's `dest`
-/// (blocks `len` bytes, `dst`/`sst` blocks apart counted in elements of `elem` bytes for the
-/// strided form).
+/// (blocks `len` bytes).
 pub(crate) fn alltoall(
     call: &str,
     set: Set,
@@ -184,6 +183,52 @@ pub(crate) fn alltoall(
     for j in 0..set.size as usize {
         let src = (source as usize + j * len) as *const c_void;
         put_at(s, call, dest, me * len, src, len, set.pe(j as u32));
+    }
+    barrier(s, call, set, area);
+}
+
+/// The strided all-to-all: element `k` of this PE's block for member j, at source element
+/// `(j·n + k)·sst`, lands at element `(me·n + k)·dst` of member j's `dest` (elements of
+/// `elem` bytes; strides of at least 1).
+pub(crate) fn alltoalls(
+    call: &str,
+    (set, area): (Set, SyncArea),
+    dest: *mut c_void,
+    source: *const c_void,
+    strides: (usize, usize),
+    n: usize,
+    elem: usize,
+) {
+    let s = st(call);
+    let (dst, sst) = strides;
+    if dst == 0 || sst == 0 {
+        die(call, format_args!("strides {dst} and {sst} must be at least 1"));
+    }
+    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set")) as usize;
+    let at = |block: usize, k: usize, stride: usize| -> usize {
+        block
+            .checked_mul(n)
+            .and_then(|b| b.checked_add(k))
+            .and_then(|i| i.checked_mul(stride))
+            .and_then(|i| i.checked_mul(elem))
+            .unwrap_or_else(|| die(call, "an element's offset overflows"))
+    };
+    if n > 0 {
+        // The whole extents are symmetric before anything moves.
+        let last = set.size as usize - 1;
+        s.sym(call, (dest as usize).saturating_add(at(last, n - 1, dst)) as *const c_void, elem, s.me as i32);
+        s.sym(
+            call,
+            (source as usize).saturating_add(at(last, n - 1, sst)) as *const c_void,
+            elem,
+            s.me as i32,
+        );
+    }
+    for j in 0..set.size as usize {
+        for k in 0..n {
+            let src = (source as usize + at(j, k, sst)) as *const c_void;
+            put_at(s, call, dest, at(me, k, dst), src, elem, set.pe(j as u32));
+        }
     }
     barrier(s, call, set, area);
 }

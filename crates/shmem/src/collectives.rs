@@ -28,6 +28,11 @@ fn root(call: &str, set: Set, root: c_int) -> u32 {
         .unwrap_or_else(|| die(call, format_args!("root {root} is not a PE of the team or active set")))
 }
 
+/// A stride as the engine takes it (0 for one that is not positive: refused there).
+fn stride(st: isize) -> usize {
+    usize::try_from(st).unwrap_or(0)
+}
+
 /// `collect` with lengths that differ by member.
 fn collect_var(
     call: &str,
@@ -81,6 +86,12 @@ macro_rules! active_sized {
                 let (set, area) = active(call, start, log, size, psync);
                 coll::collect(call, set, area, dest, source, bytes(call, nelems, $z), None);
             }
+            #[export_name = concat!("shmem_alltoalls", $bits)]
+            pub extern "C" fn alltoalls(dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, start: c_int, log: c_int, size: c_int, psync: *mut c_long) {
+                let call = concat!("shmem_alltoalls", $bits);
+                let (set, area) = active(call, start, log, size, psync);
+                coll::alltoalls(call, (set, area), dest, source, (stride(dst), stride(sst)), nelems, $z);
+            }
             #[export_name = concat!("shmem_alltoall", $bits)]
             pub extern "C" fn alltoall(dest: *mut c_void, source: *const c_void, nelems: usize, start: c_int, log: c_int, size: c_int, psync: *mut c_long) {
                 let call = concat!("shmem_alltoall", $bits);
@@ -101,10 +112,10 @@ macro_rules! team_typed {
             use super::*;
             team_typed!(@fns $name $z, concat!("shmem_", stringify!($name), "_broadcast"),
                 concat!("shmem_", stringify!($name), "_collect"), concat!("shmem_", stringify!($name), "_fcollect"),
-                concat!("shmem_", stringify!($name), "_alltoall"));
+                concat!("shmem_", stringify!($name), "_alltoall"), concat!("shmem_", stringify!($name), "_alltoalls"));
         }
     )*};
-    (@fns $name:ident $z:expr, $b:expr, $c:expr, $f:expr, $a:expr) => {
+    (@fns $name:ident $z:expr, $b:expr, $c:expr, $f:expr, $a:expr, $as:expr) => {
             #[export_name = $b]
             pub extern "C" fn broadcast(t: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize, pe_root: c_int) -> c_int {
                 let call = $b;
@@ -126,6 +137,13 @@ macro_rules! team_typed {
                 coll::collect(call, set, area, dest, source, bytes(call, nelems, $z), None);
                 0
             }
+            #[export_name = $as]
+            pub extern "C" fn alltoalls(t: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize) -> c_int {
+                let call = $as;
+                let (set, area) = on_team(call, t);
+                coll::alltoalls(call, (set, area), dest, source, (stride(dst), stride(sst)), nelems, $z);
+                0
+            }
             #[export_name = $a]
             pub extern "C" fn alltoall(t: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
                 let call = $a;
@@ -138,7 +156,7 @@ macro_rules! team_typed {
 
 mod mem {
     use super::*;
-    team_typed!(@fns mem 1, "shmem_broadcastmem", "shmem_collectmem", "shmem_fcollectmem", "shmem_alltoallmem");
+    team_typed!(@fns mem 1, "shmem_broadcastmem", "shmem_collectmem", "shmem_fcollectmem", "shmem_alltoallmem", "shmem_alltoallsmem");
 }
 
 // Table 5's types.
