@@ -44,7 +44,7 @@ fn build(name: &str, extra: &[&str], cxx: bool) -> PathBuf {
         .args(["-O1", "-Wall", "-Wextra", "-Werror"])
         .args(extra)
         .arg(&src)
-        .arg("-o")
+        .args(["-lm", "-o"])
         .arg(&out)
         .output()
         .unwrap();

@@ -1,6 +1,7 @@
 /* Collectives: the deprecated active-set forms with pSync arrays (globals, as programs keep
  * them) and the team forms; teams: split_strided, split_2d, queries, translate, destroy. */
 #include "check.h"
+#include <complex.h>
 
 long psync[SHMEM_REDUCE_SYNC_SIZE];
 long psync2[SHMEM_REDUCE_SYNC_SIZE];
@@ -63,6 +64,15 @@ int main(void) {
   lbuf[0] = ~(1L << me);
   shmem_long_and_to_all(lbuf, lbuf, 1, 0, 0, n, (long *)pwrk, psync);
   CHECK(lbuf[0] == ~((1L << n) - 1), "long_and_to_all in place %lx", lbuf[0]);
+  /* Complex: the product of (1 + i·pe) over all PEs, computed here too. */
+  double _Complex *cz = shmem_malloc(2 * sizeof(double _Complex));
+  cz[0] = 1.0 + 1.0 * me * I;
+  double _Complex want_c = 1.0;
+  for (int pe = 0; pe < n; pe++) want_c *= 1.0 + 1.0 * pe * I;
+  shmem_complexd_prod_reduce(SHMEM_TEAM_WORLD, &cz[1], &cz[0], 1);
+  CHECK(cabs(cz[1] - want_c) < 1e-9, "complexd prod (%f, %f)", creal(cz[1]), cimag(cz[1]));
+  shmem_barrier_all();
+  shmem_free(cz);
   /* Teams. */
   CHECK(shmem_team_n_pes(SHMEM_TEAM_WORLD) == n && shmem_team_my_pe(SHMEM_TEAM_WORLD) == me, "world");
   CHECK(shmem_team_n_pes(SHMEM_TEAM_SHARED) >= 1, "shared");

@@ -280,7 +280,7 @@ int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdif
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_TEAM_COLL)
 WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
 
-/* Reductions (Table 10; long double and complex types not yet): on teams, and the deprecated
+/* Reductions (Table 10; long double not yet; complex types in C): on teams, and the deprecated
  * forms on active sets. */
 #define WEFT_SHMEM_BITWISE_RED_TYPES(X) \
   X(uchar, unsigned char) X(ushort, unsigned short) X(uint, unsigned int) X(ulong, unsigned long) \
@@ -300,6 +300,12 @@ WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
   WEFT_SHMEM_DECL_RED(N, T, prod)
 WEFT_SHMEM_BITWISE_RED_TYPES(WEFT_SHMEM_DECL_RED_BIT)
 WEFT_SHMEM_ARITH_RED_TYPES(WEFT_SHMEM_DECL_RED_ARITH)
+#if !defined(__cplusplus) && !defined(__STDC_NO_COMPLEX__)
+WEFT_SHMEM_DECL_RED(complexf, float _Complex, sum)
+WEFT_SHMEM_DECL_RED(complexf, float _Complex, prod)
+WEFT_SHMEM_DECL_RED(complexd, double _Complex, sum)
+WEFT_SHMEM_DECL_RED(complexd, double _Complex, prod)
+#endif
 
 /* Deprecated collectives on active sets (PE_start, logPE_stride, PE_size) with a pSync. */
 void shmem_barrier(int PE_start, int logPE_stride, int PE_size, long *pSync);

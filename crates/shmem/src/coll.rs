@@ -337,6 +337,37 @@ macro_rules! float_reduce {
 }
 float_reduce!(f32, f64);
 
+/// C's `float _Complex` and `double _Complex` (real part first), for sum and product.
+macro_rules! complex_reduce {
+    ($($c:ident $t:ty),*) => {$(
+        #[derive(Clone, Copy, Default, Debug, PartialEq)]
+        pub(crate) struct $c(pub $t, pub $t);
+        impl Reduce for $c {
+            const SIZE: usize = 2 * std::mem::size_of::<$t>();
+            #[inline(always)]
+            fn combine(op: Op, a: Self, b: Self) -> Self {
+                match op {
+                    Op::Prod => $c(a.0 * b.0 - a.1 * b.1, a.0 * b.1 + a.1 * b.0),
+                    // Only sum and product exist for complex types.
+                    _ => $c(a.0 + b.0, a.1 + b.1),
+                }
+            }
+            #[inline(always)]
+            fn from_b(b: &[u8]) -> Self {
+                let h = b.len() / 2;
+                $c(<$t>::from_b(&b[..h]), <$t>::from_b(&b[h..]))
+            }
+            #[inline(always)]
+            fn to_b(self, out: &mut [u8]) {
+                let h = out.len() / 2;
+                self.0.to_b(&mut out[..h]);
+                self.1.to_b(&mut out[h..]);
+            }
+        }
+    )*};
+}
+complex_reduce!(ComplexF f32, ComplexD f64);
+
 /// Reduces `n` elements of every member's `source` with `op` into every member's `dest`.
 pub(crate) fn reduce<T: Reduce>(
     call: &str,

@@ -188,7 +188,7 @@ macro_rules! reductions {
     )+)*};
 }
 
-// Table 10 of OpenSHMEM 1.5 (without long double and complex types), the `_to_all` forms
+// Table 10 of OpenSHMEM 1.5 (without long double: Rust has no x87 type), the `_to_all` forms
 // beside (harmless for types the deprecated forms never had).
 reductions! {
     uchar u8: and And, or Or, xor Xor, max Max, min Min, sum Sum, prod Prod;
@@ -214,4 +214,6 @@ reductions! {
     ptrdiff isize: max Max, min Min, sum Sum, prod Prod;
     float f32: max Max, min Min, sum Sum, prod Prod;
     double f64: max Max, min Min, sum Sum, prod Prod;
+    complexf coll::ComplexF: sum Sum, prod Prod;
+    complexd coll::ComplexD: sum Sum, prod Prod;
 }
