@@ -64,7 +64,8 @@ enum Cmd {
     },
     /// Compile and link a C OpenSHMEM program against weft (`shmem.h`, libweft_shmem), as
     /// `oshcc` does: `weft cc -O2 -o prog prog.c`, then `weft run -n 4 ./prog`. `--show`
-    /// prints the command; `--weft-static` links the static library.
+    /// prints the command; `--weft-static` links the static library; `--pkg-config` prints a
+    /// pkg-config file (`weft cc --pkg-config > weft-shmem.pc`).
     #[command(disable_help_flag = true)]
     Cc {
         /// Compiler arguments (the compiler is `cc`, or `WEFT_CC`).

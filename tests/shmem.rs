@@ -136,6 +136,30 @@ fn static_library_and_cxx() {
     assert!(!out.status.success() && text.contains("linked into the program"), "static globals\n{text}");
 }
 
+/// `weft cc --pkg-config` gives a pkg-config file with which a plain `cc` builds a program.
+#[test]
+fn pkg_config_file_builds_a_program() {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shmem-pc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pc = Command::new(WEFT).args(["cc", "--pkg-config"]).output().unwrap();
+    assert!(pc.status.success(), "{}", common::text(&pc));
+    std::fs::write(dir.join("weft-shmem.pc"), &pc.stdout).unwrap();
+    let flags = Command::new("pkg-config")
+        .args(["--cflags", "--libs", "weft-shmem"])
+        .env("PKG_CONFIG_PATH", &dir)
+        .output()
+        .unwrap();
+    assert!(flags.status.success(), "{}", common::text(&flags));
+    let flags = String::from_utf8_lossy(&flags.stdout).into_owned();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shmem/setup.c");
+    let prog = dir.join("setup");
+    let o =
+        Command::new("cc").arg(&src).arg("-o").arg(&prog).args(flags.split_whitespace()).output().unwrap();
+    assert!(o.status.success(), "cc with pkg-config flags {flags}\n{}", common::text(&o));
+    let (out, _, _) = run(&prog, 2, &[]);
+    assert!(out.status.success(), "{}", common::text(&out));
+}
+
 /// Each erroneous call ends the job (status not 0) within seconds, saying which routine and
 /// what was wrong; nothing is left in /dev/shm.
 #[test]

@@ -77,11 +77,32 @@ impl Toolchain {
     }
 }
 
+impl Toolchain {
+    /// A pkg-config file for the header and library found (`weft cc --pkg-config >
+    /// weft-shmem.pc`, then `pkg-config --cflags --libs weft-shmem`).
+    pub fn pkg_config(&self) -> String {
+        format!(
+            "Name: weft-shmem\nDescription: OpenSHMEM 1.5 on weft\nVersion: {}\nCflags: -I{}\n\
+             Libs: -L{} -Wl,--disable-new-dtags,-rpath,{} -lweft_shmem\nLibs.private: {}\n",
+            env!("CARGO_PKG_VERSION"),
+            self.include.display(),
+            self.libdir.display(),
+            self.libdir.display(),
+            static_deps().join(" ")
+        )
+    }
+}
+
 /// Runs the compiler (`WEFT_CC`/`WEFT_CXX`, else `cc`/`c++`) for `weft cc` or `weft c++`;
-/// `--show` prints the command instead, `--weft-static` links the static library.
+/// `--show` prints the command instead, `--weft-static` links the static library,
+/// `--pkg-config` prints a pkg-config file.
 pub fn main(cxx: bool, mut args: Vec<OsString>) -> Result<i32, String> {
     let show = take_flag(&mut args, "--show");
     let static_lib = take_flag(&mut args, "--weft-static");
+    if take_flag(&mut args, "--pkg-config") {
+        print!("{}", Toolchain::find(false)?.pkg_config());
+        return Ok(0);
+    }
     let compiler = match std::env::var(if cxx { "WEFT_CXX" } else { "WEFT_CC" }) {
         Ok(c) if !c.is_empty() => c,
         _ => (if cxx { "c++" } else { "cc" }).to_string(),
