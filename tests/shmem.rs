@@ -136,6 +136,29 @@ fn static_library_and_cxx() {
     assert!(!out.status.success() && text.contains("linked into the program"), "static globals\n{text}");
 }
 
+/// An allocation no PE can back (a private 256 MiB /dev/shm, as allocation-failure tests must
+/// use) gives NULL everywhere and gives its memory back. Needs `unshare -m` (root) and the
+/// shared-memory fabric (whose heap is in /dev/shm).
+#[test]
+fn running_out_of_memory_gives_null_and_loses_nothing() {
+    if std::env::var("WEFT_FABRIC").is_ok_and(|f| f != "shm") {
+        eprintln!("skipped: the heap is in /dev/shm on the shared-memory fabric only");
+        return;
+    }
+    let prog = build("oom", &[], false);
+    let script = format!(
+        "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec {WEFT} run -n 2 --timeout 60 -- {}",
+        prog.display()
+    );
+    let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
+    let text = common::text(&out);
+    if text.contains("unshare failed") || text.contains("Operation not permitted") {
+        eprintln!("skipped: no private mount namespace here ({text})");
+        return;
+    }
+    assert!(out.status.success() && text.contains("oom: 2 PEs ok"), "{text}");
+}
+
 /// `weft cc --pkg-config` gives a pkg-config file with which a plain `cc` builds a program.
 #[test]
 fn pkg_config_file_builds_a_program() {
@@ -167,7 +190,7 @@ fn erroneous_calls_end_the_job_with_a_message() {
     let prog = build("errors", &[], false);
     let cases = [
         ("before_init", "shmem_int_p", "not initialized"),
-        ("bad_pe", "shmem_int_p", "PE 2 does not exist"),
+        ("bad_pe", "shmem_int_p", "PE 2 does not exist (the job's PEs are 0 to 1)"),
         ("negative_pe", "shmem_int_get", "PE -1 does not exist"),
         ("not_symmetric", "shmem_int_put", "not symmetric memory"),
         ("past_the_heap", "shmem_putmem", "not symmetric memory"),
@@ -178,6 +201,8 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("bad_cmp", "shmem_int_wait_until", "comparison 42"),
         ("bad_stride", "shmem_int_iput", "stride 0"),
         ("bad_team", "shmem_team_sync", "is not a team"),
+        ("null_source", "shmem_putmem", "is NULL"),
+        ("global_exit_zero", "shmem_global_exit(0)", "status 1"),
         ("bad_active_set", "shmem_barrier", "is not within the job"),
         ("bad_root", "shmem_broadcast64", "root 5"),
     ];

@@ -26,6 +26,11 @@ int main(int argc, char **argv) {
   if (strcmp(c, "mismatched_malloc") == 0) shmem_malloc(me == 0 ? 64 : 128);
   if (strcmp(c, "bad_cmp") == 0) shmem_int_wait_until(x, 42, 0);
   if (strcmp(c, "bad_stride") == 0) shmem_int_iput(x, local, 0, 1, 4, 0);
+  if (strcmp(c, "null_source") == 0) shmem_putmem(x, NULL, 8, 0);
+  if (strcmp(c, "global_exit_zero") == 0) {
+    shmem_putmem(x, NULL, 0, 0); /* nothing to move: fine with NULL */
+    shmem_global_exit(0);
+  }
   if (strcmp(c, "bad_team") == 0) shmem_team_sync((shmem_team_t)99);
   static long psync[SHMEM_SYNC_SIZE];
   if (strcmp(c, "bad_active_set") == 0) shmem_barrier(0, 0, n + 1, psync);

@@ -2,6 +2,8 @@
  * by every PE (puts, gets, atomics, waits), keep their initial values, and stay usable after
  * shmem_finalize. */
 #include "check.h"
+#include <sys/wait.h>
+#include <unistd.h>
 
 long counter;                           /* .bss */
 int table[1024];                        /* .bss */
@@ -34,6 +36,18 @@ int main(void) {
   } else {
     shmem_long_wait_until(&flag, SHMEM_CMP_EQ, 42);
   }
+  shmem_barrier_all();
+  /* A child of fork gets its own copy of the globals: its writes do not reach the parent. */
+  long before = counter;
+  pid_t child = fork();
+  if (child == 0) {
+    counter = -12345;
+    initialized[0] = -1;
+    _exit(counter == -12345 ? 0 : 3);
+  }
+  int st = -1;
+  CHECK(child > 0 && waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child");
+  CHECK(counter == before && initialized[0] == 1.5, "a child's write reached the parent: %ld", counter);
   shmem_barrier_all();
   if (me == 0) printf("globals: %d PEs ok\n", n);
   shmem_finalize();

@@ -12,6 +12,14 @@ int main(void) {
   CHECK(((uintptr_t)a % 16) == 0 && ((uintptr_t)b % 16) == 0, "malloc alignment");
   void *c = shmem_align(4096, 10);
   CHECK(((uintptr_t)c % 4096) == 0, "align(4096) gave %p", c);
+  /* Alignments above a page hold on every PE (each PE's heap starts where its mapping is
+   * aligned to 2 MiB), up to 2 MiB; above, NULL on every PE. */
+  for (size_t a = 8192; a <= ((size_t)2 << 20); a *= 4) {
+    void *p = shmem_align(a, 100);
+    CHECK(p != NULL && ((uintptr_t)p % a) == 0, "align(%zu) gave %p", a, p);
+    shmem_free(p);
+  }
+  CHECK(shmem_align((size_t)64 << 20, 100) == NULL, "align(64 MiB) is above what the heap gives");
   int *z = shmem_calloc(1000, sizeof(int));
   for (int i = 0; i < 1000; i++) CHECK(z[i] == 0, "calloc element %d = %d", i, z[i]);
   for (int i = 0; i < 100; i++) b[i] = me * 1000 + i;

@@ -36,6 +36,11 @@ int main(void) {
     for (int i = 0; i < 64; i++) CHECK(data[i] >= round * 1000 + left * 64 + i, "data before signal, round %d", round);
     shmem_barrier_all();
   }
+  /* The typed form. */
+  shmem_int_put_signal(data, src, 64, &sig[0], 1000, SHMEM_SIGNAL_SET, right);
+  shmem_signal_wait_until(&sig[0], SHMEM_CMP_EQ, 1000);
+  CHECK(data[63] == src[63] - me * 64 + left * 64, "typed put_signal data %d", data[63]);
+  shmem_barrier_all();
   /* Signal add: every PE adds 1 to PE 0's counter. */
   shmem_putmem_signal(data, src, 4, &sig[1], 1, SHMEM_SIGNAL_ADD, 0);
   if (me == 0) {

@@ -12,6 +12,7 @@
 
 use crate::os::{MapKind, Mapping};
 use crate::{FabricError, FabricResult};
+use std::sync::atomic::Ordering;
 
 const PAGE: usize = 4096;
 
@@ -100,6 +101,7 @@ pub(crate) fn move_over(map: Mapping, start: usize) -> FabricResult<Mapping> {
         )));
     }
     std::mem::forget(map);
+    note_adopted(start, len);
     Ok(Mapping { ptr: p.cast(), len, kind: MapKind::Adopted })
 }
 
@@ -110,23 +112,51 @@ pub(crate) fn borrow(start: usize, len: usize) -> Mapping {
 }
 
 /// Puts private memory with the bytes of `ptr..ptr + len` back at the same address. Where no
-/// memory is left for the copy the shared mapping stays (the bytes are still there).
+/// memory is left for the copy the shared mapping stays (the bytes are still there). Only
+/// system calls and copies: it also runs in a child right after `fork`.
 pub(crate) fn restore(ptr: *mut u8, len: usize) {
-    let mut keep: Vec<u8> = Vec::new();
-    if keep.try_reserve_exact(len).is_err() {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let anon = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+    // SAFETY: a fresh private mapping anywhere, touching no existing memory.
+    let keep = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, anon, -1, 0) };
+    if keep == libc::MAP_FAILED {
         return;
     }
-    // SAFETY: `ptr..ptr + len` is the adopted mapping, alive until the end of this function.
-    keep.extend_from_slice(unsafe { std::slice::from_raw_parts(ptr, len) });
-    let prot = libc::PROT_READ | libc::PROT_WRITE;
-    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
-    // SAFETY: replaces exactly the adopted pages, which nothing else owns, with fresh private
-    // memory at the same address.
-    let p = unsafe { libc::mmap(ptr.cast(), len, prot, flags, -1, 0) };
-    if p != libc::MAP_FAILED {
-        // SAFETY: the fresh mapping is `len` writable bytes at `ptr`; `keep` holds `len` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(keep.as_ptr(), ptr, len) };
+    // SAFETY: `ptr..ptr + len` is the adopted mapping, alive here; `keep` is `len` fresh bytes.
+    unsafe { std::ptr::copy_nonoverlapping(ptr, keep.cast::<u8>(), len) };
+    // SAFETY: moves the copy over exactly the adopted pages, which nothing else owns.
+    let p = unsafe {
+        libc::mremap(keep, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, ptr.cast::<libc::c_void>())
+    };
+    if p == libc::MAP_FAILED {
+        // SAFETY: the copy is ours and unused.
+        unsafe { libc::munmap(keep, len) };
     }
+}
+
+/// The adopted range (start, length; 0: none), for a child of `fork`.
+static ADOPTED: [std::sync::atomic::AtomicUsize; 2] =
+    [std::sync::atomic::AtomicUsize::new(0), std::sync::atomic::AtomicUsize::new(0)];
+
+/// In a child of `fork`: the program's data becomes private again (its writes must not reach
+/// the parent's variables through the shared file).
+extern "C" fn after_fork_in_child() {
+    let (start, len) = (ADOPTED[0].load(Ordering::Relaxed), ADOPTED[1].load(Ordering::Relaxed));
+    if len > 0 {
+        restore(start as *mut u8, len);
+        ADOPTED[1].store(0, Ordering::Relaxed);
+    }
+}
+
+/// Remembers the adopted range for `fork` (registers the child handler once).
+pub(crate) fn note_adopted(start: usize, len: usize) {
+    static HANDLER: std::sync::Once = std::sync::Once::new();
+    ADOPTED[0].store(start, Ordering::Relaxed);
+    ADOPTED[1].store(len, Ordering::Relaxed);
+    HANDLER.call_once(|| {
+        // SAFETY: registers a handler that only makes system calls and copies (see `restore`).
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_in_child)) };
+    });
 }
 
 #[cfg(test)]

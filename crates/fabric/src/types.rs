@@ -99,6 +99,15 @@ impl LocalRegion {
     pub fn back(&self, offset: usize, len: usize) -> crate::FabricResult<()> {
         self._keep.back(offset, len)
     }
+    /// Gives back the memory of the whole pages within `offset..offset + len` where the
+    /// region allows it ([`LocalRegion::discardable`]; they read as zeros after); false
+    /// where it does not.
+    pub fn discard_range(&self, offset: usize, len: usize) -> crate::FabricResult<bool> {
+        if !self.discardable {
+            return Ok(false);
+        }
+        self._keep.discard_range(offset, len).map(|_| true)
+    }
     /// The memory behind the region.
     pub(crate) fn mapping(&self) -> &std::sync::Arc<crate::os::Mapping> {
         &self._keep

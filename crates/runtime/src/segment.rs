@@ -285,6 +285,18 @@ impl<T: Pod> Segment<T> {
             _ => Err(Error::Misuse("Segment::back: the range is not inside the segment")),
         }
     }
+    /// Gives back the memory of elements `start..start + len` of this rank's part (whole
+    /// pages within them; they read as zeros after), where the fabric allows it: what
+    /// [`Segment::back`] committed for something no longer used. False where it does not.
+    pub fn release(&self, start: usize, len: usize) -> Result<bool> {
+        let z = size_of::<T>();
+        match (start.checked_mul(z), len.checked_mul(z)) {
+            (Some(off), Some(bytes)) if off.checked_add(bytes).is_some_and(|e| e <= self.len * z) => {
+                Ok(self.info.local.discard_range(off, bytes)?)
+            }
+            _ => Err(Error::Misuse("Segment::release: the range is not inside the segment")),
+        }
+    }
     /// The fabric's view of `rank`'s copy (an error where `rank` does not hold the segment).
     pub(crate) fn remote_region(&self, rank: u32) -> Result<&RemoteRegion> {
         self.info.remote(rank)

@@ -197,6 +197,23 @@ void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t
                          uint64_t signal, int sig_op, int pe);
 void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
                              uint64_t signal, int sig_op, int pe);
+#define WEFT_SHMEM_DECL_PUT_SIGNAL(N, T) \
+  void shmem_##N##_put_signal(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, \
+                              int sig_op, int pe); \
+  void shmem_##N##_put_signal_nbi(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, \
+                                  uint64_t signal, int sig_op, int pe);
+WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_PUT_SIGNAL)
+WEFT_SHMEM_DECL_PUT_SIGNAL(longdouble, long double)
+#define WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(S) \
+  void shmem_put##S##_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, \
+                             uint64_t signal, int sig_op, int pe); \
+  void shmem_put##S##_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, \
+                                 uint64_t signal, int sig_op, int pe);
+WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(8)
+WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(16)
+WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(32)
+WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(64)
+WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(128)
 uint64_t shmem_signal_fetch(const uint64_t *sig_addr);
 uint64_t shmem_signal_wait_until(uint64_t *sig_addr, int cmp, uint64_t cmp_value);
 

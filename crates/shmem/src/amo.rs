@@ -111,9 +111,10 @@ thread_local! {
 
 /// A 32-bit operation as a compare-and-swap loop on the (little-endian) word that holds it.
 fn amo32(s: &Shmem, call: &str, dest: *const c_void, pe: c_int, op: Amo) -> u32 {
+    // The object first, so that an error names it rather than its word.
+    s.sym(call, dest, 4, pe);
     let word_addr = (dest as usize & !7) as *const c_void;
     let word: GlobalPtr<u64> = s.sym(call, word_addr, 8, pe).cast();
-    s.sym(call, dest, 4, pe);
     let shift = (dest as usize & 4) * 8;
     let key = (word.rank(), word.segment_id(), word.byte_offset());
     let last = LAST_WORD.get();

@@ -96,7 +96,7 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
 
 /// Puts `len` bytes from `src` to symmetric `dest + at` on world PE `pe`.
 fn put_at(s: &Shmem, call: &str, dest: *const c_void, at: usize, src: *const c_void, len: usize, pe: u32) {
-    if len == 0 {
+    if crate::rma::empty(call, src, len) {
         return;
     }
     let to = (dest as usize).checked_add(at).unwrap_or_else(|| die(call, "destination overflows"))

@@ -18,9 +18,23 @@ pub(crate) fn bytes(call: &str, nelems: usize, size: usize) -> usize {
         .unwrap_or_else(|| die(call, format_args!("{nelems} elements of {size} bytes overflow")))
 }
 
+/// Checks the caller's local buffer: NULL is refused where there are bytes to move. True
+/// when there are none (the call then only checks its PE).
+#[inline]
+pub(crate) fn empty(call: &str, local: *const c_void, len: usize) -> bool {
+    if len > 0 && local.is_null() {
+        die(call, format_args!("the local buffer of {len} bytes is NULL"));
+    }
+    len == 0
+}
+
 #[inline]
 pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
     let s = st(call);
+    if empty(call, src, len) {
+        s.pe(call, pe);
+        return;
+    }
     let g = s.sym(call, dest, len, pe);
     s.check(call, s.comm.put(g, cabi::src_bytes(src, len)));
 }
@@ -28,6 +42,10 @@ pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize,
 #[inline]
 pub(crate) fn put_nbi(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
     let s = st(call);
+    if empty(call, src, len) {
+        s.pe(call, pe);
+        return;
+    }
     let g = s.sym(call, dest, len, pe);
     s.check(call, s.comm.put_nbi(g, cabi::src_bytes(src, len)));
 }
@@ -35,6 +53,10 @@ pub(crate) fn put_nbi(call: &str, dest: *mut c_void, src: *const c_void, len: us
 #[inline]
 pub(crate) fn get(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
     let s = st(call);
+    if empty(call, dest, len) {
+        s.pe(call, pe);
+        return;
+    }
     let g = s.sym(call, src, len, pe);
     s.check(call, s.comm.get(g, cabi::dst_bytes(dest, len)));
 }

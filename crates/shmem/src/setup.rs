@@ -4,7 +4,6 @@ use crate::cabi;
 use crate::heap::MALLOC_ALIGN;
 use crate::state::{self, die, st, Shmem};
 use std::ffi::{c_char, c_int, c_long, c_void};
-use weft_runtime::ReduceOp;
 
 /// `SHMEM_THREAD_MULTIPLE`: weft's world is used from any thread at once.
 const THREAD_MULTIPLE: c_int = 3;
@@ -46,9 +45,14 @@ pub extern "C" fn shmem_finalize() {
 
 #[no_mangle]
 pub extern "C" fn shmem_global_exit(status: c_int) {
-    // A non-zero status makes the launcher stop every other PE; 0 too, for one that is
-    // still running when this PE exits (weft run reports it as a PE that left early).
-    std::process::exit(if status == 0 { 1 } else { status });
+    // The launcher stops every other PE when one ends with a failure status; a status the
+    // process cannot report as one (0, or a multiple of 256) ends the job with 1, said here.
+    let code = if status & 0xff == 0 { 1 } else { status };
+    if code != status {
+        let who = st("shmem_global_exit").me;
+        eprintln!("weft shmem: PE {who}: shmem_global_exit({status}): ending the job with status 1 (the launcher stops the other PEs on a failure status)");
+    }
+    std::process::exit(code);
 }
 
 #[no_mangle]
@@ -131,8 +135,7 @@ pub extern "C" fn _num_pes() -> c_int {
 fn agree(s: &Shmem, call: &str, size: usize, off: Option<usize>) -> bool {
     let off = off.map_or(u64::MAX, |o| o as u64);
     let mine = [size as u64, !(size as u64), off, !off];
-    let team = s.check(call, s.comm.world_team());
-    let all = s.check(call, team.allreduce(&mine, ReduceOp::Max));
+    let all = s.allreduce_max(call, &mine);
     if all[0] != size as u64 || !all[1] != size as u64 {
         die(
             call,
@@ -219,13 +222,22 @@ pub extern "C" fn shmem_align(alignment: usize, size: usize) -> *mut c_void {
     if !alignment.is_power_of_two() {
         die("shmem_align", format_args!("alignment {alignment} is not a power of two"));
     }
+    if alignment > crate::state::MAX_ALIGN {
+        eprintln!(
+            "weft shmem: shmem_align: alignment {alignment} is above the largest the symmetric heap gives ({})",
+            crate::state::MAX_ALIGN
+        );
+        return alloc("shmem_align", 0, MALLOC_ALIGN);
+    }
     alloc("shmem_align", size, alignment.max(MALLOC_ALIGN))
 }
 
 #[no_mangle]
 pub extern "C" fn shmem_calloc(count: usize, size: usize) -> *mut c_void {
     let Some(bytes) = count.checked_mul(size) else {
-        die("shmem_calloc", format_args!("{count} × {size} bytes does not fit a size_t"));
+        // As shmem_malloc of a size that does not fit: null on every PE.
+        eprintln!("weft shmem: shmem_calloc: {count} × {size} bytes does not fit a size_t");
+        return alloc("shmem_calloc", 0, MALLOC_ALIGN);
     };
     alloc_zeroed("shmem_calloc", bytes, MALLOC_ALIGN, true)
 }

@@ -5,11 +5,15 @@ use crate::heap::Heap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use weft_runtime::{Comm, GlobalPtr, Segment, World};
+use weft_runtime::{Comm, GlobalPtr, ReduceOp, Segment, Team, World};
 
 /// Default size of the symmetric heap when `SHMEM_SYMMETRIC_SIZE` is not set (address space:
 /// memory is committed as objects are allocated).
 pub const DEFAULT_HEAP: usize = 1 << 30;
+
+/// Largest alignment `shmem_align` gives: every PE's heap starts at an address aligned so
+/// (the segment is this much longer, and each PE's heap starts where its mapping is aligned).
+pub const MAX_ALIGN: usize = 2 << 20;
 
 /// One PE's OpenSHMEM state.
 pub(crate) struct Shmem {
@@ -26,6 +30,8 @@ pub(crate) struct Shmem {
     internal: Area,
     /// Teams, by handle (see `crate::team`).
     pub teams: Mutex<crate::team::Teams>,
+    /// weft's team of all PEs, for the heap's agreement (made once: a team costs memory).
+    world_team: Mutex<Option<Team>>,
     pub alloc: Mutex<Heap>,
     pub me: u32,
     pub n: u32,
@@ -33,16 +39,23 @@ pub(crate) struct Shmem {
     pub thread_level: i32,
 }
 
-/// Symmetric memory of one kind: a segment, and where this PE maps it.
+/// Symmetric memory of one kind: a segment, where this PE's part starts in its mapping,
+/// and where every PE's starts in its segment (`origins`; none: at 0).
 struct Area {
     id: u32,
     base: usize,
     len: usize,
+    origins: Vec<usize>,
 }
 
 impl Area {
     fn of(seg: &Segment<u8>) -> Area {
-        Area { id: seg.id(), base: seg.local().as_ptr() as usize, len: seg.len() }
+        Area { id: seg.id(), base: seg.local().as_ptr() as usize, len: seg.len(), origins: vec![] }
+    }
+    /// Where PE `pe`'s part starts in the segment.
+    #[inline]
+    fn origin(&self, pe: u32) -> usize {
+        self.origins.get(pe as usize).copied().unwrap_or(0)
     }
     /// The offset of `bytes` bytes at `addr`, if they lie in the area.
     #[inline]
@@ -109,7 +122,8 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         .checked_next_multiple_of(crate::heap::MALLOC_ALIGN)
         .unwrap_or_else(|| die(call, "heap too large"));
     let world = World::init().unwrap_or_else(|e| die(call, format_args!("weft start-up failed: {e}")));
-    let seg = world.alloc_segment_sparse::<u8>(heap).unwrap_or_else(|e| {
+    let span = heap.checked_add(MAX_ALIGN).unwrap_or_else(|| die(call, "heap too large"));
+    let seg = world.alloc_segment_sparse::<u8>(span).unwrap_or_else(|e| {
         die(
             call,
             format_args!(
@@ -122,6 +136,9 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         Ok(d) => (Ok(Area::of(&d)), Some(d)),
         Err(e) => (Err(e.to_string()), None),
     };
+    let world_team =
+        world.world_team().unwrap_or_else(|e| die(call, format_args!("weft's team of all PEs: {e}")));
+    let heap_area = heap_area(call, &world_team, &seg, heap);
     let words = crate::team::internal_words(world.size());
     let internal = world.alloc_segment::<u8>(words * 8).unwrap_or_else(|e| {
         die(call, format_args!("weft's symmetric words ({} bytes) cannot be allocated: {e}", words * 8))
@@ -130,7 +147,8 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         comm: world.arc(),
         me: world.rank(),
         n: world.size(),
-        heap: Area::of(&seg),
+        heap: heap_area,
+        world_team: Mutex::new(Some(world_team)),
         data,
         internal: Area::of(&internal),
         teams: Mutex::new(crate::team::Teams::new(world.size(), shared_set(&world, &seg))),
@@ -139,6 +157,20 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         world: Mutex::new(Some(world)),
         thread_level,
     }
+}
+
+/// The heap in its segment: on each PE from where its mapping is aligned to [`MAX_ALIGN`], so
+/// that an offset aligned so is an address aligned so on every PE.
+fn heap_area(call: &str, team: &Team, seg: &Segment<u8>, len: usize) -> Area {
+    let mapped = seg.local().as_ptr() as usize;
+    let mine = (MAX_ALIGN - mapped % MAX_ALIGN) % MAX_ALIGN;
+    let origins = team
+        .allgather(&[mine as u64])
+        .unwrap_or_else(|e| die(call, format_args!("exchanging heap origins: {e}")))
+        .into_iter()
+        .map(|o| o as usize)
+        .collect();
+    Area { id: seg.id(), base: mapped + mine, len, origins }
 }
 
 /// `SHMEM_TEAM_SHARED`: the PEs whose memory this PE maps (`shmem_ptr` reaches them), if
@@ -169,6 +201,7 @@ pub(crate) fn finalize() {
     if let Err(e) = s.comm.sync_nbi().and_then(|()| s.comm.barrier()) {
         eprintln!("weft shmem: PE {}: shmem_finalize: {e}", s.me);
     }
+    drop(s.world_team.lock().unwrap_or_else(|p| p.into_inner()).take());
     s.segs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     drop(s.world.lock().unwrap_or_else(|p| p.into_inner()).take());
 }
@@ -179,7 +212,7 @@ impl Shmem {
     pub fn pe(&self, call: &str, pe: i32) -> u32 {
         match u32::try_from(pe) {
             Ok(p) if p < self.n => p,
-            _ => die(call, format_args!("PE {pe} does not exist (the job has PEs 0..{})", self.n)),
+            _ => die(call, format_args!("PE {pe} does not exist (the job's PEs are 0 to {})", self.n - 1)),
         }
     }
 
@@ -192,15 +225,15 @@ impl Shmem {
     /// The segment and offset of `bytes` bytes at `addr`, if they are symmetric memory (the
     /// heap or the program's static data).
     #[inline]
-    fn locate(&self, addr: *const c_void, bytes: usize) -> Option<(u32, usize)> {
+    fn locate(&self, addr: *const c_void, bytes: usize) -> Option<(&Area, usize)> {
         if let Some(off) = self.heap.offset(addr, bytes) {
-            return Some((self.heap.id, off));
+            return Some((&self.heap, off));
         }
         if let Some(off) = self.internal.offset(addr, bytes) {
-            return Some((self.internal.id, off));
+            return Some((&self.internal, off));
         }
         let data = self.data.as_ref().ok()?;
-        data.offset(addr, bytes).map(|off| (data.id, off))
+        data.offset(addr, bytes).map(|off| (data, off))
     }
 
     /// Commits memory to heap bytes `off..off + len` (the heap is sparse: a large
@@ -208,8 +241,24 @@ impl Shmem {
     pub fn back_heap(&self, off: usize, len: usize) -> Result<(), String> {
         let segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
         match segs.first() {
-            Some(heap) => heap.back(off, len).map_err(|e| e.to_string()),
+            Some(heap) => {
+                let at = self.heap.origin(self.me) + off;
+                heap.back(at, len).map_err(|e| {
+                    // What was backed before the memory ran out goes back at once.
+                    let _ = heap.release(at, len);
+                    e.to_string()
+                })
+            }
             None => Err("OpenSHMEM is finalized".into()),
+        }
+    }
+
+    /// An all-reduce (maximum) over all PEs on weft's team of them.
+    pub fn allreduce_max(&self, call: &str, mine: &[u64]) -> Vec<u64> {
+        let team = self.world_team.lock().unwrap_or_else(|p| p.into_inner());
+        match team.as_ref() {
+            Some(t) => self.check(call, t.allreduce(mine, ReduceOp::Max)),
+            None => die(call, "OpenSHMEM is finalized"),
         }
     }
 
@@ -229,7 +278,7 @@ impl Shmem {
     pub fn sym(&self, call: &str, addr: *const c_void, bytes: usize, pe: i32) -> GlobalPtr<u8> {
         let pe = self.pe(call, pe);
         match self.locate(addr, bytes) {
-            Some((seg, off)) => GlobalPtr::new(pe, seg, off),
+            Some((area, off)) => GlobalPtr::new(pe, area.id, area.origin(pe) + off),
             None => die(call, self.not_symmetric(addr, bytes)),
         }
     }

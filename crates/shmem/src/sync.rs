@@ -134,6 +134,7 @@ struct Signal {
 /// Puts `len` bytes, then updates the signal once they are visible at the target.
 fn put_signal(call: &str, dest: *mut c_void, src: *const c_void, len: usize, sig: Signal, pe: c_int) {
     let s = st(call);
+    crate::rma::empty(call, src, len);
     match sig.op {
         SIGNAL_SET => {
             let g = s.sym(call, dest, len, pe);
@@ -186,4 +187,41 @@ pub extern "C" fn shmem_putmem_signal_nbi(
         Signal { addr: sig_addr, value: signal, op: sig_op },
         pe,
     )
+}
+
+/// `shmem_NAME_put_signal` and `_nbi` for the typed and sized forms.
+macro_rules! put_signal_typed {
+    ($($name:ident $pre:literal $z:expr),* $(,)?) => {$(
+        #[allow(non_snake_case)]
+        mod $name {
+            use super::*;
+            #[export_name = concat!($pre, "_signal")]
+            pub extern "C" fn ps(dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
+                let call = concat!($pre, "_signal");
+                let len = crate::rma::bytes(call, nelems, $z);
+                put_signal(call, dest, source, len, Signal { addr: sig_addr, value: signal, op: sig_op }, pe)
+            }
+            #[export_name = concat!($pre, "_signal_nbi")]
+            pub extern "C" fn ps_nbi(dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
+                let call = concat!($pre, "_signal_nbi");
+                let len = crate::rma::bytes(call, nelems, $z);
+                put_signal(call, dest, source, len, Signal { addr: sig_addr, value: signal, op: sig_op }, pe)
+            }
+        }
+    )*};
+}
+
+mod put_signals {
+    use super::*;
+    put_signal_typed! {
+    float "shmem_float_put" 4, double "shmem_double_put" 8, longdouble "shmem_longdouble_put" 16,
+    char "shmem_char_put" 1, schar "shmem_schar_put" 1, short "shmem_short_put" 2, int "shmem_int_put" 4,
+    long "shmem_long_put" 8, longlong "shmem_longlong_put" 8, uchar "shmem_uchar_put" 1,
+    ushort "shmem_ushort_put" 2, uint "shmem_uint_put" 4, ulong "shmem_ulong_put" 8,
+    ulonglong "shmem_ulonglong_put" 8, int8 "shmem_int8_put" 1, int16 "shmem_int16_put" 2,
+    int32 "shmem_int32_put" 4, int64 "shmem_int64_put" 8, uint8 "shmem_uint8_put" 1,
+    uint16 "shmem_uint16_put" 2, uint32 "shmem_uint32_put" 4, uint64 "shmem_uint64_put" 8,
+    size "shmem_size_put" 8, ptrdiff "shmem_ptrdiff_put" 8,
+    s8 "shmem_put8" 1, s16 "shmem_put16" 2, s32 "shmem_put32" 4, s64 "shmem_put64" 8, s128 "shmem_put128" 16,
+    }
 }
