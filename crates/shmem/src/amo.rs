@@ -93,6 +93,9 @@ pub(crate) fn amo<T: Word>(call: &str, dest: *const c_void, pe: c_int, op: Amo) 
     if !(dest as usize).is_multiple_of(T::BYTES) {
         die(call, format_args!("{dest:p} is not aligned to {} bytes", T::BYTES));
     }
+    if let Some(at) = s.direct(dest, T::BYTES, pe) {
+        return T::from_w(direct(at, T::BYTES, op));
+    }
     let old = if T::BYTES == 8 {
         let g: GlobalPtr<u64> = s.sym(call, dest, 8, pe).cast();
         s.check(call, s.comm.atomic(g, op.op64()))
@@ -107,6 +110,47 @@ thread_local! {
     /// segment, offset, value): the first guess of the next compare-and-swap on it, which
     /// then needs no read first while no other PE changed the word.
     static LAST_WORD: std::cell::Cell<(u32, u32, usize, u64)> = const { std::cell::Cell::new((u32::MAX, 0, 0, 0)) };
+}
+
+/// `op` on the (aligned) word at `at`, mapped here: the CPU's own atomic instructions, of
+/// the object's size, as weft's shared-memory atomics are.
+fn direct(at: usize, size: usize, op: Amo) -> u64 {
+    use std::sync::atomic::Ordering::SeqCst;
+    if size == 4 {
+        let a = crate::cabi::atomic_u32(at);
+        let v = |x: u64| x as u32;
+        return match op {
+            Amo::Fetch => a.load(SeqCst),
+            Amo::Set(x) => {
+                a.store(v(x), SeqCst);
+                0
+            }
+            Amo::Swap(x) => a.swap(v(x), SeqCst),
+            Amo::CompareSwap { cond, value } => {
+                a.compare_exchange(v(cond), v(value), SeqCst, SeqCst).unwrap_or_else(|c| c)
+            }
+            Amo::Add(x) => a.fetch_add(v(x), SeqCst),
+            Amo::And(x) => a.fetch_and(v(x), SeqCst),
+            Amo::Or(x) => a.fetch_or(v(x), SeqCst),
+            Amo::Xor(x) => a.fetch_xor(v(x), SeqCst),
+        } as u64;
+    }
+    let a = crate::cabi::atomic_u64(at);
+    match op {
+        Amo::Fetch => a.load(SeqCst),
+        Amo::Set(x) => {
+            a.store(x, SeqCst);
+            0
+        }
+        Amo::Swap(x) => a.swap(x, SeqCst),
+        Amo::CompareSwap { cond, value } => {
+            a.compare_exchange(cond, value, SeqCst, SeqCst).unwrap_or_else(|c| c)
+        }
+        Amo::Add(x) => a.fetch_add(x, SeqCst),
+        Amo::And(x) => a.fetch_and(x, SeqCst),
+        Amo::Or(x) => a.fetch_or(x, SeqCst),
+        Amo::Xor(x) => a.fetch_xor(x, SeqCst),
+    }
 }
 
 /// A 32-bit operation as a compare-and-swap loop on the (little-endian) word that holds it.

@@ -69,3 +69,30 @@ pub(crate) fn write_at<T: Copy>(p: *mut T, i: usize, v: T) {
     // SAFETY: the caller passes an array of at least `i + 1` elements (the routine's contract).
     unsafe { p.add(i).write_unaligned(v) }
 }
+
+/// Copies `len` bytes from `src` to `dst` (one of them a peer's mapped symmetric memory).
+pub(crate) fn copy(src: *const u8, dst: *mut u8, len: usize) {
+    if len == 0 {
+        return;
+    }
+    // SAFETY: the caller's buffer is valid for `len` bytes (the routine's contract); the
+    // symmetric side was checked to lie within a peer's part mapped in this process
+    // (`Shmem::direct`), which stays mapped until shmem_finalize. Peers may write the same
+    // bytes concurrently only where the program has a race the specification leaves
+    // undefined; the copy reads or writes each byte once.
+    unsafe { std::ptr::copy(src, dst, len) }
+}
+
+/// A 32-bit atomic at `addr` (a peer's mapped symmetric memory, checked and 4-byte aligned).
+pub(crate) fn atomic_u32<'a>(addr: usize) -> &'a std::sync::atomic::AtomicU32 {
+    // SAFETY: `addr` lies within a mapped symmetric segment (`Shmem::direct` checked 4 bytes
+    // there) and is 4-byte aligned (checked by the caller); the mapping lives until
+    // shmem_finalize; every access to it from weft is atomic.
+    unsafe { &*(addr as *const std::sync::atomic::AtomicU32) }
+}
+
+/// A 64-bit atomic at `addr` (as [`atomic_u32`], 8-byte aligned).
+pub(crate) fn atomic_u64<'a>(addr: usize) -> &'a std::sync::atomic::AtomicU64 {
+    // SAFETY: as for `atomic_u32`, for 8 aligned bytes.
+    unsafe { &*(addr as *const std::sync::atomic::AtomicU64) }
+}

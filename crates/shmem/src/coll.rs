@@ -86,6 +86,8 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
     while dist < set.size && k < ROUNDS {
         let to = set.pe(((me as u64 + dist as u64) % set.size as u64) as u32);
         s.check(call, s.comm.atomic(area.word(to, k), AtomicOp::FetchAdd(1)));
+        // A PE waiting long sleeps on its doorbell, which RMA does not ring.
+        s.check(call, s.comm.notify(to));
         let addr = area.local + 8 * k;
         s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) as i64 > 0));
         s.check(call, s.comm.atomic(area.word(s.me, k), AtomicOp::FetchAdd(u64::MAX)));

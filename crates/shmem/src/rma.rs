@@ -35,6 +35,10 @@ pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize,
         s.pe(call, pe);
         return;
     }
+    if let Some(to) = s.direct(dest, len, pe) {
+        // Shared memory: a copy into the peer's mapping, complete at return.
+        return cabi::copy(src.cast(), to as *mut u8, len);
+    }
     let g = s.sym(call, dest, len, pe);
     s.check(call, s.comm.put(g, cabi::src_bytes(src, len)));
 }
@@ -46,6 +50,9 @@ pub(crate) fn put_nbi(call: &str, dest: *mut c_void, src: *const c_void, len: us
         s.pe(call, pe);
         return;
     }
+    if let Some(to) = s.direct(dest, len, pe) {
+        return cabi::copy(src.cast(), to as *mut u8, len);
+    }
     let g = s.sym(call, dest, len, pe);
     s.check(call, s.comm.put_nbi(g, cabi::src_bytes(src, len)));
 }
@@ -56,6 +63,9 @@ pub(crate) fn get(call: &str, dest: *mut c_void, src: *const c_void, len: usize,
     if empty(call, dest, len) {
         s.pe(call, pe);
         return;
+    }
+    if let Some(from) = s.direct(src, len, pe) {
+        return cabi::copy(from as *const u8, dest.cast(), len);
     }
     let g = s.sym(call, src, len, pe);
     s.check(call, s.comm.get(g, cabi::dst_bytes(dest, len)));

@@ -46,11 +46,30 @@ struct Area {
     base: usize,
     len: usize,
     origins: Vec<usize>,
+    /// Where each PE's part is mapped in this process, where the fabric maps it (shared
+    /// memory): loads and stores reach it without weft's RMA.
+    mapped: Vec<Option<usize>>,
 }
 
 impl Area {
     fn of(seg: &Segment<u8>) -> Area {
-        Area { id: seg.id(), base: seg.local().as_ptr() as usize, len: seg.len(), origins: vec![] }
+        Area {
+            id: seg.id(),
+            base: seg.local().as_ptr() as usize,
+            len: seg.len(),
+            origins: vec![],
+            mapped: vec![],
+        }
+    }
+    /// Finds where every PE's part is mapped here (see `mapped`).
+    fn map_peers(mut self, world: &World) -> Area {
+        self.mapped = (0..world.size())
+            .map(|pe| {
+                let start = GlobalPtr::<u8>::new(pe, self.id, self.origin(pe));
+                world.local_address(start, self.len).ok().flatten()
+            })
+            .collect();
+        self
     }
     /// Where PE `pe`'s part starts in the segment.
     #[inline]
@@ -133,7 +152,7 @@ fn start(call: &str, thread_level: i32) -> Shmem {
     });
     // The program's globals become symmetric: moved into shared memory, or registered.
     let (data, data_seg) = match world.alloc_program_data() {
-        Ok(d) => (Ok(Area::of(&d)), Some(d)),
+        Ok(d) => (Ok(Area::of(&d).map_peers(&world)), Some(d)),
         Err(e) => (Err(e.to_string()), None),
     };
     let world_team =
@@ -147,10 +166,10 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         comm: world.arc(),
         me: world.rank(),
         n: world.size(),
-        heap: heap_area,
+        heap: heap_area.map_peers(&world),
         world_team: Mutex::new(Some(world_team)),
         data,
-        internal: Area::of(&internal),
+        internal: Area::of(&internal).map_peers(&world),
         teams: Mutex::new(crate::team::Teams::new(world.size(), shared_set(&world, &seg))),
         alloc: Mutex::new(Heap::new(heap)),
         segs: Mutex::new([seg, internal].into_iter().chain(data_seg).collect()),
@@ -170,7 +189,7 @@ fn heap_area(call: &str, team: &Team, seg: &Segment<u8>, len: usize) -> Area {
         .into_iter()
         .map(|o| o as usize)
         .collect();
-    Area { id: seg.id(), base: mapped + mine, len, origins }
+    Area { id: seg.id(), base: mapped + mine, len, origins, mapped: vec![] }
 }
 
 /// `SHMEM_TEAM_SHARED`: the PEs whose memory this PE maps (`shmem_ptr` reaches them), if
@@ -281,6 +300,16 @@ impl Shmem {
             Some((area, off)) => GlobalPtr::new(pe, area.id, area.origin(pe) + off),
             None => die(call, self.not_symmetric(addr, bytes)),
         }
+    }
+
+    /// Where this process reaches `bytes` bytes at symmetric `addr` of PE `pe` with loads and
+    /// stores, where the fabric maps that PE's memory here; `None` elsewhere (and for bad
+    /// addresses: the RMA path then names the error).
+    #[inline]
+    pub fn direct(&self, addr: *const c_void, bytes: usize, pe: i32) -> Option<usize> {
+        let (area, off) = self.locate(addr, bytes)?;
+        let base = (*area.mapped.get(usize::try_from(pe).ok()?)?)?;
+        Some(base + off)
     }
 
     /// Why `bytes` bytes at `addr` are refused.

@@ -147,6 +147,8 @@ fn put_signal(call: &str, dest: *mut c_void, src: *const c_void, len: usize, sig
         }
         op => die(call, format_args!("signal operation {op} is not SHMEM_SIGNAL_SET or SHMEM_SIGNAL_ADD")),
     }
+    // Wakes the target if it sleeps waiting for the signal (RMA rings no doorbell).
+    s.check(call, s.comm.notify(s.pe(call, pe)));
 }
 
 #[no_mangle]
