@@ -112,14 +112,12 @@ thread_local! {
     static LAST_WORD: std::cell::Cell<(u32, u32, usize, u64)> = const { std::cell::Cell::new((u32::MAX, 0, 0, 0)) };
 }
 
-/// `op` on the (aligned) word at `at`, mapped here: the CPU's own atomic instructions, of
-/// the object's size, as weft's shared-memory atomics are.
-fn direct(at: usize, size: usize, op: Amo) -> u64 {
-    use std::sync::atomic::Ordering::SeqCst;
-    if size == 4 {
-        let a = crate::cabi::atomic_u32(at);
-        let v = |x: u64| x as u32;
-        return match op {
+/// `op` on the atomic `$a` whose values `$v` converts from the operation's bits.
+macro_rules! on_atomic {
+    ($a:expr, $v:expr, $op:expr) => {{
+        use std::sync::atomic::Ordering::SeqCst;
+        let (a, v) = ($a, $v);
+        let old = match $op {
             Amo::Fetch => a.load(SeqCst),
             Amo::Set(x) => {
                 a.store(v(x), SeqCst);
@@ -133,23 +131,18 @@ fn direct(at: usize, size: usize, op: Amo) -> u64 {
             Amo::And(x) => a.fetch_and(v(x), SeqCst),
             Amo::Or(x) => a.fetch_or(v(x), SeqCst),
             Amo::Xor(x) => a.fetch_xor(v(x), SeqCst),
-        } as u64;
-    }
-    let a = crate::cabi::atomic_u64(at);
-    match op {
-        Amo::Fetch => a.load(SeqCst),
-        Amo::Set(x) => {
-            a.store(x, SeqCst);
-            0
-        }
-        Amo::Swap(x) => a.swap(x, SeqCst),
-        Amo::CompareSwap { cond, value } => {
-            a.compare_exchange(cond, value, SeqCst, SeqCst).unwrap_or_else(|c| c)
-        }
-        Amo::Add(x) => a.fetch_add(x, SeqCst),
-        Amo::And(x) => a.fetch_and(x, SeqCst),
-        Amo::Or(x) => a.fetch_or(x, SeqCst),
-        Amo::Xor(x) => a.fetch_xor(x, SeqCst),
+        };
+        old as u64
+    }};
+}
+
+/// `op` on the (aligned) word at `at`, mapped here: the CPU's own atomic instructions, of
+/// the object's size, as weft's shared-memory atomics are.
+fn direct(at: usize, size: usize, op: Amo) -> u64 {
+    if size == 4 {
+        on_atomic!(crate::cabi::atomic_u32(at), |x: u64| x as u32, op)
+    } else {
+        on_atomic!(crate::cabi::atomic_u64(at), |x: u64| x, op)
     }
 }
 

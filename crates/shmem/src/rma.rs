@@ -28,8 +28,9 @@ pub(crate) fn empty(call: &str, local: *const c_void, len: usize) -> bool {
     len == 0
 }
 
+/// A put of `len` bytes; `nbi`: weft's implicit put (completed by `shmem_quiet`).
 #[inline]
-pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
+fn put_as(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int, nbi: bool) {
     let s = st(call);
     if empty(call, src, len) {
         s.pe(call, pe);
@@ -40,21 +41,18 @@ pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize,
         return cabi::copy(src.cast(), to as *mut u8, len);
     }
     let g = s.sym(call, dest, len, pe);
-    s.check(call, s.comm.put(g, cabi::src_bytes(src, len)));
+    let bytes = cabi::src_bytes(src, len);
+    s.check(call, if nbi { s.comm.put_nbi(g, bytes) } else { s.comm.put(g, bytes) });
+}
+
+#[inline]
+pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
+    put_as(call, dest, src, len, pe, false)
 }
 
 #[inline]
 pub(crate) fn put_nbi(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
-    let s = st(call);
-    if empty(call, src, len) {
-        s.pe(call, pe);
-        return;
-    }
-    if let Some(to) = s.direct(dest, len, pe) {
-        return cabi::copy(src.cast(), to as *mut u8, len);
-    }
-    let g = s.sym(call, dest, len, pe);
-    s.check(call, s.comm.put_nbi(g, cabi::src_bytes(src, len)));
+    put_as(call, dest, src, len, pe, true)
 }
 
 #[inline]

@@ -151,47 +151,7 @@ fn put_signal(call: &str, dest: *mut c_void, src: *const c_void, len: usize, sig
     s.check(call, s.comm.notify(s.pe(call, pe)));
 }
 
-#[no_mangle]
-pub extern "C" fn shmem_putmem_signal(
-    dest: *mut c_void,
-    source: *const c_void,
-    nelems: usize,
-    sig_addr: *mut u64,
-    signal: u64,
-    sig_op: c_int,
-    pe: c_int,
-) {
-    put_signal(
-        "shmem_putmem_signal",
-        dest,
-        source,
-        nelems,
-        Signal { addr: sig_addr, value: signal, op: sig_op },
-        pe,
-    )
-}
-
-#[no_mangle]
-pub extern "C" fn shmem_putmem_signal_nbi(
-    dest: *mut c_void,
-    source: *const c_void,
-    nelems: usize,
-    sig_addr: *mut u64,
-    signal: u64,
-    sig_op: c_int,
-    pe: c_int,
-) {
-    put_signal(
-        "shmem_putmem_signal_nbi",
-        dest,
-        source,
-        nelems,
-        Signal { addr: sig_addr, value: signal, op: sig_op },
-        pe,
-    )
-}
-
-/// `shmem_NAME_put_signal` and `_nbi` for the typed and sized forms.
+/// `shmem_NAME_put_signal` and `_nbi` for the typed, sized and `mem` forms.
 macro_rules! put_signal_typed {
     ($($name:ident $pre:literal $z:expr),* $(,)?) => {$(
         #[allow(non_snake_case)]
@@ -224,6 +184,6 @@ mod put_signals {
     int32 "shmem_int32_put" 4, int64 "shmem_int64_put" 8, uint8 "shmem_uint8_put" 1,
     uint16 "shmem_uint16_put" 2, uint32 "shmem_uint32_put" 4, uint64 "shmem_uint64_put" 8,
     size "shmem_size_put" 8, ptrdiff "shmem_ptrdiff_put" 8,
-    s8 "shmem_put8" 1, s16 "shmem_put16" 2, s32 "shmem_put32" 4, s64 "shmem_put64" 8, s128 "shmem_put128" 16,
+    mem "shmem_putmem" 1, s8 "shmem_put8" 1, s16 "shmem_put16" 2, s32 "shmem_put32" 4, s64 "shmem_put64" 8, s128 "shmem_put128" 16,
     }
 }

@@ -281,35 +281,32 @@ impl ShmFabric {
 
     /// Registers a region of `len` bytes backed as `fill` says.
     fn register_with(&self, len: usize, fill: os::Fill) -> FabricResult<LocalRegion> {
-        let id = self.next_region.fetch_add(1, Ordering::Relaxed);
-        let name = region_name(&self.job, self.rank, id);
-        // The job's directory exists: init made or checked it, and it lasts the job's life.
-        let map = Arc::new(os::create_shared(&name, len, fill, |_| {})?);
-        let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
-        if regions.len() <= id as usize {
-            regions.resize(id as usize + 1, None);
-        }
-        regions[id as usize] = Some(map.clone());
-        let mut desc = id.to_le_bytes().to_vec();
-        desc.extend_from_slice(&(len as u64).to_le_bytes());
         // Shared memory may be given back (no device pins it).
-        Ok(LocalRegion::new(id, map, desc).with_discard(true))
+        self.new_region(len, true, |name| os::create_shared(name, len, fill, |_| {}))
     }
 
-    /// The program's static data moved into a region file (see [`crate::adopt`]).
+    /// The program's static data moved into a region file (see [`crate::adopt`]); its
+    /// variables are never given back.
     fn adopt_data(&self) -> FabricResult<LocalRegion> {
         let (start, len) = crate::adopt::adoptable()?;
+        self.new_region(len, false, |name| {
+            let copy =
+                os::create_shared(name, len, os::Fill::Reserved, |p| crate::adopt::copy_in(start, p, len))?;
+            crate::adopt::move_over(copy, start).inspect_err(|_| os::unlink(name))
+        })
+    }
+
+    /// A region of `len` bytes whose file of the job `make` creates under the name it is
+    /// given, entered in the table of this rank's regions.
+    fn new_region(
+        &self,
+        len: usize,
+        discard: bool,
+        make: impl FnOnce(&str) -> FabricResult<os::Mapping>,
+    ) -> FabricResult<LocalRegion> {
         let id = self.next_region.fetch_add(1, Ordering::Relaxed);
-        let name = region_name(&self.job, self.rank, id);
-        let copy =
-            os::create_shared(&name, len, os::Fill::Reserved, |p| crate::adopt::copy_in(start, p, len))?;
-        let map = match crate::adopt::move_over(copy, start) {
-            Ok(m) => Arc::new(m),
-            Err(e) => {
-                os::unlink(&name);
-                return Err(e);
-            }
-        };
+        // The job's directory exists: init made or checked it, and it lasts the job's life.
+        let map = Arc::new(make(&region_name(&self.job, self.rank, id))?);
         let mut regions = self.local_regions.write().unwrap_or_else(|e| e.into_inner());
         if regions.len() <= id as usize {
             regions.resize(id as usize + 1, None);
@@ -317,8 +314,7 @@ impl ShmFabric {
         regions[id as usize] = Some(map.clone());
         let mut desc = id.to_le_bytes().to_vec();
         desc.extend_from_slice(&(len as u64).to_le_bytes());
-        // The program's variables are never given back.
-        Ok(LocalRegion::new(id, map, desc).with_discard(false))
+        Ok(LocalRegion::new(id, map, desc).with_discard(discard))
     }
 
     /// Unlinks what dead peer `rank` left in the job's directory (its inbox if start-up had not
