@@ -397,9 +397,11 @@ pub(crate) fn gets_in_flight() -> Res {
     // Timed over the tcp provider, the network here. (libfabric's shm provider serves a read
     // in the target's progress: 200 at once took longer there than one by one.)
     if w.info().fabric == "ofi" && std::env::var("WEFT_OFI_PROVIDER").is_ok_and(|p| p == "tcp") {
+        // The best of 5 runs each: on 2 cores shared with another job, best of 3 still
+        // missed the ratio now and then (0.72 once in CI).
         let best = |f: &mut dyn FnMut() -> Res| -> Result<Duration, Failure> {
             let mut best = Duration::MAX;
-            for _ in 0..3 {
+            for _ in 0..5 {
                 let t = Instant::now();
                 f()?;
                 best = best.min(t.elapsed());
