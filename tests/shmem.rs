@@ -118,6 +118,11 @@ fn atomics() {
 }
 
 #[test]
+fn contexts() {
+    passes("ctx");
+}
+
+#[test]
 fn point_to_point_synchronization() {
     passes("sync");
 }
@@ -205,6 +210,10 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("global_exit_zero", "shmem_global_exit(0)", "status 1"),
         ("bad_active_set", "shmem_barrier", "is not within the job"),
         ("bad_root", "shmem_broadcast64", "root 5"),
+        ("destroyed_ctx", "shmem_ctx_int_p", "is not a context"),
+        ("forged_ctx", "shmem_ctx_putmem", "is not a context"),
+        ("bad_ctx_options", "shmem_ctx_create", "options 0x40"),
+        ("pe_outside_ctx_team", "shmem_ctx_int_p", "PE 1 is not in the context's team"),
     ];
     for (case, routine, what) in cases {
         let (out, took, pid) = run(&prog, 2, &[case]);

@@ -35,6 +35,23 @@ int main(int argc, char **argv) {
   static long psync[SHMEM_SYNC_SIZE];
   if (strcmp(c, "bad_active_set") == 0) shmem_barrier(0, 0, n + 1, psync);
   if (strcmp(c, "bad_root") == 0) shmem_broadcast64(x, x, 1, 5, 0, 0, n, psync);
+  if (strcmp(c, "destroyed_ctx") == 0) {
+    shmem_ctx_t ctx;
+    shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx);
+    shmem_ctx_destroy(ctx);
+    shmem_ctx_int_p(ctx, x, 1, 0);
+  }
+  if (strcmp(c, "forged_ctx") == 0) shmem_ctx_putmem((shmem_ctx_t)0x12345, x, local, 4, 0);
+  if (strcmp(c, "bad_ctx_options") == 0) {
+    shmem_ctx_t ctx;
+    shmem_ctx_create(64, &ctx);
+  }
+  if (strcmp(c, "pe_outside_ctx_team") == 0) {
+    shmem_team_t alone;
+    shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, 1, NULL, 0, &alone);
+    shmem_ctx_t ctx;
+    if (me == 0 && shmem_team_create_ctx(alone, 0, &ctx) == 0) shmem_ctx_int_p(ctx, x, 1, 1);
+  }
   shmem_barrier_all();
   printf("errors: case %s did not fail\n", c);
   shmem_finalize();

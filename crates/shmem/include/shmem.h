@@ -66,6 +66,24 @@ extern "C" {
 #define _SHMEM_REDUCE_SYNC_SIZE SHMEM_REDUCE_SYNC_SIZE
 #define _SHMEM_REDUCE_MIN_WRKDATA_SIZE SHMEM_REDUCE_MIN_WRKDATA_SIZE
 
+/* Teams and communication contexts. A handle is an opaque value weft checks (never a pointer
+ * it follows). */
+typedef struct weft_shmem_team *shmem_team_t;
+#define SHMEM_TEAM_INVALID ((shmem_team_t)0)
+#define SHMEM_TEAM_WORLD ((shmem_team_t)1)
+#define SHMEM_TEAM_SHARED ((shmem_team_t)2)
+typedef struct weft_shmem_ctx *shmem_ctx_t;
+#define SHMEM_CTX_INVALID ((shmem_ctx_t)0)
+#define SHMEM_CTX_DEFAULT ((shmem_ctx_t)1)
+#define SHMEM_CTX_SERIALIZED 1L
+#define SHMEM_CTX_PRIVATE 2L
+#define SHMEM_CTX_NOSTORE 4L
+
+/* The parameter lists of a routine's two forms: `shmem_NAME(...)` and
+ * `shmem_ctx_NAME(shmem_ctx_t ctx, ...)`. */
+#define WEFT_SHMEM_NOCTX()
+#define WEFT_SHMEM_CTX() shmem_ctx_t ctx,
+
 /* Setup, exit and query. */
 void shmem_init(void);
 int shmem_init_thread(int requested, int *provided);
@@ -105,45 +123,55 @@ void *shrealloc(void *ptr, size_t size);
   X(int64, int64_t) X(uint8, uint8_t) X(uint16, uint16_t) X(uint32, uint32_t) \
   X(uint64, uint64_t) X(size, size_t) X(ptrdiff, ptrdiff_t)
 
+#define WEFT_SHMEM_DECL_RMA_(P, C, N, T) \
+  void P##N##_put(C() T *dest, const T *source, size_t nelems, int pe); \
+  void P##N##_get(C() T *dest, const T *source, size_t nelems, int pe); \
+  void P##N##_put_nbi(C() T *dest, const T *source, size_t nelems, int pe); \
+  void P##N##_get_nbi(C() T *dest, const T *source, size_t nelems, int pe); \
+  void P##N##_p(C() T *dest, T value, int pe); \
+  T P##N##_g(C() const T *source, int pe); \
+  void P##N##_iput(C() T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
+  void P##N##_iget(C() T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
 #define WEFT_SHMEM_DECL_RMA(N, T) \
-  void shmem_##N##_put(T *dest, const T *source, size_t nelems, int pe); \
-  void shmem_##N##_get(T *dest, const T *source, size_t nelems, int pe); \
-  void shmem_##N##_put_nbi(T *dest, const T *source, size_t nelems, int pe); \
-  void shmem_##N##_get_nbi(T *dest, const T *source, size_t nelems, int pe); \
-  void shmem_##N##_p(T *dest, T value, int pe); \
-  T shmem_##N##_g(const T *source, int pe); \
-  void shmem_##N##_iput(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
-  void shmem_##N##_iget(T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+  WEFT_SHMEM_DECL_RMA_(shmem_, WEFT_SHMEM_NOCTX, N, T) WEFT_SHMEM_DECL_RMA_(shmem_ctx_, WEFT_SHMEM_CTX, N, T)
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_RMA)
 
-#define WEFT_SHMEM_DECL_SIZED(S) \
-  void shmem_put##S(void *dest, const void *source, size_t nelems, int pe); \
-  void shmem_get##S(void *dest, const void *source, size_t nelems, int pe); \
-  void shmem_put##S##_nbi(void *dest, const void *source, size_t nelems, int pe); \
-  void shmem_get##S##_nbi(void *dest, const void *source, size_t nelems, int pe); \
-  void shmem_iput##S(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
-  void shmem_iget##S(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+#define WEFT_SHMEM_DECL_SIZED_(P, C, S) \
+  void P##put##S(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##get##S(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##put##S##_nbi(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##get##S##_nbi(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##iput##S(C() void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe); \
+  void P##iget##S(C() void *dest, const void *source, ptrdiff_t dst, ptrdiff_t sst, size_t nelems, int pe);
+#define WEFT_SHMEM_DECL_SIZED(S) WEFT_SHMEM_DECL_SIZED_(shmem_, WEFT_SHMEM_NOCTX, S) WEFT_SHMEM_DECL_SIZED_(shmem_ctx_, WEFT_SHMEM_CTX, S)
 WEFT_SHMEM_DECL_SIZED(8)
 WEFT_SHMEM_DECL_SIZED(16)
 WEFT_SHMEM_DECL_SIZED(32)
 WEFT_SHMEM_DECL_SIZED(64)
 WEFT_SHMEM_DECL_SIZED(128)
 
-void shmem_putmem(void *dest, const void *source, size_t nelems, int pe);
-void shmem_getmem(void *dest, const void *source, size_t nelems, int pe);
-void shmem_putmem_nbi(void *dest, const void *source, size_t nelems, int pe);
-void shmem_getmem_nbi(void *dest, const void *source, size_t nelems, int pe);
+#define WEFT_SHMEM_DECL_MEM(P, C) \
+  void P##putmem(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##getmem(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##putmem_nbi(C() void *dest, const void *source, size_t nelems, int pe); \
+  void P##getmem_nbi(C() void *dest, const void *source, size_t nelems, int pe);
+WEFT_SHMEM_DECL_MEM(shmem_, WEFT_SHMEM_NOCTX)
+WEFT_SHMEM_DECL_MEM(shmem_ctx_, WEFT_SHMEM_CTX)
 
 /* long double: over the 128-bit routines (its size on LP64 targets). */
 typedef char weft_shmem_longdouble_is_16_bytes[sizeof(long double) == 16 ? 1 : -1];
-static inline void shmem_longdouble_put(long double *d, const long double *s, size_t n, int pe) { shmem_put128(d, s, n, pe); }
-static inline void shmem_longdouble_get(long double *d, const long double *s, size_t n, int pe) { shmem_get128(d, s, n, pe); }
-static inline void shmem_longdouble_put_nbi(long double *d, const long double *s, size_t n, int pe) { shmem_put128_nbi(d, s, n, pe); }
-static inline void shmem_longdouble_get_nbi(long double *d, const long double *s, size_t n, int pe) { shmem_get128_nbi(d, s, n, pe); }
-static inline void shmem_longdouble_p(long double *d, long double v, int pe) { shmem_put128(d, &v, 1, pe); }
-static inline long double shmem_longdouble_g(const long double *s, int pe) { long double v; shmem_get128(&v, s, 1, pe); return v; }
-static inline void shmem_longdouble_iput(long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { shmem_iput128(d, s, dst, sst, n, pe); }
-static inline void shmem_longdouble_iget(long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { shmem_iget128(d, s, dst, sst, n, pe); }
+#define WEFT_SHMEM_LONGDOUBLE_RMA(P, C, X) \
+  static inline void P##longdouble_put(C() long double *d, const long double *s, size_t n, int pe) { P##put128(X d, s, n, pe); } \
+  static inline void P##longdouble_get(C() long double *d, const long double *s, size_t n, int pe) { P##get128(X d, s, n, pe); } \
+  static inline void P##longdouble_put_nbi(C() long double *d, const long double *s, size_t n, int pe) { P##put128_nbi(X d, s, n, pe); } \
+  static inline void P##longdouble_get_nbi(C() long double *d, const long double *s, size_t n, int pe) { P##get128_nbi(X d, s, n, pe); } \
+  static inline void P##longdouble_p(C() long double *d, long double v, int pe) { P##put128(X d, &v, 1, pe); } \
+  static inline long double P##longdouble_g(C() const long double *s, int pe) { long double v; P##get128(X &v, s, 1, pe); return v; } \
+  static inline void P##longdouble_iput(C() long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { P##iput128(X d, s, dst, sst, n, pe); } \
+  static inline void P##longdouble_iget(C() long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { P##iget128(X d, s, dst, sst, n, pe); }
+#define WEFT_SHMEM_CTX_ARG ctx,
+WEFT_SHMEM_LONGDOUBLE_RMA(shmem_, WEFT_SHMEM_NOCTX, )
+WEFT_SHMEM_LONGDOUBLE_RMA(shmem_ctx_, WEFT_SHMEM_CTX, WEFT_SHMEM_CTX_ARG)
 
 /* Atomic memory operations (Tables 6 and 7). */
 #define WEFT_SHMEM_EXT_AMO_TYPES(X) X(float, float) X(double, double)
@@ -153,62 +181,68 @@ static inline void shmem_longdouble_iget(long double *d, const long double *s, p
   X(uint, unsigned int) X(ulong, unsigned long) X(ulonglong, unsigned long long) \
   X(int32, int32_t) X(int64, int64_t) X(uint32, uint32_t) X(uint64, uint64_t)
 
-#define WEFT_SHMEM_DECL_EXT_AMO(N, T) \
-  T shmem_##N##_atomic_fetch(const T *source, int pe); \
-  void shmem_##N##_atomic_set(T *dest, T value, int pe); \
-  T shmem_##N##_atomic_swap(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_fetch_nbi(T *fetch, const T *source, int pe); \
-  void shmem_##N##_atomic_swap_nbi(T *fetch, T *dest, T value, int pe); \
+#define WEFT_SHMEM_DECL_EXT_AMO_(P, C, N, T) \
+  T P##N##_atomic_fetch(C() const T *source, int pe); \
+  void P##N##_atomic_set(C() T *dest, T value, int pe); \
+  T P##N##_atomic_swap(C() T *dest, T value, int pe); \
+  void P##N##_atomic_fetch_nbi(C() T *fetch, const T *source, int pe); \
+  void P##N##_atomic_swap_nbi(C() T *fetch, T *dest, T value, int pe);
+#define WEFT_SHMEM_DECL_STD_AMO_(P, C, N, T) \
+  WEFT_SHMEM_DECL_EXT_AMO_(P, C, N, T) \
+  T P##N##_atomic_compare_swap(C() T *dest, T cond, T value, int pe); \
+  T P##N##_atomic_fetch_inc(C() T *dest, int pe); \
+  void P##N##_atomic_inc(C() T *dest, int pe); \
+  T P##N##_atomic_fetch_add(C() T *dest, T value, int pe); \
+  void P##N##_atomic_add(C() T *dest, T value, int pe); \
+  void P##N##_atomic_compare_swap_nbi(C() T *fetch, T *dest, T cond, T value, int pe); \
+  void P##N##_atomic_fetch_inc_nbi(C() T *fetch, T *dest, int pe); \
+  void P##N##_atomic_fetch_add_nbi(C() T *fetch, T *dest, T value, int pe);
+#define WEFT_SHMEM_DECL_BIT_AMO_(P, C, N, T) \
+  WEFT_SHMEM_DECL_STD_AMO_(P, C, N, T) \
+  T P##N##_atomic_fetch_and(C() T *dest, T value, int pe); \
+  void P##N##_atomic_and(C() T *dest, T value, int pe); \
+  void P##N##_atomic_fetch_and_nbi(C() T *fetch, T *dest, T value, int pe); \
+  T P##N##_atomic_fetch_or(C() T *dest, T value, int pe); \
+  void P##N##_atomic_or(C() T *dest, T value, int pe); \
+  void P##N##_atomic_fetch_or_nbi(C() T *fetch, T *dest, T value, int pe); \
+  T P##N##_atomic_fetch_xor(C() T *dest, T value, int pe); \
+  void P##N##_atomic_xor(C() T *dest, T value, int pe); \
+  void P##N##_atomic_fetch_xor_nbi(C() T *fetch, T *dest, T value, int pe);
+/* The deprecated names (no context forms). */
+#define WEFT_SHMEM_DECL_OLD_EXT_AMO(N, T) \
   T shmem_##N##_fetch(const T *source, int pe); \
   void shmem_##N##_set(T *dest, T value, int pe); \
   T shmem_##N##_swap(T *dest, T value, int pe);
-#define WEFT_SHMEM_DECL_STD_AMO(N, T) \
-  WEFT_SHMEM_DECL_EXT_AMO(N, T) \
-  T shmem_##N##_atomic_compare_swap(T *dest, T cond, T value, int pe); \
-  T shmem_##N##_atomic_fetch_inc(T *dest, int pe); \
-  void shmem_##N##_atomic_inc(T *dest, int pe); \
-  T shmem_##N##_atomic_fetch_add(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_add(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_compare_swap_nbi(T *fetch, T *dest, T cond, T value, int pe); \
-  void shmem_##N##_atomic_fetch_inc_nbi(T *fetch, T *dest, int pe); \
-  void shmem_##N##_atomic_fetch_add_nbi(T *fetch, T *dest, T value, int pe); \
+#define WEFT_SHMEM_DECL_OLD_STD_AMO(N, T) \
+  WEFT_SHMEM_DECL_OLD_EXT_AMO(N, T) \
   T shmem_##N##_cswap(T *dest, T cond, T value, int pe); \
   T shmem_##N##_finc(T *dest, int pe); \
   void shmem_##N##_inc(T *dest, int pe); \
   T shmem_##N##_fadd(T *dest, T value, int pe); \
   void shmem_##N##_add(T *dest, T value, int pe);
-#define WEFT_SHMEM_DECL_BIT_AMO(N, T) \
-  WEFT_SHMEM_DECL_STD_AMO(N, T) \
-  T shmem_##N##_atomic_fetch_and(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_and(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_fetch_and_nbi(T *fetch, T *dest, T value, int pe); \
-  T shmem_##N##_atomic_fetch_or(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_or(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_fetch_or_nbi(T *fetch, T *dest, T value, int pe); \
-  T shmem_##N##_atomic_fetch_xor(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_xor(T *dest, T value, int pe); \
-  void shmem_##N##_atomic_fetch_xor_nbi(T *fetch, T *dest, T value, int pe);
+#define WEFT_SHMEM_DECL_EXT_AMO(N, T) WEFT_SHMEM_DECL_EXT_AMO_(shmem_, WEFT_SHMEM_NOCTX, N, T) \
+  WEFT_SHMEM_DECL_EXT_AMO_(shmem_ctx_, WEFT_SHMEM_CTX, N, T) WEFT_SHMEM_DECL_OLD_EXT_AMO(N, T)
+#define WEFT_SHMEM_DECL_STD_AMO(N, T) WEFT_SHMEM_DECL_STD_AMO_(shmem_, WEFT_SHMEM_NOCTX, N, T) \
+  WEFT_SHMEM_DECL_STD_AMO_(shmem_ctx_, WEFT_SHMEM_CTX, N, T) WEFT_SHMEM_DECL_OLD_STD_AMO(N, T)
+#define WEFT_SHMEM_DECL_BIT_AMO(N, T) WEFT_SHMEM_DECL_BIT_AMO_(shmem_, WEFT_SHMEM_NOCTX, N, T) \
+  WEFT_SHMEM_DECL_BIT_AMO_(shmem_ctx_, WEFT_SHMEM_CTX, N, T) WEFT_SHMEM_DECL_OLD_STD_AMO(N, T)
 WEFT_SHMEM_EXT_AMO_TYPES(WEFT_SHMEM_DECL_EXT_AMO)
 WEFT_SHMEM_STD_AMO_TYPES(WEFT_SHMEM_DECL_STD_AMO)
 WEFT_SHMEM_BIT_AMO_TYPES(WEFT_SHMEM_DECL_BIT_AMO)
 
 /* Signals. */
-void shmem_putmem_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
-                         uint64_t signal, int sig_op, int pe);
-void shmem_putmem_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr,
-                             uint64_t signal, int sig_op, int pe);
-#define WEFT_SHMEM_DECL_PUT_SIGNAL(N, T) \
-  void shmem_##N##_put_signal(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, \
-                              int sig_op, int pe); \
-  void shmem_##N##_put_signal_nbi(T *dest, const T *source, size_t nelems, uint64_t *sig_addr, \
-                                  uint64_t signal, int sig_op, int pe);
+#define WEFT_SHMEM_DECL_PUT_SIGNAL_(P, C, NAME, T) \
+  void P##NAME##_signal(C() T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, \
+                        int sig_op, int pe); \
+  void P##NAME##_signal_nbi(C() T *dest, const T *source, size_t nelems, uint64_t *sig_addr, uint64_t signal, \
+                            int sig_op, int pe);
+#define WEFT_SHMEM_DECL_PUT_SIGNAL(N, T) WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_, WEFT_SHMEM_NOCTX, N##_put, T) \
+  WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_ctx_, WEFT_SHMEM_CTX, N##_put, T)
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_PUT_SIGNAL)
 WEFT_SHMEM_DECL_PUT_SIGNAL(longdouble, long double)
-#define WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(S) \
-  void shmem_put##S##_signal(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, \
-                             uint64_t signal, int sig_op, int pe); \
-  void shmem_put##S##_signal_nbi(void *dest, const void *source, size_t nelems, uint64_t *sig_addr, \
-                                 uint64_t signal, int sig_op, int pe);
+#define WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(S) WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_, WEFT_SHMEM_NOCTX, put##S, void) \
+  WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_ctx_, WEFT_SHMEM_CTX, put##S, void)
+WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(mem)
 WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(8)
 WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(16)
 WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(32)
@@ -258,11 +292,7 @@ void shmem_set_lock(long *lock);
 void shmem_clear_lock(long *lock);
 int shmem_test_lock(long *lock);
 
-/* Teams. A handle is an opaque value weft checks (never a pointer it follows). */
-typedef struct weft_shmem_team *shmem_team_t;
-#define SHMEM_TEAM_INVALID ((shmem_team_t)0)
-#define SHMEM_TEAM_WORLD ((shmem_team_t)1)
-#define SHMEM_TEAM_SHARED ((shmem_team_t)2)
+/* Teams. */
 typedef struct {
   int num_contexts;
 } shmem_team_config_t;
@@ -279,6 +309,14 @@ int shmem_team_split_2d(shmem_team_t parent_team, int xrange, const shmem_team_c
                         long yaxis_mask, shmem_team_t *yaxis_team);
 void shmem_team_destroy(shmem_team_t team);
 int shmem_team_sync(shmem_team_t team);
+
+/* Communication contexts: a context's puts and gets are completed by its own quiet. */
+int shmem_ctx_create(long options, shmem_ctx_t *ctx);
+int shmem_team_create_ctx(shmem_team_t team, long options, shmem_ctx_t *ctx);
+void shmem_ctx_destroy(shmem_ctx_t ctx);
+int shmem_ctx_get_team(shmem_ctx_t ctx, shmem_team_t *team);
+void shmem_ctx_quiet(shmem_ctx_t ctx);
+void shmem_ctx_fence(shmem_ctx_t ctx);
 
 /* Collectives on teams. */
 int shmem_broadcastmem(shmem_team_t team, void *dest, const void *source, size_t nelems, int PE_root);
@@ -349,77 +387,110 @@ void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t 
 } /* extern "C" */
 #endif
 
-/* C11 generic interfaces, over the types that are not typedefs of others. */
+/* C11 generic interfaces, over the types that are not typedefs of others. A routine with a
+ * context form takes the context first or not at all: the first argument's type tells. */
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__cplusplus)
-#define WEFT_SHMEM_GEN_TYPES(X) \
-  X(float, float) X(double, double) X(char, char) X(schar, signed char) X(short, short) \
-  X(int, int) X(long, long) X(longlong, long long) X(uchar, unsigned char) \
-  X(ushort, unsigned short) X(uint, unsigned int) X(ulong, unsigned long) \
-  X(ulonglong, unsigned long long)
-#define WEFT_SHMEM_GEN_BIT(X) X(uint, unsigned int) X(ulong, unsigned long) X(ulonglong, unsigned long long)
-#define WEFT_SHMEM_GEN_STD(X) X(int, int) X(long, long) X(longlong, long long) WEFT_SHMEM_GEN_BIT(X)
-#define WEFT_SHMEM_GEN_EXT(X) X(float, float) X(double, double) WEFT_SHMEM_GEN_STD(X)
+#define WEFT_SHMEM_GL_BIT(X, P, OP) \
+  X(P, OP, uint, unsigned int) X(P, OP, ulong, unsigned long) X(P, OP, ulonglong, unsigned long long)
+#define WEFT_SHMEM_GL_STD(X, P, OP) \
+  X(P, OP, int, int) X(P, OP, long, long) X(P, OP, longlong, long long) WEFT_SHMEM_GL_BIT(X, P, OP)
+#define WEFT_SHMEM_GL_EXT(X, P, OP) X(P, OP, float, float) X(P, OP, double, double) WEFT_SHMEM_GL_STD(X, P, OP)
+#define WEFT_SHMEM_GL_INT(X, P, OP) \
+  X(P, OP, char, char) X(P, OP, schar, signed char) X(P, OP, short, short) X(P, OP, uchar, unsigned char) \
+  X(P, OP, ushort, unsigned short) WEFT_SHMEM_GL_STD(X, P, OP)
+#define WEFT_SHMEM_GL_RMA(X, P, OP) \
+  X(P, OP, float, float) X(P, OP, double, double) X(P, OP, longdouble, long double) WEFT_SHMEM_GL_INT(X, P, OP)
+/* One association of a _Generic: `T *` (and `const T *`) chooses routine P N OP. */
+#define WEFT_SHMEM_AS(P, OP, N, T) , T *: P##N##OP
+#define WEFT_SHMEM_AS_CONST(P, OP, N, T) , T *: P##N##OP, const T *: P##N##OP
+#define WEFT_SHMEM_A0(a, ...) a
+#define WEFT_SHMEM_A1(a, b, ...) b
+/* Never defined: a call with arguments of no listed type fails to compile naming it. */
+void weft_shmem_generic_bad_arguments(void);
+#define WEFT_SHMEM_GEN(TYPES, AS, OP, ...) \
+  _Generic(WEFT_SHMEM_A0(__VA_ARGS__, 0), \
+           shmem_ctx_t: _Generic(WEFT_SHMEM_A1(__VA_ARGS__, 0, 0) TYPES(AS, shmem_ctx_, OP), \
+                                 default: weft_shmem_generic_bad_arguments), \
+           default: _Generic(WEFT_SHMEM_A0(__VA_ARGS__, 0) TYPES(AS, shmem_, OP), \
+                             default: weft_shmem_generic_bad_arguments))(__VA_ARGS__)
+/* Routines without a context form, chosen by argument X's type. */
+#define WEFT_SHMEM_GEN_NOCTX(TYPES, AS, OP, X) \
+  _Generic((X) TYPES(AS, shmem_, OP), default: weft_shmem_generic_bad_arguments)
 
-#define WEFT_SHMEM_G_PUT(N, T) , T *: shmem_##N##_put
-#define shmem_put(dest, source, nelems, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_PUT), long double *: shmem_longdouble_put)(dest, source, nelems, pe)
-#define WEFT_SHMEM_G_GET(N, T) , T *: shmem_##N##_get
-#define shmem_get(dest, source, nelems, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_GET), long double *: shmem_longdouble_get)(dest, source, nelems, pe)
-#define WEFT_SHMEM_G_PUT_NBI(N, T) , T *: shmem_##N##_put_nbi
-#define shmem_put_nbi(dest, source, nelems, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_PUT_NBI), long double *: shmem_longdouble_put_nbi)(dest, source, nelems, pe)
-#define WEFT_SHMEM_G_GET_NBI(N, T) , T *: shmem_##N##_get_nbi
-#define shmem_get_nbi(dest, source, nelems, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_GET_NBI), long double *: shmem_longdouble_get_nbi)(dest, source, nelems, pe)
-#define WEFT_SHMEM_G_P(N, T) , T *: shmem_##N##_p
-#define shmem_p(dest, value, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_P), long double *: shmem_longdouble_p)(dest, value, pe)
-#define WEFT_SHMEM_G_G(N, T) , T *: shmem_##N##_g , const T *: shmem_##N##_g
-#define shmem_g(source, pe) \
-  _Generic((source) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_G), long double *: shmem_longdouble_g, \
-           const long double *: shmem_longdouble_g)(source, pe)
-#define WEFT_SHMEM_G_IPUT(N, T) , T *: shmem_##N##_iput
-#define shmem_iput(dest, source, dst, sst, nelems, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_IPUT), long double *: shmem_longdouble_iput)(dest, source, dst, sst, nelems, pe)
-#define WEFT_SHMEM_G_IGET(N, T) , T *: shmem_##N##_iget
-#define shmem_iget(dest, source, dst, sst, nelems, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_TYPES(WEFT_SHMEM_G_IGET), long double *: shmem_longdouble_iget)(dest, source, dst, sst, nelems, pe)
+#define shmem_put(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _put, __VA_ARGS__)
+#define shmem_get(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _get, __VA_ARGS__)
+#define shmem_put_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _put_nbi, __VA_ARGS__)
+#define shmem_get_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _get_nbi, __VA_ARGS__)
+#define shmem_p(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _p, __VA_ARGS__)
+#define shmem_g(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS_CONST, _g, __VA_ARGS__)
+#define shmem_iput(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _iput, __VA_ARGS__)
+#define shmem_iget(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _iget, __VA_ARGS__)
+#define shmem_put_signal(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _put_signal, __VA_ARGS__)
+#define shmem_put_signal_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _put_signal_nbi, __VA_ARGS__)
 
-#define WEFT_SHMEM_G_FETCH(N, T) , T *: shmem_##N##_atomic_fetch , const T *: shmem_##N##_atomic_fetch
-#define shmem_atomic_fetch(source, pe) _Generic((source) WEFT_SHMEM_GEN_EXT(WEFT_SHMEM_G_FETCH))(source, pe)
-#define WEFT_SHMEM_G_SET(N, T) , T *: shmem_##N##_atomic_set
-#define shmem_atomic_set(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_EXT(WEFT_SHMEM_G_SET))(dest, value, pe)
-#define WEFT_SHMEM_G_SWAP(N, T) , T *: shmem_##N##_atomic_swap
-#define shmem_atomic_swap(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_EXT(WEFT_SHMEM_G_SWAP))(dest, value, pe)
-#define WEFT_SHMEM_G_CSWAP(N, T) , T *: shmem_##N##_atomic_compare_swap
-#define shmem_atomic_compare_swap(dest, cond, value, pe) \
-  _Generic((dest) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_CSWAP))(dest, cond, value, pe)
-#define WEFT_SHMEM_G_FINC(N, T) , T *: shmem_##N##_atomic_fetch_inc
-#define shmem_atomic_fetch_inc(dest, pe) _Generic((dest) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_FINC))(dest, pe)
-#define WEFT_SHMEM_G_INC(N, T) , T *: shmem_##N##_atomic_inc
-#define shmem_atomic_inc(dest, pe) _Generic((dest) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_INC))(dest, pe)
-#define WEFT_SHMEM_G_FADD(N, T) , T *: shmem_##N##_atomic_fetch_add
-#define shmem_atomic_fetch_add(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_FADD))(dest, value, pe)
-#define WEFT_SHMEM_G_ADD(N, T) , T *: shmem_##N##_atomic_add
-#define shmem_atomic_add(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_ADD))(dest, value, pe)
-#define WEFT_SHMEM_G_FAND(N, T) , T *: shmem_##N##_atomic_fetch_and
-#define shmem_atomic_fetch_and(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_BIT(WEFT_SHMEM_G_FAND))(dest, value, pe)
-#define WEFT_SHMEM_G_FOR(N, T) , T *: shmem_##N##_atomic_fetch_or
-#define shmem_atomic_fetch_or(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_BIT(WEFT_SHMEM_G_FOR))(dest, value, pe)
-#define WEFT_SHMEM_G_FXOR(N, T) , T *: shmem_##N##_atomic_fetch_xor
-#define shmem_atomic_fetch_xor(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_BIT(WEFT_SHMEM_G_FXOR))(dest, value, pe)
-#define WEFT_SHMEM_G_AND(N, T) , T *: shmem_##N##_atomic_and
-#define shmem_atomic_and(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_BIT(WEFT_SHMEM_G_AND))(dest, value, pe)
-#define WEFT_SHMEM_G_OR(N, T) , T *: shmem_##N##_atomic_or
-#define shmem_atomic_or(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_BIT(WEFT_SHMEM_G_OR))(dest, value, pe)
-#define WEFT_SHMEM_G_XOR(N, T) , T *: shmem_##N##_atomic_xor
-#define shmem_atomic_xor(dest, value, pe) _Generic((dest) WEFT_SHMEM_GEN_BIT(WEFT_SHMEM_G_XOR))(dest, value, pe)
+#define shmem_atomic_fetch(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS_CONST, _atomic_fetch, __VA_ARGS__)
+#define shmem_atomic_set(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS, _atomic_set, __VA_ARGS__)
+#define shmem_atomic_swap(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS, _atomic_swap, __VA_ARGS__)
+#define shmem_atomic_fetch_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS, _atomic_fetch_nbi, __VA_ARGS__)
+#define shmem_atomic_swap_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS, _atomic_swap_nbi, __VA_ARGS__)
+#define shmem_atomic_compare_swap(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_compare_swap, __VA_ARGS__)
+#define shmem_atomic_compare_swap_nbi(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_compare_swap_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_inc(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_fetch_inc, __VA_ARGS__)
+#define shmem_atomic_fetch_inc_nbi(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_fetch_inc_nbi, __VA_ARGS__)
+#define shmem_atomic_inc(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_inc, __VA_ARGS__)
+#define shmem_atomic_fetch_add(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_fetch_add, __VA_ARGS__)
+#define shmem_atomic_fetch_add_nbi(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_fetch_add_nbi, __VA_ARGS__)
+#define shmem_atomic_add(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _atomic_add, __VA_ARGS__)
+#define shmem_atomic_fetch_and(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_fetch_and, __VA_ARGS__)
+#define shmem_atomic_fetch_or(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_fetch_or, __VA_ARGS__)
+#define shmem_atomic_fetch_xor(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_fetch_xor, __VA_ARGS__)
+#define shmem_atomic_fetch_and_nbi(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_fetch_and_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_or_nbi(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_fetch_or_nbi, __VA_ARGS__)
+#define shmem_atomic_fetch_xor_nbi(...) \
+  WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_fetch_xor_nbi, __VA_ARGS__)
+#define shmem_atomic_and(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_and, __VA_ARGS__)
+#define shmem_atomic_or(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_or, __VA_ARGS__)
+#define shmem_atomic_xor(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_BIT, WEFT_SHMEM_AS, _atomic_xor, __VA_ARGS__)
 
-#define WEFT_SHMEM_G_WAIT(N, T) , T *: shmem_##N##_wait_until
-#define shmem_wait_until(ivar, cmp, value) _Generic((ivar) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_WAIT))(ivar, cmp, value)
-#define WEFT_SHMEM_G_TEST(N, T) , T *: shmem_##N##_test
-#define shmem_test(ivar, cmp, value) _Generic((ivar) WEFT_SHMEM_GEN_STD(WEFT_SHMEM_G_TEST))(ivar, cmp, value)
+#define shmem_wait_until(ivar, cmp, value) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _wait_until, ivar)(ivar, cmp, value)
+#define shmem_test(ivar, cmp, value) WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _test, ivar)(ivar, cmp, value)
+
+#define shmem_broadcast(team, dest, source, nelems, root) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _broadcast, dest)(team, dest, source, nelems, root)
+#define shmem_collect(team, dest, source, nelems) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _collect, dest)(team, dest, source, nelems)
+#define shmem_fcollect(team, dest, source, nelems) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _fcollect, dest)(team, dest, source, nelems)
+#define shmem_alltoall(team, dest, source, nelems) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _alltoall, dest)(team, dest, source, nelems)
+#define shmem_alltoalls(team, dest, source, dst, sst, nelems) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _alltoalls, dest)(team, dest, source, dst, sst, nelems)
+#define WEFT_SHMEM_GL_RED_BIT(X, P, OP) \
+  X(P, OP, uchar, unsigned char) X(P, OP, ushort, unsigned short) X(P, OP, short, short) WEFT_SHMEM_GL_STD(X, P, OP)
+#define WEFT_SHMEM_GL_RED_ARITH(X, P, OP) \
+  X(P, OP, char, char) X(P, OP, schar, signed char) X(P, OP, float, float) X(P, OP, double, double) \
+  WEFT_SHMEM_GL_RED_BIT(X, P, OP)
+#define shmem_and_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_BIT, WEFT_SHMEM_AS, _and_reduce, dest)(team, dest, source, n)
+#define shmem_or_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_BIT, WEFT_SHMEM_AS, _or_reduce, dest)(team, dest, source, n)
+#define shmem_xor_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_BIT, WEFT_SHMEM_AS, _xor_reduce, dest)(team, dest, source, n)
+#define shmem_max_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _max_reduce, dest)(team, dest, source, n)
+#define shmem_min_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _min_reduce, dest)(team, dest, source, n)
+#define shmem_sum_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _sum_reduce, dest)(team, dest, source, n)
+#define shmem_prod_reduce(team, dest, source, n) \
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _prod_reduce, dest)(team, dest, source, n)
 #endif /* C11 */
 
 #endif /* WEFT_SHMEM_H */

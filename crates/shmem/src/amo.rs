@@ -7,6 +7,7 @@
 //! fabrics whose atomics are 64-bit only. The `_nbi` fetching forms complete before they
 //! return (the fetched value is in place at once, earlier than `shmem_quiet` requires).
 
+use crate::ctx::{with_ctx, DEFAULT};
 use crate::state::{die, st, Shmem};
 use std::ffi::{c_int, c_void};
 use weft_runtime::{AtomicOp, GlobalPtr};
@@ -87,9 +88,11 @@ impl Amo {
     }
 }
 
-/// Applies `op` to the `T` at symmetric address `dest` on `pe`; returns the previous value.
-pub(crate) fn amo<T: Word>(call: &str, dest: *const c_void, pe: c_int, op: Amo) -> T {
+/// Applies `op` to the `T` at symmetric address `dest` on `pe` (a member of context `ctx`'s
+/// team); returns the previous value. Every context's atomics take the world's path.
+pub(crate) fn amo<T: Word>(call: &str, ctx: *mut c_void, dest: *const c_void, pe: c_int, op: Amo) -> T {
     let s = st(call);
+    let pe = crate::ctx::resolve(s, call, ctx).pe(call, pe);
     if !(dest as usize).is_multiple_of(T::BYTES) {
         die(call, format_args!("{dest:p} is not aligned to {} bytes", T::BYTES));
     }
@@ -176,121 +179,101 @@ fn amo32(s: &Shmem, call: &str, dest: *const c_void, pe: c_int, op: Amo) -> u32 
 }
 
 /// The routines of one type: the standard set (fetch, set, swap, compare_swap, inc, add,
-/// their fetching forms, `_nbi` fetching forms and the deprecated names) for `standard`,
-/// fetch/set/swap only for `extended`, and the bitwise ones for `bitwise`.
+/// their fetching forms, `_nbi` fetching forms, with their `shmem_ctx_` forms, and the
+/// deprecated names) for `standard`, fetch/set/swap only for `extended`, and the bitwise ones
+/// for `bitwise`.
 macro_rules! amo_routines {
+    // A deprecated name of a fetching operation with a value (`swap`, `fadd`).
+    (@old $name:ident $t:ty, $old:literal, $variant:ident) => {
+        const _: () = {
+            #[export_name = concat!("shmem_", stringify!($name), "_", $old)]
+            pub extern "C" fn f(dest: *mut $t, value: $t, pe: c_int) -> $t {
+                let call = concat!("shmem_", stringify!($name), "_", $old);
+                amo::<$t>(call, DEFAULT, dest.cast(), pe, Amo::$variant(value.to_w()))
+            }
+        };
+    };
     (@ext $name:ident $t:ty) => {
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch")]
-        pub extern "C" fn fetch(source: *const $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch"), source.cast(), pe, Amo::Fetch)
-        }
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch"), fn(source: *const $t, pe: c_int) -> $t {
+            amo::<$t>(call, ctx, source.cast(), pe, Amo::Fetch)
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_set"), fn(dest: *mut $t, value: $t, pe: c_int) {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::Set(value.to_w()));
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_swap"), fn(dest: *mut $t, value: $t, pe: c_int) -> $t {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::Swap(value.to_w()))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_nbi"), fn(fetch: *mut $t, source: *const $t, pe: c_int) {
+            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, source.cast(), pe, Amo::Fetch))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_swap_nbi"), fn(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
+            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::Swap(value.to_w())))
+        });
         #[export_name = concat!("shmem_", stringify!($name), "_fetch")]
         pub extern "C" fn fetch_old(source: *const $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_fetch"), source.cast(), pe, Amo::Fetch)
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_set")]
-        pub extern "C" fn set(dest: *mut $t, value: $t, pe: c_int) {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_set"), dest.cast(), pe, Amo::Set(value.to_w()));
+            amo::<$t>(concat!("shmem_", stringify!($name), "_fetch"), DEFAULT, source.cast(), pe, Amo::Fetch)
         }
         #[export_name = concat!("shmem_", stringify!($name), "_set")]
         pub extern "C" fn set_old(dest: *mut $t, value: $t, pe: c_int) {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_set"), dest.cast(), pe, Amo::Set(value.to_w()));
+            amo::<$t>(concat!("shmem_", stringify!($name), "_set"), DEFAULT, dest.cast(), pe, Amo::Set(value.to_w()));
         }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_swap")]
-        pub extern "C" fn swap(dest: *mut $t, value: $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_swap"), dest.cast(), pe, Amo::Swap(value.to_w()))
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_swap")]
-        pub extern "C" fn swap_old(dest: *mut $t, value: $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_swap"), dest.cast(), pe, Amo::Swap(value.to_w()))
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_nbi")]
-        pub extern "C" fn fetch_nbi(fetch: *mut $t, source: *const $t, pe: c_int) {
-            let v = amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_nbi"), source.cast(), pe, Amo::Fetch);
-            crate::cabi::write_value(fetch, v)
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_swap_nbi")]
-        pub extern "C" fn swap_nbi(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            let v = amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_swap_nbi"), dest.cast(), pe, Amo::Swap(value.to_w()));
-            crate::cabi::write_value(fetch, v)
-        }
+        amo_routines!(@old $name $t, "swap", Swap);
     };
     (@std $name:ident $t:ty) => {
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_compare_swap")]
-        pub extern "C" fn cswap(dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_compare_swap"), fn(dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::CompareSwap { cond: cond.to_w(), value: value.to_w() })
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_compare_swap_nbi"), fn(fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
             let op = Amo::CompareSwap { cond: cond.to_w(), value: value.to_w() };
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_compare_swap"), dest.cast(), pe, op)
-        }
+            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, op))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_add"), fn(dest: *mut $t, value: $t, pe: c_int) -> $t {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w()))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_add_nbi"), fn(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
+            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w())))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_add"), fn(dest: *mut $t, value: $t, pe: c_int) {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w()));
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_inc"), fn(dest: *mut $t, pe: c_int) -> $t {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_inc_nbi"), fn(fetch: *mut $t, dest: *mut $t, pe: c_int) {
+            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1)))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_inc"), fn(dest: *mut $t, pe: c_int) {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1));
+        });
         #[export_name = concat!("shmem_", stringify!($name), "_cswap")]
         pub extern "C" fn cswap_old(dest: *mut $t, cond: $t, value: $t, pe: c_int) -> $t {
             let op = Amo::CompareSwap { cond: cond.to_w(), value: value.to_w() };
-            amo::<$t>(concat!("shmem_", stringify!($name), "_cswap"), dest.cast(), pe, op)
+            amo::<$t>(concat!("shmem_", stringify!($name), "_cswap"), DEFAULT, dest.cast(), pe, op)
         }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_compare_swap_nbi")]
-        pub extern "C" fn cswap_nbi(fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
-            let op = Amo::CompareSwap { cond: cond.to_w(), value: value.to_w() };
-            let v = amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_compare_swap_nbi"), dest.cast(), pe, op);
-            crate::cabi::write_value(fetch, v)
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_add")]
-        pub extern "C" fn fadd(dest: *mut $t, value: $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_add"), dest.cast(), pe, Amo::Add(value.to_w()))
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_fadd")]
-        pub extern "C" fn fadd_old(dest: *mut $t, value: $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_fadd"), dest.cast(), pe, Amo::Add(value.to_w()))
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_add_nbi")]
-        pub extern "C" fn fadd_nbi(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            let v = amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_add_nbi"), dest.cast(), pe, Amo::Add(value.to_w()));
-            crate::cabi::write_value(fetch, v)
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_add")]
-        pub extern "C" fn add(dest: *mut $t, value: $t, pe: c_int) {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_add"), dest.cast(), pe, Amo::Add(value.to_w()));
-        }
+        amo_routines!(@old $name $t, "fadd", Add);
         #[export_name = concat!("shmem_", stringify!($name), "_add")]
         pub extern "C" fn add_old(dest: *mut $t, value: $t, pe: c_int) {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_add"), dest.cast(), pe, Amo::Add(value.to_w()));
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_inc")]
-        pub extern "C" fn finc(dest: *mut $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_inc"), dest.cast(), pe, Amo::Add(1))
+            amo::<$t>(concat!("shmem_", stringify!($name), "_add"), DEFAULT, dest.cast(), pe, Amo::Add(value.to_w()));
         }
         #[export_name = concat!("shmem_", stringify!($name), "_finc")]
         pub extern "C" fn finc_old(dest: *mut $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_finc"), dest.cast(), pe, Amo::Add(1))
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_inc_nbi")]
-        pub extern "C" fn finc_nbi(fetch: *mut $t, dest: *mut $t, pe: c_int) {
-            let v = amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_inc_nbi"), dest.cast(), pe, Amo::Add(1));
-            crate::cabi::write_value(fetch, v)
-        }
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_inc")]
-        pub extern "C" fn inc(dest: *mut $t, pe: c_int) {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_inc"), dest.cast(), pe, Amo::Add(1));
+            amo::<$t>(concat!("shmem_", stringify!($name), "_finc"), DEFAULT, dest.cast(), pe, Amo::Add(1))
         }
         #[export_name = concat!("shmem_", stringify!($name), "_inc")]
         pub extern "C" fn inc_old(dest: *mut $t, pe: c_int) {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_inc"), dest.cast(), pe, Amo::Add(1));
+            amo::<$t>(concat!("shmem_", stringify!($name), "_inc"), DEFAULT, dest.cast(), pe, Amo::Add(1));
         }
     };
     (@bit $name:ident $t:ty, $($op:ident $variant:ident),*) => {$(
-        #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_", stringify!($op))]
-        pub extern "C" fn $op(dest: *mut $t, value: $t, pe: c_int) -> $t {
-            amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_", stringify!($op)), dest.cast(), pe, Amo::$variant(value.to_w()))
-        }
-        const _: () = {
-            #[export_name = concat!("shmem_", stringify!($name), "_atomic_", stringify!($op))]
-            pub extern "C" fn plain(dest: *mut $t, value: $t, pe: c_int) {
-                amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_", stringify!($op)), dest.cast(), pe, Amo::$variant(value.to_w()));
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_atomic_fetch_", stringify!($op), "_nbi")]
-            pub extern "C" fn nbi(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-                let v = amo::<$t>(concat!("shmem_", stringify!($name), "_atomic_fetch_", stringify!($op), "_nbi"), dest.cast(), pe, Amo::$variant(value.to_w()));
-                crate::cabi::write_value(fetch, v)
-            }
-        };
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_", stringify!($op)), fn(dest: *mut $t, value: $t, pe: c_int) -> $t {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::$variant(value.to_w()))
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_", stringify!($op)), fn(dest: *mut $t, value: $t, pe: c_int) {
+            amo::<$t>(call, ctx, dest.cast(), pe, Amo::$variant(value.to_w()));
+        });
+        with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_", stringify!($op), "_nbi"), fn(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
+            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::$variant(value.to_w())))
+        });
     )*};
 }
 

@@ -3,7 +3,7 @@
 //!
 //! A PE is a weft rank: `shmem_init` starts weft's world (from `weft run`, `mpirun` or
 //! `srun`, as any weft program), and the symmetric heap is one weft segment of
-//! `SHMEM_SYMMETRIC_SIZE` bytes (default 64 MiB) on every PE. A symmetric address is an
+//! `SHMEM_SYMMETRIC_SIZE` bytes (default 1 GiB of address space) on every PE. A symmetric address is an
 //! offset in it: every routine checks the PE and the address range and turns them into a
 //! weft global address, so a wrong PE, an address outside symmetric memory or a size that
 //! overflows ends the job with a message naming the routine, never a stray write.
@@ -15,6 +15,7 @@ mod amo;
 mod cabi;
 mod coll;
 mod collectives;
+mod ctx;
 mod heap;
 mod lock;
 mod p2p;

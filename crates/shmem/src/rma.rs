@@ -7,7 +7,9 @@
 //! it. A `_nbi` get completes before it returns.
 
 use crate::cabi;
-use crate::state::{die, st};
+use crate::ctx::with_ctx;
+use crate::ctx::Ctx;
+use crate::state::{die, st, Shmem};
 use std::ffi::{c_int, c_void};
 
 /// Bytes of `nelems` elements of `size` bytes, or the end of the job.
@@ -28,10 +30,36 @@ pub(crate) fn empty(call: &str, local: *const c_void, len: usize) -> bool {
     len == 0
 }
 
-/// A put of `len` bytes; `nbi`: weft's implicit put (completed by `shmem_quiet`).
+/// A put of `len` bytes on context `ctx`; `nbi`: weft's implicit put (completed by
+/// `shmem_quiet`). On a context with an endpoint, the endpoint's put (its quiet completes it).
 #[inline]
-fn put_as(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int, nbi: bool) {
+fn put_as(
+    call: &str,
+    ctx: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    pe: c_int,
+    nbi: bool,
+) {
     let s = st(call);
+    let c = crate::ctx::resolve(s, call, ctx);
+    put_to(s, call, c, dest, src, len, c.pe(call, pe), nbi)
+}
+
+/// [`put_as`] to world PE `pe` on resolved context `c`.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn put_to(
+    s: &Shmem,
+    call: &str,
+    c: Ctx,
+    dest: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    pe: c_int,
+    nbi: bool,
+) {
     if empty(call, src, len) {
         s.pe(call, pe);
         return;
@@ -42,22 +70,52 @@ fn put_as(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_i
     }
     let g = s.sym(call, dest, len, pe);
     let bytes = cabi::src_bytes(src, len);
-    s.check(call, if nbi { s.comm.put_nbi(g, bytes) } else { s.comm.put(g, bytes) });
+    let r = c.with_ep(|ep| ep.put_nbi(g, bytes));
+    s.check(call, r.unwrap_or_else(|| if nbi { s.comm.put_nbi(g, bytes) } else { s.comm.put(g, bytes) }));
 }
 
 #[inline]
-pub(crate) fn put(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
-    put_as(call, dest, src, len, pe, false)
+pub(crate) fn put(
+    call: &str,
+    ctx: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    pe: c_int,
+) {
+    put_as(call, ctx, dest, src, len, pe, false)
 }
 
 #[inline]
-pub(crate) fn put_nbi(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
-    put_as(call, dest, src, len, pe, true)
+pub(crate) fn put_nbi(
+    call: &str,
+    ctx: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    pe: c_int,
+) {
+    put_as(call, ctx, dest, src, len, pe, true)
 }
 
+/// A get of `len` bytes on context `ctx`, complete at return.
 #[inline]
-pub(crate) fn get(call: &str, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
+pub(crate) fn get(
+    call: &str,
+    ctx: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    pe: c_int,
+) {
     let s = st(call);
+    let c = crate::ctx::resolve(s, call, ctx);
+    get_from(s, call, c, dest, src, len, c.pe(call, pe))
+}
+
+/// [`get`] from world PE `pe` on resolved context `c`.
+#[inline]
+fn get_from(s: &Shmem, call: &str, c: Ctx, dest: *mut c_void, src: *const c_void, len: usize, pe: c_int) {
     if empty(call, dest, len) {
         s.pe(call, pe);
         return;
@@ -66,7 +124,12 @@ pub(crate) fn get(call: &str, dest: *mut c_void, src: *const c_void, len: usize,
         return cabi::copy(from as *const u8, dest.cast(), len);
     }
     let g = s.sym(call, src, len, pe);
-    s.check(call, s.comm.get(g, cabi::dst_bytes(dest, len)));
+    let out = cabi::dst_bytes(dest, len);
+    let r = match c.with_ep(|ep| ep.get(g, &mut *out)) {
+        Some(r) => r,
+        None => s.comm.get(g, out),
+    };
+    s.check(call, r);
 }
 
 /// Element `i` of a strided array (`stride` elements of `size` bytes apart) at `base`.
@@ -93,10 +156,11 @@ pub(crate) struct Strides {
     pub size: usize,
 }
 
-/// `iput` (`to_peer`) or `iget`: each element on its own, the whole symmetric extent checked
-/// before anything moves.
+/// `iput` (`to_peer`) or `iget` on context `ctx`: each element on its own, the whole
+/// symmetric extent checked before anything moves.
 pub(crate) fn strided_copy(
     call: &str,
+    ctx: *mut c_void,
     to_peer: bool,
     d: *mut c_void,
     sr: *const c_void,
@@ -104,97 +168,77 @@ pub(crate) fn strided_copy(
     pe: c_int,
 ) {
     let (dst, sst) = (stride(call, x.dst, "target"), stride(call, x.sst, "source"));
+    let s = st(call);
+    let c = crate::ctx::resolve(s, call, ctx);
+    let pe = c.pe(call, pe);
     if x.n == 0 {
         return;
     }
-    let s = st(call);
     let (sym_base, sym_stride) = if to_peer { (d as usize, dst) } else { (sr as usize, sst) };
     let last = strided(call, sym_base, x.n - 1, sym_stride, x.size);
     s.sym(call, last as *const c_void, x.size, pe);
-    let at = |i| strided(call, d as usize, i, dst, x.size);
-    let from = |i| strided(call, sr as usize, i, sst, x.size);
-    let r = s.comm.nbi(|scope| {
-        for i in 0..x.n {
-            if to_peer {
-                let g = s.sym(call, at(i) as *const c_void, x.size, pe);
-                scope.put(g, cabi::src_bytes(from(i) as *const c_void, x.size))?;
-            } else {
-                let g = s.sym(call, from(i) as *const c_void, x.size, pe);
-                s.comm.get(g, cabi::dst_bytes(at(i) as *mut c_void, x.size))?;
-            }
+    for i in 0..x.n {
+        let at = strided(call, d as usize, i, dst, x.size) as *mut c_void;
+        let from = strided(call, sr as usize, i, sst, x.size) as *const c_void;
+        if to_peer {
+            put_to(s, call, c, at, from, x.size, pe, true);
+        } else {
+            get_from(s, call, c, at, from, x.size, pe);
         }
-        Ok(())
-    });
-    s.check(call, r);
+    }
+    if to_peer && ctx == crate::ctx::DEFAULT {
+        // Complete at return, as the default context's blocking puts are.
+        s.check(call, s.comm.sync_nbi());
+    }
 }
 
-#[no_mangle]
-pub extern "C" fn shmem_putmem(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-    put("shmem_putmem", dest, source, nelems, pe)
-}
-#[no_mangle]
-pub extern "C" fn shmem_getmem(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-    get("shmem_getmem", dest, source, nelems, pe)
-}
-#[no_mangle]
-pub extern "C" fn shmem_putmem_nbi(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-    put_nbi("shmem_putmem_nbi", dest, source, nelems, pe)
-}
-#[no_mangle]
-pub extern "C" fn shmem_getmem_nbi(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-    get("shmem_getmem_nbi", dest, source, nelems, pe)
-}
+with_ctx!(call, ctx, "putmem", fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+    put(call, ctx, dest, source, nelems, pe)
+});
+with_ctx!(call, ctx, "getmem", fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+    get(call, ctx, dest, source, nelems, pe)
+});
+with_ctx!(call, ctx, "putmem_nbi", fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+    put_nbi(call, ctx, dest, source, nelems, pe)
+});
+with_ctx!(call, ctx, "getmem_nbi", fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+    get(call, ctx, dest, source, nelems, pe)
+});
 
 /// The typed routines of one standard RMA type: `shmem_NAME_{put,get,put_nbi,get_nbi,p,g,
-/// iput,iget}`.
+/// iput,iget}` and their `shmem_ctx_` forms.
 macro_rules! typed_rma {
     ($($name:ident: $t:ty),* $(,)?) => {$(
         #[allow(non_snake_case)]
         mod $name {
             use super::*;
             const Z: usize = std::mem::size_of::<$t>();
-            #[export_name = concat!("shmem_", stringify!($name), "_put")]
-            pub extern "C" fn put_(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_", stringify!($name), "_put");
-                put(call, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_get")]
-            pub extern "C" fn get_(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_", stringify!($name), "_get");
-                get(call, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_put_nbi")]
-            pub extern "C" fn put_nbi_(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_", stringify!($name), "_put_nbi");
-                put_nbi(call, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_get_nbi")]
-            pub extern "C" fn get_nbi_(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_", stringify!($name), "_get_nbi");
-                get(call, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_p")]
-            pub extern "C" fn p_(dest: *mut $t, value: $t, pe: c_int) {
-                let call = concat!("shmem_", stringify!($name), "_p");
-                put(call, dest.cast(), (&value as *const $t).cast(), Z, pe)
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_g")]
-            pub extern "C" fn g_(source: *const $t, pe: c_int) -> $t {
-                let call = concat!("shmem_", stringify!($name), "_g");
+            with_ctx!(call, ctx, concat!(stringify!($name), "_put"), fn(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
+                put(call, ctx, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_get"), fn(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
+                get(call, ctx, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_put_nbi"), fn(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
+                put_nbi(call, ctx, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_get_nbi"), fn(dest: *mut $t, source: *const $t, nelems: usize, pe: c_int) {
+                get(call, ctx, dest.cast(), source.cast(), bytes(call, nelems, Z), pe)
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_p"), fn(dest: *mut $t, value: $t, pe: c_int) {
+                put(call, ctx, dest.cast(), (&value as *const $t).cast(), Z, pe)
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_g"), fn(source: *const $t, pe: c_int) -> $t {
                 let mut v: $t = Default::default();
-                get(call, (&mut v as *mut $t).cast(), source.cast(), Z, pe);
+                get(call, ctx, (&mut v as *mut $t).cast(), source.cast(), Z, pe);
                 v
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_iput")]
-            pub extern "C" fn iput_(dest: *mut $t, source: *const $t, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-                let x = Strides { dst, sst, n: nelems, size: Z };
-                strided_copy(concat!("shmem_", stringify!($name), "_iput"), true, dest.cast(), source.cast(), x, pe)
-            }
-            #[export_name = concat!("shmem_", stringify!($name), "_iget")]
-            pub extern "C" fn iget_(dest: *mut $t, source: *const $t, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-                let x = Strides { dst, sst, n: nelems, size: Z };
-                strided_copy(concat!("shmem_", stringify!($name), "_iget"), false, dest.cast(), source.cast(), x, pe)
-            }
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_iput"), fn(dest: *mut $t, source: *const $t, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+                strided_copy(call, ctx, true, dest.cast(), source.cast(), Strides { dst, sst, n: nelems, size: Z }, pe)
+            });
+            with_ctx!(call, ctx, concat!(stringify!($name), "_iget"), fn(dest: *mut $t, source: *const $t, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+                strided_copy(call, ctx, false, dest.cast(), source.cast(), Strides { dst, sst, n: nelems, size: Z }, pe)
+            });
         }
     )*};
 }
@@ -208,39 +252,30 @@ typed_rma! {
     size: usize, ptrdiff: isize,
 }
 
-/// The sized routines: `shmem_putSIZE`, `getSIZE`, `_nbi`, `iputSIZE`, `igetSIZE`.
+/// The sized routines: `shmem_putSIZE`, `getSIZE`, `_nbi`, `iputSIZE`, `igetSIZE` and their
+/// `shmem_ctx_` forms.
 macro_rules! sized_rma {
     ($($m:ident $bits:literal: $z:literal),* $(,)?) => {$(
         mod $m {
             use super::*;
-            #[export_name = concat!("shmem_put", $bits)]
-            pub extern "C" fn put_(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_put", $bits);
-                put(call, dest, source, bytes(call, nelems, $z), pe)
-            }
-            #[export_name = concat!("shmem_get", $bits)]
-            pub extern "C" fn get_(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_get", $bits);
-                get(call, dest, source, bytes(call, nelems, $z), pe)
-            }
-            #[export_name = concat!("shmem_put", $bits, "_nbi")]
-            pub extern "C" fn put_nbi_(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_put", $bits, "_nbi");
-                put_nbi(call, dest, source, bytes(call, nelems, $z), pe)
-            }
-            #[export_name = concat!("shmem_get", $bits, "_nbi")]
-            pub extern "C" fn get_nbi_(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
-                let call = concat!("shmem_get", $bits, "_nbi");
-                get(call, dest, source, bytes(call, nelems, $z), pe)
-            }
-            #[export_name = concat!("shmem_iput", $bits)]
-            pub extern "C" fn iput_(dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-                strided_copy(concat!("shmem_iput", $bits), true, dest, source, Strides { dst, sst, n: nelems, size: $z }, pe)
-            }
-            #[export_name = concat!("shmem_iget", $bits)]
-            pub extern "C" fn iget_(dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
-                strided_copy(concat!("shmem_iget", $bits), false, dest, source, Strides { dst, sst, n: nelems, size: $z }, pe)
-            }
+            with_ctx!(call, ctx, concat!("put", $bits), fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+                put(call, ctx, dest, source, bytes(call, nelems, $z), pe)
+            });
+            with_ctx!(call, ctx, concat!("get", $bits), fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+                get(call, ctx, dest, source, bytes(call, nelems, $z), pe)
+            });
+            with_ctx!(call, ctx, concat!("put", $bits, "_nbi"), fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+                put_nbi(call, ctx, dest, source, bytes(call, nelems, $z), pe)
+            });
+            with_ctx!(call, ctx, concat!("get", $bits, "_nbi"), fn(dest: *mut c_void, source: *const c_void, nelems: usize, pe: c_int) {
+                get(call, ctx, dest, source, bytes(call, nelems, $z), pe)
+            });
+            with_ctx!(call, ctx, concat!("iput", $bits), fn(dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+                strided_copy(call, ctx, true, dest, source, Strides { dst, sst, n: nelems, size: $z }, pe)
+            });
+            with_ctx!(call, ctx, concat!("iget", $bits), fn(dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, pe: c_int) {
+                strided_copy(call, ctx, false, dest, source, Strides { dst, sst, n: nelems, size: $z }, pe)
+            });
         }
     )*};
 }

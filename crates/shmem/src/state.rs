@@ -30,6 +30,8 @@ pub(crate) struct Shmem {
     internal: Area,
     /// Teams, by handle (see `crate::team`).
     pub teams: Mutex<crate::team::Teams>,
+    /// Communication contexts (see `crate::ctx`).
+    pub ctxs: crate::ctx::Contexts,
     /// weft's team of all PEs, for the heap's agreement (made once: a team costs memory).
     world_team: Mutex<Option<Team>>,
     pub alloc: Mutex<Heap>,
@@ -126,7 +128,14 @@ pub(crate) fn init(call: &str, thread_level: i32) {
     if FINALIZED.load(Ordering::Relaxed) {
         die(call, "OpenSHMEM cannot be initialized again after shmem_finalize");
     }
-    STATE.get_or_init(|| start(call, thread_level));
+    let mut fresh = false;
+    let s = STATE.get_or_init(|| {
+        fresh = true;
+        start(call, thread_level)
+    });
+    if fresh {
+        crate::ctx::open_pool(s, call);
+    }
 }
 
 fn start(call: &str, thread_level: i32) -> Shmem {
@@ -171,6 +180,7 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         data,
         internal: Area::of(&internal).map_peers(&world),
         teams: Mutex::new(crate::team::Teams::new(world.size(), shared_set(&world, &seg))),
+        ctxs: crate::ctx::Contexts::new(),
         alloc: Mutex::new(Heap::new(heap)),
         segs: Mutex::new([seg, internal].into_iter().chain(data_seg).collect()),
         world: Mutex::new(Some(world)),
@@ -217,6 +227,7 @@ pub(crate) fn finalize() {
     if FINALIZED.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::ctx::close(s);
     if let Err(e) = s.comm.sync_nbi().and_then(|()| s.comm.barrier()) {
         eprintln!("weft shmem: PE {}: shmem_finalize: {e}", s.me);
     }

@@ -6,6 +6,7 @@
 
 use crate::amo::{amo, Amo, Word};
 use crate::cabi;
+use crate::ctx::{with_ctx, DEFAULT};
 use crate::rma::put;
 use crate::state::{die, st};
 use std::ffi::{c_int, c_void};
@@ -131,44 +132,66 @@ struct Signal {
     op: c_int,
 }
 
-/// Puts `len` bytes, then updates the signal once they are visible at the target.
-fn put_signal(call: &str, dest: *mut c_void, src: *const c_void, len: usize, sig: Signal, pe: c_int) {
+/// Puts `len` bytes on context `ctx`, then updates the signal once they are visible at the
+/// target (on a context's endpoint: its put, completed, then the signal on the world's path
+/// as every atomic).
+fn put_signal(
+    call: &str,
+    ctx: *mut c_void,
+    dest: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    sig: Signal,
+    pe: c_int,
+) {
     let s = st(call);
+    let c = crate::ctx::resolve(s, call, ctx);
+    let pe = c.pe(call, pe);
     crate::rma::empty(call, src, len);
-    match sig.op {
-        SIGNAL_SET => {
-            let g = s.sym(call, dest, len, pe);
-            let flag = s.sym(call, sig.addr.cast(), 8, pe).cast();
-            s.check(call, s.comm.put_signal(g, cabi::src_bytes(src, len), flag, sig.value));
-        }
-        SIGNAL_ADD => {
-            put(call, dest, src, len, pe);
-            amo::<u64>(call, sig.addr.cast(), pe, Amo::Add(sig.value));
-        }
+    let op = match sig.op {
+        SIGNAL_SET => Amo::Set(sig.value),
+        SIGNAL_ADD => Amo::Add(sig.value),
         op => die(call, format_args!("signal operation {op} is not SHMEM_SIGNAL_SET or SHMEM_SIGNAL_ADD")),
+    };
+    let g = s.sym(call, dest, len, pe);
+    let bytes = cabi::src_bytes(src, len);
+    let on_ep = match s.direct(dest, len, pe) {
+        Some(_) => None,
+        None => c.with_ep(|ep| ep.put_nbi(g, bytes).and_then(|()| ep.sync_nbi())),
+    };
+    match (on_ep, op) {
+        (Some(r), _) => {
+            s.check(call, r);
+            amo::<u64>(call, DEFAULT, sig.addr.cast(), pe, op);
+        }
+        (None, Amo::Set(v)) => {
+            let flag = s.sym(call, sig.addr.cast(), 8, pe).cast();
+            s.check(call, s.comm.put_signal(g, bytes, flag, v));
+        }
+        (None, _) => {
+            put(call, DEFAULT, dest, src, len, pe);
+            amo::<u64>(call, DEFAULT, sig.addr.cast(), pe, op);
+        }
     }
     // Wakes the target if it sleeps waiting for the signal (RMA rings no doorbell).
     s.check(call, s.comm.notify(s.pe(call, pe)));
 }
 
-/// `shmem_NAME_put_signal` and `_nbi` for the typed, sized and `mem` forms.
+/// `shmem_NAME_put_signal` and `_nbi` for the typed, sized and `mem` forms, with their
+/// `shmem_ctx_` forms.
 macro_rules! put_signal_typed {
     ($($name:ident $pre:literal $z:expr),* $(,)?) => {$(
         #[allow(non_snake_case)]
         mod $name {
             use super::*;
-            #[export_name = concat!($pre, "_signal")]
-            pub extern "C" fn ps(dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-                let call = concat!($pre, "_signal");
+            with_ctx!(call, ctx, concat!($pre, "_signal"), fn(dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
                 let len = crate::rma::bytes(call, nelems, $z);
-                put_signal(call, dest, source, len, Signal { addr: sig_addr, value: signal, op: sig_op }, pe)
-            }
-            #[export_name = concat!($pre, "_signal_nbi")]
-            pub extern "C" fn ps_nbi(dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
-                let call = concat!($pre, "_signal_nbi");
+                put_signal(call, ctx, dest, source, len, Signal { addr: sig_addr, value: signal, op: sig_op }, pe)
+            });
+            with_ctx!(call, ctx, concat!($pre, "_signal_nbi"), fn(dest: *mut c_void, source: *const c_void, nelems: usize, sig_addr: *mut u64, signal: u64, sig_op: c_int, pe: c_int) {
                 let len = crate::rma::bytes(call, nelems, $z);
-                put_signal(call, dest, source, len, Signal { addr: sig_addr, value: signal, op: sig_op }, pe)
-            }
+                put_signal(call, ctx, dest, source, len, Signal { addr: sig_addr, value: signal, op: sig_op }, pe)
+            });
         }
     )*};
 }
@@ -176,14 +199,14 @@ macro_rules! put_signal_typed {
 mod put_signals {
     use super::*;
     put_signal_typed! {
-    float "shmem_float_put" 4, double "shmem_double_put" 8, longdouble "shmem_longdouble_put" 16,
-    char "shmem_char_put" 1, schar "shmem_schar_put" 1, short "shmem_short_put" 2, int "shmem_int_put" 4,
-    long "shmem_long_put" 8, longlong "shmem_longlong_put" 8, uchar "shmem_uchar_put" 1,
-    ushort "shmem_ushort_put" 2, uint "shmem_uint_put" 4, ulong "shmem_ulong_put" 8,
-    ulonglong "shmem_ulonglong_put" 8, int8 "shmem_int8_put" 1, int16 "shmem_int16_put" 2,
-    int32 "shmem_int32_put" 4, int64 "shmem_int64_put" 8, uint8 "shmem_uint8_put" 1,
-    uint16 "shmem_uint16_put" 2, uint32 "shmem_uint32_put" 4, uint64 "shmem_uint64_put" 8,
-    size "shmem_size_put" 8, ptrdiff "shmem_ptrdiff_put" 8,
-    mem "shmem_putmem" 1, s8 "shmem_put8" 1, s16 "shmem_put16" 2, s32 "shmem_put32" 4, s64 "shmem_put64" 8, s128 "shmem_put128" 16,
+    float "float_put" 4, double "double_put" 8, longdouble "longdouble_put" 16,
+    char "char_put" 1, schar "schar_put" 1, short "short_put" 2, int "int_put" 4,
+    long "long_put" 8, longlong "longlong_put" 8, uchar "uchar_put" 1,
+    ushort "ushort_put" 2, uint "uint_put" 4, ulong "ulong_put" 8,
+    ulonglong "ulonglong_put" 8, int8 "int8_put" 1, int16 "int16_put" 2,
+    int32 "int32_put" 4, int64 "int64_put" 8, uint8 "uint8_put" 1,
+    uint16 "uint16_put" 2, uint32 "uint32_put" 4, uint64 "uint64_put" 8,
+    size "size_put" 8, ptrdiff "ptrdiff_put" 8,
+    mem "putmem" 1, s8 "put8" 1, s16 "put16" 2, s32 "put32" 4, s64 "put64" 8, s128 "put128" 16,
     }
 }

@@ -37,7 +37,7 @@ pub(crate) struct Teams {
 }
 
 /// `SHMEM_TEAM_WORLD` and `SHMEM_TEAM_SHARED` in `shmem.h`.
-const WORLD: usize = 1;
+pub(crate) const WORLD: usize = 1;
 const SHARED: usize = 2;
 
 impl Teams {
@@ -127,8 +127,8 @@ pub extern "C" fn shmem_team_n_pes(team_h: *mut c_void) -> c_int {
     team(s, "shmem_team_n_pes", team_h).set.size as c_int
 }
 
-/// `shmem_team_config_t`: the number of contexts a team's creator asked for (none are kept:
-/// contexts are not implemented yet).
+/// `shmem_team_config_t`: the number of contexts a team's creator expects to make (a hint:
+/// contexts take endpoints from one pool, `crate::ctx`).
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct TeamConfig {

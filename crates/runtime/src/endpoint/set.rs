@@ -105,6 +105,28 @@ impl<'c> EndpointSet<'c> {
         std::mem::take(&mut self.endpoints)
     }
 
+    /// Takes the endpoints out for as long as the world lives rather than a borrow of the
+    /// set: for a library whose users make and end communication paths at run time (the
+    /// OpenSHMEM library keeps one in each context handle). The caller flushes and drops them
+    /// before [`EndpointSet::close`]: close flushes only the endpoints still in the set, and
+    /// an endpoint used after it posts to receive paths that are gone (its operations fail
+    /// or are lost).
+    ///
+    /// ```no_run
+    /// # use weft_runtime::{EndpointConfig, EndpointPolicy, World};
+    /// let world = World::init()?;
+    /// let mut set = world.endpoints(&EndpointConfig::new(EndpointPolicy::Dynamic, 4))?;
+    /// let mut pool = set.lend(); // borrows the world, not `set`: kept beside it
+    /// let mut ep = pool.pop().expect("4 endpoints");
+    /// ep.sync_nbi()?;
+    /// drop((ep, pool));
+    /// set.close()?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn lend(&mut self) -> Vec<Endpoint<'c>> {
+        std::mem::take(&mut self.endpoints)
+    }
+
     /// Flushes the endpoints still in the set, waits until every rank has stopped posting
     /// (a barrier), delivers what is still in this rank's receive paths and releases them.
     /// Collective over the world.
