@@ -73,6 +73,31 @@ int main(void) {
   CHECK(cabs(cz[1] - want_c) < 1e-9, "complexd prod (%f, %f)", creal(cz[1]), cimag(cz[1]));
   shmem_barrier_all();
   shmem_free(cz);
+#if defined(__x86_64__)
+  /* long double: sums that need its 64-bit mantissa (1 + pe·2^-60 loses the small part in a
+   * double), in member order as computed here; products, max and min (generic form too). */
+  long double *ld = shmem_malloc(8 * sizeof(long double));
+  ld[0] = 1.0L + (me + 1) * 0x1p-60L;
+  ld[1] = -1.0L - me;
+  long double sum = 0, prod = 1;
+  for (int pe = 0; pe < n; pe++) {
+    long double v = 1.0L + (pe + 1) * 0x1p-60L;
+    sum = pe == 0 ? v : sum + v;
+    prod = pe == 0 ? v : prod * v;
+  }
+  shmem_longdouble_sum_reduce(SHMEM_TEAM_WORLD, &ld[2], &ld[0], 1);
+  CHECK(ld[2] == sum && ld[2] != (long double)(double)sum, "longdouble sum %La, want %La", ld[2], sum);
+  shmem_longdouble_prod_reduce(SHMEM_TEAM_WORLD, &ld[3], &ld[0], 1);
+  CHECK(ld[3] == prod, "longdouble prod %La, want %La", ld[3], prod);
+  shmem_sum_reduce(SHMEM_TEAM_WORLD, &ld[4], &ld[0], 2);
+  CHECK(ld[4] == sum && ld[5] == -(long double)n * (n + 1) / 2, "generic longdouble sum %La %La", ld[4], ld[5]);
+  shmem_longdouble_max_reduce(SHMEM_TEAM_WORLD, &ld[6], &ld[0], 2);
+  CHECK(ld[6] == 1.0L + n * 0x1p-60L && ld[7] == -1.0L, "longdouble max %La %La", ld[6], ld[7]);
+  shmem_longdouble_min_reduce(SHMEM_TEAM_WORLD, &ld[6], &ld[0], 2);
+  CHECK(ld[6] == 1.0L + 0x1p-60L && ld[7] == -(long double)n, "longdouble min %La %La", ld[6], ld[7]);
+  shmem_barrier_all();
+  shmem_free(ld);
+#endif
   /* Teams. */
   CHECK(shmem_team_n_pes(SHMEM_TEAM_WORLD) == n && shmem_team_my_pe(SHMEM_TEAM_WORLD) == me, "world");
   CHECK(shmem_team_n_pes(SHMEM_TEAM_SHARED) >= 1, "shared");

@@ -335,7 +335,7 @@ int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdif
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_TEAM_COLL)
 WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
 
-/* Reductions (Table 10; long double not yet; complex types in C): on teams, and the deprecated
+/* Reductions (Table 10; long double on x86-64; complex types in C): on teams, and the deprecated
  * forms on active sets. */
 #define WEFT_SHMEM_BITWISE_RED_TYPES(X) \
   X(uchar, unsigned char) X(ushort, unsigned short) X(uint, unsigned int) X(ulong, unsigned long) \
@@ -355,6 +355,13 @@ WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
   WEFT_SHMEM_DECL_RED(N, T, prod)
 WEFT_SHMEM_BITWISE_RED_TYPES(WEFT_SHMEM_DECL_RED_BIT)
 WEFT_SHMEM_ARITH_RED_TYPES(WEFT_SHMEM_DECL_RED_ARITH)
+#if defined(__x86_64__)
+/* long double (x87 on x86-64) */
+WEFT_SHMEM_DECL_RED_ARITH(longdouble, long double)
+#define WEFT_SHMEM_GL_RED_LD(X, P, OP) X(P, OP, longdouble, long double)
+#else
+#define WEFT_SHMEM_GL_RED_LD(X, P, OP)
+#endif
 #if !defined(__cplusplus) && !defined(__STDC_NO_COMPLEX__)
 WEFT_SHMEM_DECL_RED(complexf, float _Complex, sum)
 WEFT_SHMEM_DECL_RED(complexf, float _Complex, prod)
@@ -476,7 +483,7 @@ void weft_shmem_generic_bad_arguments(void);
   X(P, OP, uchar, unsigned char) X(P, OP, ushort, unsigned short) X(P, OP, short, short) WEFT_SHMEM_GL_STD(X, P, OP)
 #define WEFT_SHMEM_GL_RED_ARITH(X, P, OP) \
   X(P, OP, char, char) X(P, OP, schar, signed char) X(P, OP, float, float) X(P, OP, double, double) \
-  WEFT_SHMEM_GL_RED_BIT(X, P, OP)
+  WEFT_SHMEM_GL_RED_LD(X, P, OP) WEFT_SHMEM_GL_RED_BIT(X, P, OP)
 #define shmem_and_reduce(team, dest, source, n) \
   WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_BIT, WEFT_SHMEM_AS, _and_reduce, dest)(team, dest, source, n)
 #define shmem_or_reduce(team, dest, source, n) \

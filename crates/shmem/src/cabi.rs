@@ -96,3 +96,73 @@ pub(crate) fn atomic_u64<'a>(addr: usize) -> &'a std::sync::atomic::AtomicU64 {
     // SAFETY: as for `atomic_u32`, for 8 aligned bytes.
     unsafe { &*(addr as *const std::sync::atomic::AtomicU64) }
 }
+
+/// C's `long double` on x86-64: the x87 80-bit format in 16 bytes, for which Rust has no
+/// type. Sums, products and comparisons run on the x87 unit itself (extended precision, as
+/// Linux sets it), so a reduction rounds exactly as C code on the same values does.
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x87 {
+    use std::arch::asm;
+
+    /// `a + b` (`mul`: `a * b`).
+    pub(crate) fn arith(a: &[u8; 16], b: &[u8; 16], mul: bool) -> [u8; 16] {
+        let mut out = [0u8; 16];
+        if mul {
+            // SAFETY: reads 10 bytes at `a` and `b` and writes 10 at `out`, all 16-byte
+            // arrays borrowed for the block; the x87 stack is left as found (two loads, one
+            // popping operation, one popping store) and every x87 register is declared
+            // clobbered.
+            unsafe {
+                asm!(
+                    "fld tbyte ptr [{b}]",
+                    "fld tbyte ptr [{a}]",
+                    "fmulp st(1), st",
+                    "fstp tbyte ptr [{o}]",
+                    a = in(reg) a.as_ptr(), b = in(reg) b.as_ptr(), o = in(reg) out.as_mut_ptr(),
+                    out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                    out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                    options(nostack),
+                )
+            }
+        } else {
+            // SAFETY: as above, with an addition.
+            unsafe {
+                asm!(
+                    "fld tbyte ptr [{b}]",
+                    "fld tbyte ptr [{a}]",
+                    "faddp st(1), st",
+                    "fstp tbyte ptr [{o}]",
+                    a = in(reg) a.as_ptr(), b = in(reg) b.as_ptr(), o = in(reg) out.as_mut_ptr(),
+                    out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                    out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                    options(nostack),
+                )
+            }
+        }
+        out
+    }
+
+    /// Whether `a < b` (false when either is a NaN).
+    pub(crate) fn less(a: &[u8; 16], b: &[u8; 16]) -> bool {
+        let (below, unordered): (u8, u8);
+        // SAFETY: reads 10 bytes at `a` and `b` (borrowed 16-byte arrays); two loads, a
+        // popping compare and a popping store to st(0) leave the x87 stack as found; every
+        // x87 register and the flags are declared clobbered.
+        unsafe {
+            asm!(
+                "fld tbyte ptr [{b}]",
+                "fld tbyte ptr [{a}]",
+                "fucomip st, st(1)",
+                "fstp st(0)",
+                "setb {lt}",
+                "setp {un}",
+                a = in(reg) a.as_ptr(), b = in(reg) b.as_ptr(),
+                lt = out(reg_byte) below, un = out(reg_byte) unordered,
+                out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                options(nostack),
+            )
+        }
+        below == 1 && unordered == 0
+    }
+}

@@ -370,6 +370,38 @@ macro_rules! complex_reduce {
 }
 complex_reduce!(ComplexF f32, ComplexD f64);
 
+/// C's `long double` (x86-64: x87 80-bit values in 16 bytes), combined on the x87 unit.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy, Default, Debug, PartialEq)]
+pub(crate) struct LongDouble(pub [u8; 16]);
+
+#[cfg(target_arch = "x86_64")]
+impl Reduce for LongDouble {
+    const SIZE: usize = 16;
+    #[inline(always)]
+    fn combine(op: Op, a: Self, b: Self) -> Self {
+        use crate::cabi::x87;
+        match op {
+            Op::Sum => LongDouble(x87::arith(&a.0, &b.0, false)),
+            Op::Prod => LongDouble(x87::arith(&a.0, &b.0, true)),
+            Op::Max if x87::less(&a.0, &b.0) => b,
+            Op::Min if x87::less(&b.0, &a.0) => b,
+            // Max, min keep `a` otherwise; no bitwise routines exist for long double.
+            _ => a,
+        }
+    }
+    #[inline(always)]
+    fn from_b(b: &[u8]) -> Self {
+        let mut a = [0u8; 16];
+        a.copy_from_slice(b);
+        LongDouble(a)
+    }
+    #[inline(always)]
+    fn to_b(self, out: &mut [u8]) {
+        out.copy_from_slice(&self.0);
+    }
+}
+
 /// Reduces `n` elements of every member's `source` with `op` into every member's `dest`.
 pub(crate) fn reduce<T: Reduce>(
     call: &str,

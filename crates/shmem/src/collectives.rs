@@ -188,8 +188,8 @@ macro_rules! reductions {
     )+)*};
 }
 
-// Table 10 of OpenSHMEM 1.5 (without long double: Rust has no x87 type), the `_to_all` forms
-// beside (harmless for types the deprecated forms never had).
+// Table 10 of OpenSHMEM 1.5, the `_to_all` forms beside (harmless for types the deprecated
+// forms never had); long double below.
 reductions! {
     uchar u8: and And, or Or, xor Xor, max Max, min Min, sum Sum, prod Prod;
     ushort u16: and And, or Or, xor Xor, max Max, min Min, sum Sum, prod Prod;
@@ -216,4 +216,13 @@ reductions! {
     double f64: max Max, min Min, sum Sum, prod Prod;
     complexf coll::ComplexF: sum Sum, prod Prod;
     complexd coll::ComplexD: sum Sum, prod Prod;
+}
+
+/// `long double` reductions, where its arithmetic is the x87 unit's (x86-64).
+#[cfg(target_arch = "x86_64")]
+mod long_double {
+    use super::*;
+    reductions! {
+        longdouble coll::LongDouble: max Max, min Min, sum Sum, prod Prod;
+    }
 }
