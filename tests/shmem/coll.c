@@ -141,6 +141,30 @@ int main(void) {
   shmem_team_destroy(xt);
   shmem_team_destroy(yt);
   shmem_barrier_all();
+  /* Back-to-back team reductions with no synchronization between them, of sizes on both
+   * sides of the small-reduction limit, some in place; then back-to-back broadcasts from
+   * every root into separate parts of one array. */
+  long *rb = shmem_malloc(2 * 256 * sizeof(long));
+  static const int counts[] = {1, 3, 7, 14, 29, 60, 200, 2, 1, 256};
+  for (int r = 0; r < 40; r++) {
+    int c = counts[r % 10];
+    for (int i = 0; i < c; i++) rb[i] = (long)me * 1000 + r + i;
+    long *out = r % 3 == 0 ? rb : rb + 256;
+    shmem_long_sum_reduce(SHMEM_TEAM_WORLD, out, rb, c);
+    for (int i = 0; i < c; i++) {
+      long want = 1000L * n * (n - 1) / 2 + (long)n * (r + i);
+      CHECK(out[i] == want, "round %d: sum[%d] of %d is %ld, want %ld", r, i, c, out[i], want);
+    }
+  }
+  for (int r = 0; r < 4 * n; r++) {
+    int root = r % n;
+    for (int i = 0; i < 4; i++) rb[i] = me * 100 + r;
+    shmem_long_broadcast(SHMEM_TEAM_WORLD, rb + 256 + 4 * (r % 64), rb, 4, root);
+  }
+  for (int r = 0; r < 4 * n && r < 64; r++)
+    CHECK(rb[256 + 4 * r] == (r % n) * 100 + r, "broadcast %d got %ld", r, rb[256 + 4 * r]);
+  shmem_barrier_all();
+  shmem_free(rb);
   if (me == 0) printf("coll: %d PEs ok\n", n);
   shmem_finalize();
   return 0;

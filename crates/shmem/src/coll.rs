@@ -5,12 +5,24 @@
 //! The barrier's round k adds 1 to word k on the PE `2^k` further round the set and waits
 //! until its own word k is positive, then takes 1 off it: the words count, so a signal of
 //! the next call that arrives early is kept, and they are back at 0 (`SHMEM_SYNC_VALUE`)
-//! once the call is over, as the specification asks of a `pSync`. All updates are weft's
-//! remote atomics, so they mix with nothing else on any fabric.
+//! once the call is over, as the specification asks of a `pSync`. The updates are CPU
+//! atomics on words mapped here, weft's remote atomics elsewhere: on the hybrid fabric those
+//! run on the target's CPU, so the two kinds never meet on one word through a NIC.
 //!
-//! Reductions read every member's source (gets, in member order, the same on every PE:
-//! every PE gets the same result) between two barriers, then write the destination, which
-//! may be the source.
+//! A broadcast's root puts the data to each member, then adds 1 to its word
+//! [`BCAST_WORD`]; a member waits for it and takes 1 off (no barrier: the root returns once
+//! its puts are done, as the specification allows).
+//!
+//! A small reduction (every other member's data fits words 32-60 of the area) pushes this
+//! PE's source into a slot of every member's area and adds 1 to its counter word, waits for
+//! the others' and folds them, in member order, into the destination (which may be the
+//! source); it zeroes its slots, restoring a `pSync`. A `pSync` is not reused before every PE
+//! is done with it (the specification's rule), so one set of slots serves; a team's calls
+//! follow each other with no such rule, so they alternate between two halves and counters
+//! (a PE can be one call ahead of another, not two). Larger reductions read every member's
+//! source (gets in member order) between two barriers.
+//!
+//! Every PE folds the members' data in the same order, so all get the same result.
 
 use crate::cabi;
 use crate::state::{die, st, Shmem};
@@ -21,6 +33,12 @@ use weft_runtime::{AtomicOp, GlobalPtr};
 pub(crate) const SYNC_WORDS: usize = 64;
 /// Barrier rounds at most: sets of up to 2^32 PEs.
 const ROUNDS: usize = 32;
+/// The word of a sync area that counts broadcasts delivered (after the barrier's).
+const BCAST_WORD: usize = SYNC_WORDS - 1;
+/// Bytes of a sync area holding a small reduction's data (words 32 to 60).
+const RED_SLOTS: std::ops::Range<usize> = 32 * 8..61 * 8;
+/// The words counting a small reduction's arrivals (by parity of a team's calls).
+const RED_COUNT: [usize; 2] = [61, 62];
 
 /// PEs `start + i·stride`, `i < size` (world PE numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +79,9 @@ impl Set {
 pub(crate) struct SyncArea {
     pub local: usize,
     pub global: GlobalPtr<u8>,
+    /// A team's count of small reductions (their parity picks the slots); `None` for a
+    /// `pSync`.
+    pub calls: Option<&'static std::sync::atomic::AtomicU64>,
 }
 
 impl SyncArea {
@@ -70,11 +91,41 @@ impl SyncArea {
         if !(psync as usize).is_multiple_of(8) {
             die(call, format_args!("pSync {psync:p} is not aligned to 8 bytes"));
         }
-        SyncArea { local: psync as usize, global }
+        SyncArea { local: psync as usize, global, calls: None }
     }
     fn word(&self, pe: u32, k: usize) -> GlobalPtr<u64> {
         self.global.on(pe).byte_add(8 * k).cast()
     }
+}
+
+/// Adds `delta` to word `k` of `area` on world PE `pe`: a CPU atomic where the word is
+/// mapped here, else weft's remote atomic.
+fn add_word(s: &Shmem, call: &str, area: SyncArea, pe: u32, k: usize, delta: u64) {
+    let local = (area.local + 8 * k) as *const c_void;
+    match s.direct(local, 8, pe as i32) {
+        Some(at) => {
+            cabi::atomic_u64(at).fetch_add(delta, std::sync::atomic::Ordering::SeqCst);
+        }
+        None => {
+            s.check(call, s.comm.atomic(area.word(pe, k), AtomicOp::FetchAdd(delta)));
+        }
+    }
+}
+
+/// Signals word `k` of `area` on `pe`: adds 1 and wakes `pe` if it sleeps (atomics ring no
+/// doorbell).
+fn signal(s: &Shmem, call: &str, area: SyncArea, pe: u32, k: usize) {
+    add_word(s, call, area, pe, k, 1);
+    s.check(call, s.comm.notify(pe));
+}
+
+/// Waits until this PE's word `k` of `area` has `need` signals, and takes them.
+fn await_signal(s: &Shmem, call: &str, area: SyncArea, k: usize, need: u64) {
+    let addr = area.local + 8 * k;
+    if (cabi::load_local(addr, 8) as i64) < need as i64 {
+        s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) as i64 >= need as i64));
+    }
+    add_word(s, call, area, s.me, k, need.wrapping_neg());
 }
 
 /// Barrier of `set` on counters `area` (after completing this thread's puts).
@@ -85,12 +136,8 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
     let mut k = 0;
     while dist < set.size && k < ROUNDS {
         let to = set.pe(((me as u64 + dist as u64) % set.size as u64) as u32);
-        s.check(call, s.comm.atomic(area.word(to, k), AtomicOp::FetchAdd(1)));
-        // A PE waiting long sleeps on its doorbell, which RMA does not ring.
-        s.check(call, s.comm.notify(to));
-        let addr = area.local + 8 * k;
-        s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) as i64 > 0));
-        s.check(call, s.comm.atomic(area.word(s.me, k), AtomicOp::FetchAdd(u64::MAX)));
+        signal(s, call, area, to, k);
+        await_signal(s, call, area, k, 1);
         dist = dist.saturating_mul(2);
         k += 1;
     }
@@ -103,6 +150,9 @@ fn put_at(s: &Shmem, call: &str, dest: *const c_void, at: usize, src: *const c_v
     }
     let to = (dest as usize).checked_add(at).unwrap_or_else(|| die(call, "destination overflows"))
         as *const c_void;
+    if let Some(at) = s.direct(to, len, pe as i32) {
+        return cabi::copy(src.cast(), at as *mut u8, len);
+    }
     let g = s.sym(call, to, len, pe as i32);
     s.check(call, s.comm.put(g, cabi::src_bytes(src, len)));
 }
@@ -130,13 +180,17 @@ pub(crate) fn broadcast(
         die(call, format_args!("root {} is not a member index (the set has {} PEs)", root.index, set.size));
     }
     s.sym(call, dest, len, s.me as i32);
-    if set.pe(root.index) == s.me {
-        s.sym(call, source, len, s.me as i32);
-        for i in (0..set.size).filter(|&i| i != root.index || root.to_itself) {
-            put_at(s, call, dest, 0, source, len, set.pe(i));
-        }
+    if set.pe(root.index) != s.me {
+        return await_signal(s, call, area, BCAST_WORD, 1);
     }
-    barrier(s, call, set, area);
+    s.sym(call, source, len, s.me as i32);
+    if root.to_itself {
+        put_at(s, call, dest, 0, source, len, s.me);
+    }
+    for i in (0..set.size).filter(|&i| i != root.index) {
+        put_at(s, call, dest, 0, source, len, set.pe(i));
+        signal(s, call, area, set.pe(i), BCAST_WORD);
+    }
 }
 
 /// Every member's `len` bytes of `source` at member-order offsets of every member's `dest`
@@ -416,6 +470,10 @@ pub(crate) fn reduce<T: Reduce>(
     let bytes = n.checked_mul(T::SIZE).unwrap_or_else(|| die(call, format_args!("{n} elements overflow")));
     s.sym(call, dest.cast(), bytes, s.me as i32);
     s.sym(call, source.cast(), bytes, s.me as i32);
+    let room = RED_SLOTS.len() / if area.calls.is_some() { 2 } else { 1 };
+    if bytes.checked_mul(set.size as usize - 1).is_some_and(|b| b <= room) {
+        return reduce_small::<T>(s, call, set, area, (dest, source), bytes, op);
+    }
     SCRATCH.with_borrow_mut(|(acc, part)| {
         for v in [&mut *acc, &mut *part] {
             v.clear();
@@ -427,15 +485,69 @@ pub(crate) fn reduce<T: Reduce>(
         // Every member's source is ready.
         barrier(s, call, set, area);
         for i in 0..set.size {
-            let g = s.sym(call, source.cast(), bytes, set.pe(i) as i32);
             let into = if i == 0 { &mut acc[..] } else { &mut part[..] };
-            s.check(call, s.comm.get(g, into));
+            match s.direct(source.cast(), bytes, set.pe(i) as i32) {
+                Some(from) => cabi::copy(from as *const u8, into.as_mut_ptr(), bytes),
+                None => {
+                    let g = s.sym(call, source.cast(), bytes, set.pe(i) as i32);
+                    s.check(call, s.comm.get(g, into));
+                }
+            }
             if i > 0 {
                 fold::<T>(op, acc, part);
             }
         }
         // Nobody reads a source any more: the destination (which may be it) can change.
         barrier(s, call, set, area);
+        cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(acc);
+    });
+}
+
+/// A reduction whose other members' data fits the area's slots (see the module's notes).
+fn reduce_small<T: Reduce>(
+    s: &Shmem,
+    call: &str,
+    set: Set,
+    area: SyncArea,
+    (dest, source): (*mut T, *const T),
+    bytes: usize,
+    op: Op,
+) {
+    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
+    let parity =
+        area.calls.map_or(0, |c| (c.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 1) as usize);
+    let base = RED_SLOTS.start + parity * (RED_SLOTS.len() / 2);
+    // Member `from`'s slot on member `on` (none for itself).
+    let slot = |from: u32, on: u32| base + bytes * (if from < on { from } else { from - 1 }) as usize;
+    let area_addr = area.local as *const c_void;
+    for j in (0..set.size).filter(|&j| j != me) {
+        put_at(s, call, area_addr, slot(me, j), source.cast(), bytes, set.pe(j));
+        signal(s, call, area, set.pe(j), RED_COUNT[parity]);
+    }
+    await_signal(s, call, area, RED_COUNT[parity], set.size as u64 - 1);
+    SCRATCH.with_borrow_mut(|(acc, _)| {
+        acc.clear();
+        if acc.try_reserve(bytes).is_err() {
+            die(call, format_args!("no memory for {bytes} bytes"));
+        }
+        acc.resize(bytes, 0);
+        let data = |i: u32| -> &[u8] {
+            if i == me {
+                cabi::src_bytes(source.cast(), bytes)
+            } else {
+                cabi::src_bytes((area.local + slot(i, me)) as *const c_void, bytes)
+            }
+        };
+        acc.copy_from_slice(data(0));
+        for i in 1..set.size {
+            fold::<T>(op, acc, data(i));
+        }
+        // Back to SHMEM_SYNC_VALUE (0), then the result (dest may be the source).
+        cabi::dst_bytes(
+            (area.local + slot(if me == 0 { 1 } else { 0 }, me)) as *mut c_void,
+            bytes * (set.size as usize - 1),
+        )
+        .fill(0);
         cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(acc);
     });
 }

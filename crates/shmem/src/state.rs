@@ -30,6 +30,8 @@ pub(crate) struct Shmem {
     internal: Area,
     /// Teams, by handle (see `crate::team`).
     pub teams: Mutex<crate::team::Teams>,
+    /// Small reductions made on each team slot (see `crate::coll`).
+    pub team_calls: [std::sync::atomic::AtomicU64; crate::team::SLOTS],
     /// Communication contexts (see `crate::ctx`).
     pub ctxs: crate::ctx::Contexts,
     /// weft's team of all PEs, for the heap's agreement (made once: a team costs memory).
@@ -181,6 +183,7 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         internal: Area::of(&internal).map_peers(&world),
         teams: Mutex::new(crate::team::Teams::new(world.size(), shared_set(&world, &seg))),
         ctxs: crate::ctx::Contexts::new(),
+        team_calls: std::array::from_fn(|_| std::sync::atomic::AtomicU64::new(0)),
         alloc: Mutex::new(Heap::new(heap)),
         segs: Mutex::new([seg, internal].into_iter().chain(data_seg).collect()),
         world: Mutex::new(Some(world)),

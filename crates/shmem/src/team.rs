@@ -64,9 +64,10 @@ pub(crate) fn team(s: &Shmem, call: &str, h: *const c_void) -> Team {
 }
 
 /// The counters of team `t`'s barrier.
-pub(crate) fn sync_area(s: &Shmem, call: &str, t: Team) -> SyncArea {
+pub(crate) fn sync_area(s: &'static Shmem, call: &str, t: Team) -> SyncArea {
     let local = s.internal_word(t.slot * SYNC_WORDS);
-    SyncArea { local, global: s.sym(call, local as *const c_void, SYNC_WORDS * 8, s.me as i32) }
+    let global = s.sym(call, local as *const c_void, SYNC_WORDS * 8, s.me as i32);
+    SyncArea { local, global, calls: Some(&s.team_calls[t.slot]) }
 }
 
 /// Tells every member of `set` this PE's `len`, and returns all members' lengths (for
@@ -85,7 +86,7 @@ pub(crate) fn sizes(s: &Shmem, call: &str, set: Set, area: SyncArea, len: usize)
 
 /// Creates this PE's team `mine` of a split of `parent` (collective over the parent: every
 /// member calls, `None` where it joins no team); the new handle, or null.
-fn split(s: &Shmem, call: &str, parent: Team, mine: Option<Set>) -> *mut c_void {
+fn split(s: &'static Shmem, call: &str, parent: Team, mine: Option<Set>) -> *mut c_void {
     let area = sync_area(s, call, parent);
     let free = !s.teams.lock().unwrap_or_else(|p| p.into_inner()).used;
     let (src, dst) = (s.internal_word(SIZES + s.n as usize), s.internal_word(SIZES + s.n as usize + 1));
@@ -99,6 +100,8 @@ fn split(s: &Shmem, call: &str, parent: Team, mine: Option<Set>) -> *mut c_void 
     let mut teams = s.teams.lock().unwrap_or_else(|p| p.into_inner());
     teams.used |= 1 << slot;
     teams.list.push(Some(Team { set, slot }));
+    // The new team's members count its reductions from 0 together.
+    s.team_calls[slot].store(0, std::sync::atomic::Ordering::Relaxed);
     teams.list.len() as *mut c_void
 }
 
