@@ -242,10 +242,12 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
         }
         if stopping.is_none() {
             if let Some((rank, pid, st, cause)) = cause_of(&ended) {
-                eprintln!(
-                    "weft run: rank {rank} (pid {pid}) {cause}; stopping the other {} rank(s)",
-                    running.len()
-                );
+                match running.len() {
+                    0 => eprintln!("weft run: rank {rank} (pid {pid}) {cause}"),
+                    left => eprintln!(
+                        "weft run: rank {rank} (pid {pid}) {cause}; stopping the other {left} rank(s)"
+                    ),
+                }
                 stopping = Some(Instant::now());
                 first_failure = Some(exit_code(st));
             }

@@ -72,6 +72,8 @@ int main(void) {
   for (int i = 0; i < 20; i++) CHECK(heap[i] == left + i, "heap[%d] is %ld", i, heap[i]);
   for (int i = 0; i < 20; i++) shmem_ctx_destroy(many[i]);
   shmem_ctx_destroy(SHMEM_CTX_INVALID); /* no effect */
+  shmem_ctx_t bad = SHMEM_CTX_DEFAULT;
+  CHECK(shmem_ctx_create(64, &bad) != 0 && bad == SHMEM_CTX_INVALID, "unknown option bits accepted");
 
   /* The default context. */
   shmem_team_t team;
@@ -83,8 +85,12 @@ int main(void) {
 
   /* A team's context: PE numbers are the team's. Team of the even PEs. */
   shmem_team_t evens;
-  shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 2, (n + 1) / 2, NULL, 0, &evens);
+  shmem_team_config_t cfg = {.num_contexts = 3};
+  shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 2, (n + 1) / 2, &cfg, SHMEM_TEAM_NUM_CONTEXTS, &evens);
   if (evens != SHMEM_TEAM_INVALID) {
+    shmem_team_config_t got_cfg = {.num_contexts = -1};
+    CHECK(shmem_team_get_config(evens, SHMEM_TEAM_NUM_CONTEXTS, &got_cfg) == 0 && got_cfg.num_contexts == 3,
+          "num_contexts %d", got_cfg.num_contexts);
     shmem_ctx_t tc;
     CHECK(shmem_team_create_ctx(evens, SHMEM_CTX_PRIVATE, &tc) == 0, "team context");
     shmem_team_t got;
@@ -104,6 +110,19 @@ int main(void) {
     long old = shmem_atomic_fetch_add(tc, &total, 0L, 0);
     CHECK(me != 0 || old == total, "generic fetch_add on a context");
     shmem_ctx_destroy(tc);
+    /* Team contexts left are destroyed with the team: their slots are free again. */
+    for (int r = 0; r < 300; r++) {
+      shmem_ctx_t shared;
+      CHECK(shmem_team_create_ctx(evens, 0, &shared) == 0, "team context %d", r);
+      if (r == 299) break;
+      if (r % 100 == 99) {
+        shmem_team_t again;
+        shmem_team_split_strided(evens, 0, 1, tn, NULL, 0, &again);
+        CHECK(again != SHMEM_TEAM_INVALID, "split %d", r);
+        shmem_team_destroy(evens);
+        evens = again;
+      }
+    }
     shmem_team_destroy(evens);
   }
   shmem_barrier_all();

@@ -42,9 +42,13 @@ int main(int argc, char **argv) {
     shmem_ctx_int_p(ctx, x, 1, 0);
   }
   if (strcmp(c, "forged_ctx") == 0) shmem_ctx_putmem((shmem_ctx_t)0x12345, x, local, 4, 0);
-  if (strcmp(c, "bad_ctx_options") == 0) {
+  if (strcmp(c, "ctx_after_team_destroy") == 0) {
+    shmem_team_t t;
+    shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, n, NULL, 0, &t);
     shmem_ctx_t ctx;
-    shmem_ctx_create(64, &ctx);
+    shmem_team_create_ctx(t, 0, &ctx);
+    shmem_team_destroy(t); /* destroys the team's contexts */
+    shmem_ctx_putmem(ctx, x, local, 4, 0);
   }
   if (strcmp(c, "pe_outside_ctx_team") == 0) {
     shmem_team_t alone;

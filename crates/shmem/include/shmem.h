@@ -158,17 +158,30 @@ WEFT_SHMEM_DECL_SIZED(128)
 WEFT_SHMEM_DECL_MEM(shmem_, WEFT_SHMEM_NOCTX)
 WEFT_SHMEM_DECL_MEM(shmem_ctx_, WEFT_SHMEM_CTX)
 
-/* long double: over the 128-bit routines (its size on LP64 targets). */
-typedef char weft_shmem_longdouble_is_16_bytes[sizeof(long double) == 16 ? 1 : -1];
+/* long double: over the sized routines of its size (16 bytes on LP64 targets; 8 with
+ * -mlong-double-64). The library's own long double routines (put_signal, team collectives,
+ * reductions) take 16 bytes, and reductions the x87 format: declared only where they match. */
+#if __SIZEOF_LONG_DOUBLE__ == 16
+#define WEFT_SHMEM_LD_BITS 128
+#define WEFT_SHMEM_GL_LD16(X, P, OP) X(P, OP, longdouble, long double)
+#elif __SIZEOF_LONG_DOUBLE__ == 8
+#define WEFT_SHMEM_LD_BITS 64
+#define WEFT_SHMEM_GL_LD16(X, P, OP)
+#else
+#error "weft's shmem.h supports long double of 8 or 16 bytes"
+#endif
+#define WEFT_SHMEM_CAT_(a, b, c, d) a##b##c##d
+#define WEFT_SHMEM_CAT(a, b, c, d) WEFT_SHMEM_CAT_(a, b, c, d)
+#define WEFT_SHMEM_LD(P, OP, NBI) WEFT_SHMEM_CAT(P, OP, WEFT_SHMEM_LD_BITS, NBI)
 #define WEFT_SHMEM_LONGDOUBLE_RMA(P, C, X) \
-  static inline void P##longdouble_put(C() long double *d, const long double *s, size_t n, int pe) { P##put128(X d, s, n, pe); } \
-  static inline void P##longdouble_get(C() long double *d, const long double *s, size_t n, int pe) { P##get128(X d, s, n, pe); } \
-  static inline void P##longdouble_put_nbi(C() long double *d, const long double *s, size_t n, int pe) { P##put128_nbi(X d, s, n, pe); } \
-  static inline void P##longdouble_get_nbi(C() long double *d, const long double *s, size_t n, int pe) { P##get128_nbi(X d, s, n, pe); } \
-  static inline void P##longdouble_p(C() long double *d, long double v, int pe) { P##put128(X d, &v, 1, pe); } \
-  static inline long double P##longdouble_g(C() const long double *s, int pe) { long double v; P##get128(X &v, s, 1, pe); return v; } \
-  static inline void P##longdouble_iput(C() long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { P##iput128(X d, s, dst, sst, n, pe); } \
-  static inline void P##longdouble_iget(C() long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { P##iget128(X d, s, dst, sst, n, pe); }
+  static inline void P##longdouble_put(C() long double *d, const long double *s, size_t n, int pe) { WEFT_SHMEM_LD(P, put, )(X d, s, n, pe); } \
+  static inline void P##longdouble_get(C() long double *d, const long double *s, size_t n, int pe) { WEFT_SHMEM_LD(P, get, )(X d, s, n, pe); } \
+  static inline void P##longdouble_put_nbi(C() long double *d, const long double *s, size_t n, int pe) { WEFT_SHMEM_LD(P, put, _nbi)(X d, s, n, pe); } \
+  static inline void P##longdouble_get_nbi(C() long double *d, const long double *s, size_t n, int pe) { WEFT_SHMEM_LD(P, get, _nbi)(X d, s, n, pe); } \
+  static inline void P##longdouble_p(C() long double *d, long double v, int pe) { WEFT_SHMEM_LD(P, put, )(X d, &v, 1, pe); } \
+  static inline long double P##longdouble_g(C() const long double *s, int pe) { long double v; WEFT_SHMEM_LD(P, get, )(X &v, s, 1, pe); return v; } \
+  static inline void P##longdouble_iput(C() long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { WEFT_SHMEM_LD(P, iput, )(X d, s, dst, sst, n, pe); } \
+  static inline void P##longdouble_iget(C() long double *d, const long double *s, ptrdiff_t dst, ptrdiff_t sst, size_t n, int pe) { WEFT_SHMEM_LD(P, iget, )(X d, s, dst, sst, n, pe); }
 #define WEFT_SHMEM_CTX_ARG ctx,
 WEFT_SHMEM_LONGDOUBLE_RMA(shmem_, WEFT_SHMEM_NOCTX, )
 WEFT_SHMEM_LONGDOUBLE_RMA(shmem_ctx_, WEFT_SHMEM_CTX, WEFT_SHMEM_CTX_ARG)
@@ -239,7 +252,9 @@ WEFT_SHMEM_BIT_AMO_TYPES(WEFT_SHMEM_DECL_BIT_AMO)
 #define WEFT_SHMEM_DECL_PUT_SIGNAL(N, T) WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_, WEFT_SHMEM_NOCTX, N##_put, T) \
   WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_ctx_, WEFT_SHMEM_CTX, N##_put, T)
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_PUT_SIGNAL)
+#if __SIZEOF_LONG_DOUBLE__ == 16
 WEFT_SHMEM_DECL_PUT_SIGNAL(longdouble, long double)
+#endif
 #define WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(S) WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_, WEFT_SHMEM_NOCTX, put##S, void) \
   WEFT_SHMEM_DECL_PUT_SIGNAL_(shmem_ctx_, WEFT_SHMEM_CTX, put##S, void)
 WEFT_SHMEM_DECL_PUT_SIGNAL_SIZED(mem)
@@ -333,7 +348,9 @@ int shmem_alltoallsmem(shmem_team_t team, void *dest, const void *source, ptrdif
   int shmem_##N##_alltoalls(shmem_team_t team, T *dest, const T *source, ptrdiff_t dst, ptrdiff_t sst, \
                             size_t nelems);
 WEFT_SHMEM_RMA_TYPES(WEFT_SHMEM_DECL_TEAM_COLL)
+#if __SIZEOF_LONG_DOUBLE__ == 16
 WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
+#endif
 
 /* Reductions (Table 10; long double on x86-64; complex types in C): on teams, and the deprecated
  * forms on active sets. */
@@ -355,7 +372,7 @@ WEFT_SHMEM_DECL_TEAM_COLL(longdouble, long double)
   WEFT_SHMEM_DECL_RED(N, T, prod)
 WEFT_SHMEM_BITWISE_RED_TYPES(WEFT_SHMEM_DECL_RED_BIT)
 WEFT_SHMEM_ARITH_RED_TYPES(WEFT_SHMEM_DECL_RED_ARITH)
-#if defined(__x86_64__)
+#if defined(__x86_64__) && __SIZEOF_LONG_DOUBLE__ == 16 && __LDBL_MANT_DIG__ == 64
 /* long double (x87 on x86-64) */
 WEFT_SHMEM_DECL_RED_ARITH(longdouble, long double)
 #define WEFT_SHMEM_GL_RED_LD(X, P, OP) X(P, OP, longdouble, long double)
@@ -407,6 +424,9 @@ void shmem_alltoalls64(void *dest, const void *source, ptrdiff_t dst, ptrdiff_t 
   X(P, OP, ushort, unsigned short) WEFT_SHMEM_GL_STD(X, P, OP)
 #define WEFT_SHMEM_GL_RMA(X, P, OP) \
   X(P, OP, float, float) X(P, OP, double, double) X(P, OP, longdouble, long double) WEFT_SHMEM_GL_INT(X, P, OP)
+/* The routines whose long double form the library itself provides (16-byte long double). */
+#define WEFT_SHMEM_GL_RMA16(X, P, OP) \
+  X(P, OP, float, float) X(P, OP, double, double) WEFT_SHMEM_GL_LD16(X, P, OP) WEFT_SHMEM_GL_INT(X, P, OP)
 /* One association of a _Generic: `T *` (and `const T *`) chooses routine P N OP. */
 #define WEFT_SHMEM_AS(P, OP, N, T) , T *: P##N##OP
 #define WEFT_SHMEM_AS_CONST(P, OP, N, T) , T *: P##N##OP, const T *: P##N##OP
@@ -432,8 +452,8 @@ void weft_shmem_generic_bad_arguments(void);
 #define shmem_g(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS_CONST, _g, __VA_ARGS__)
 #define shmem_iput(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _iput, __VA_ARGS__)
 #define shmem_iget(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _iget, __VA_ARGS__)
-#define shmem_put_signal(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _put_signal, __VA_ARGS__)
-#define shmem_put_signal_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _put_signal_nbi, __VA_ARGS__)
+#define shmem_put_signal(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _put_signal, __VA_ARGS__)
+#define shmem_put_signal_nbi(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _put_signal_nbi, __VA_ARGS__)
 
 #define shmem_atomic_fetch(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS_CONST, _atomic_fetch, __VA_ARGS__)
 #define shmem_atomic_set(...) WEFT_SHMEM_GEN(WEFT_SHMEM_GL_EXT, WEFT_SHMEM_AS, _atomic_set, __VA_ARGS__)
@@ -470,15 +490,15 @@ void weft_shmem_generic_bad_arguments(void);
 #define shmem_test(ivar, cmp, value) WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_STD, WEFT_SHMEM_AS, _test, ivar)(ivar, cmp, value)
 
 #define shmem_broadcast(team, dest, source, nelems, root) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _broadcast, dest)(team, dest, source, nelems, root)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _broadcast, dest)(team, dest, source, nelems, root)
 #define shmem_collect(team, dest, source, nelems) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _collect, dest)(team, dest, source, nelems)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _collect, dest)(team, dest, source, nelems)
 #define shmem_fcollect(team, dest, source, nelems) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _fcollect, dest)(team, dest, source, nelems)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _fcollect, dest)(team, dest, source, nelems)
 #define shmem_alltoall(team, dest, source, nelems) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _alltoall, dest)(team, dest, source, nelems)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _alltoall, dest)(team, dest, source, nelems)
 #define shmem_alltoalls(team, dest, source, dst, sst, nelems) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA, WEFT_SHMEM_AS, _alltoalls, dest)(team, dest, source, dst, sst, nelems)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RMA16, WEFT_SHMEM_AS, _alltoalls, dest)(team, dest, source, dst, sst, nelems)
 #define WEFT_SHMEM_GL_RED_BIT(X, P, OP) \
   X(P, OP, uchar, unsigned char) X(P, OP, ushort, unsigned short) X(P, OP, short, short) WEFT_SHMEM_GL_STD(X, P, OP)
 #define WEFT_SHMEM_GL_RED_ARITH(X, P, OP) \

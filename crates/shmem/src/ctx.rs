@@ -5,8 +5,9 @@
 //! A context is a stream of puts and gets that its own `shmem_ctx_quiet` completes. One PE
 //! creates a context alone, but weft creates endpoints collectively: so where some PE is
 //! reached over a network, `shmem_init` makes a pool of `WEFT_SHMEM_CONTEXTS` endpoints
-//! (default 8) of category `WEFT_SHMEM_CTX_CATEGORY` (default `dynamic`: one transmit slot
-//! and queue each, in one context), and a context takes one while any is free:
+//! (default 0: a libfabric endpoint can cost tens of MB, so the program asks for them) of
+//! category `WEFT_SHMEM_CTX_CATEGORY` (default `dynamic`: one transmit slot and queue each,
+//! in one context), and a context takes one while any is free:
 //! - `SHMEM_CTX_PRIVATE` or `SHMEM_CTX_SERIALIZED`: the endpoint is the context's alone, and
 //!   its lock is taken by one thread at a time (never contended);
 //! - no option (threads share the context): its threads take turns on the endpoint under the
@@ -36,7 +37,7 @@ const MAX: usize = 256;
 /// Low bits of a handle: the slot index + 2 (0 and 1 are `INVALID` and `DEFAULT`).
 const INDEX_BITS: u32 = 12;
 /// Endpoints of the pool unless `WEFT_SHMEM_CONTEXTS` says otherwise.
-const DEFAULT_POOL: usize = 8;
+const DEFAULT_POOL: usize = 0;
 
 /// Exports routine `shmem_NAME` and its context form `shmem_ctx_NAME` (the context handle
 /// first) with one body, in which `$call` names the routine and `$ctx` is the context handle
@@ -106,13 +107,10 @@ impl Contexts {
 /// Makes the pool of endpoints where some PE is not mapped here (collective: at `shmem_init`
 /// on every PE).
 pub(crate) fn open_pool(s: &'static Shmem, call: &str) {
-    let remote = (0..s.n).any(|pe| s.direct(s.local_addr(0), 1, pe as c_int).is_none());
-    if s.allreduce_max(call, &[remote as u64])[0] == 0 {
-        return;
-    }
+    // The variables are checked on every fabric, also where no pool is made.
     let count = match std::env::var("WEFT_SHMEM_CONTEXTS") {
-        Ok(v) => v.trim().parse::<usize>().ok().filter(|n| (1..=MAX).contains(n)).unwrap_or_else(|| {
-            die(call, format_args!("WEFT_SHMEM_CONTEXTS={v:?} is not a count of endpoints from 1 to {MAX}"))
+        Ok(v) => v.trim().parse::<usize>().ok().filter(|n| *n <= MAX).unwrap_or_else(|| {
+            die(call, format_args!("WEFT_SHMEM_CONTEXTS={v:?} is not a count of endpoints from 0 to {MAX}"))
         }),
         Err(_) => DEFAULT_POOL,
     };
@@ -126,6 +124,10 @@ pub(crate) fn open_pool(s: &'static Shmem, call: &str) {
         }),
         Err(_) => EndpointPolicy::Dynamic,
     };
+    let remote = (0..s.n).any(|pe| s.direct(s.local_addr(0), 1, pe as c_int).is_none());
+    if s.allreduce_max(call, &[(remote && count > 0) as u64])[0] == 0 {
+        return;
+    }
     // Every operation published at once: a context's puts complete without its quiet (as
     // the default context's do), its quiet only waits for them.
     let cfg = EndpointConfig::new(policy, count).postlist(1);
@@ -212,10 +214,10 @@ pub(crate) fn resolve(s: &'static Shmem, call: &str, h: *mut c_void) -> Ctx {
 }
 
 /// Creates a context on `set` (team handle `team`) with `options`; its handle, or null when
-/// this PE holds [`MAX`] contexts.
-fn create(s: &'static Shmem, call: &str, set: Set, team: usize, options: c_long) -> *mut c_void {
+/// this PE holds [`MAX`] contexts or `options` has bits that are not options.
+fn create(s: &'static Shmem, set: Set, team: usize, options: c_long) -> *mut c_void {
     if options & !OPTIONS != 0 {
-        die(call, format_args!("options {options:#x} are not SHMEM_CTX_SERIALIZED, _PRIVATE or _NOSTORE"));
+        return std::ptr::null_mut();
     }
     let mut pool = lock(&s.ctxs.pool);
     let Some((index, slot)) =
@@ -246,7 +248,7 @@ fn give(out: *mut *mut c_void, h: *mut c_void) {
 pub extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
     let call = "shmem_ctx_create";
     let s = st(call);
-    let h = create(s, call, Set { start: 0, stride: 1, size: s.n }, crate::team::WORLD, options);
+    let h = create(s, Set { start: 0, stride: 1, size: s.n }, crate::team::WORLD, options);
     give(ctx, h);
     -(h.is_null() as c_int)
 }
@@ -260,7 +262,7 @@ pub extern "C" fn shmem_team_create_ctx(team: *mut c_void, options: c_long, ctx:
         return -1;
     }
     let t = crate::team::team(s, call, team);
-    let h = create(s, call, t.set, team as usize, options);
+    let h = create(s, t.set, team as usize, options);
     give(ctx, h);
     -(h.is_null() as c_int)
 }
@@ -275,8 +277,12 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
     if ctx == DEFAULT {
         die(call, "SHMEM_CTX_DEFAULT cannot be destroyed");
     }
-    let c = resolve(s, call, ctx);
-    // The implicit quiet, then the endpoint back to the pool.
+    destroy(s, call, resolve(s, call, ctx));
+}
+
+/// Completes context `c`'s operations (the implicit quiet), returns its endpoint to the pool
+/// and frees its slot.
+fn destroy(s: &Shmem, call: &str, c: Ctx) {
     c.quiet(s, call);
     let Some(slot) = c.slot else { return };
     let mut pool = lock(&s.ctxs.pool);
@@ -284,6 +290,17 @@ pub extern "C" fn shmem_ctx_destroy(ctx: *mut c_void) {
     slot.has_ep.store(false, Ordering::Release);
     if let Some(ep) = lock(&slot.ep).take() {
         pool.free.push(ep);
+    }
+}
+
+/// Destroys the contexts made on team handle `team` (at `shmem_team_destroy`: the
+/// specification destroys its shareable contexts; a private one left is an error to use, so
+/// it goes too rather than outlive its team).
+pub(crate) fn destroy_team_contexts(s: &'static Shmem, call: &str, team: usize) {
+    for slot in s.ctxs.slots.iter() {
+        if slot.gen.load(Ordering::Acquire) != 0 && slot.team.load(Ordering::Relaxed) == team {
+            destroy(s, call, Ctx { slot: Some(slot) });
+        }
     }
 }
 

@@ -27,6 +27,8 @@ pub(crate) fn internal_words(n: u32) -> usize {
 pub(crate) struct Team {
     pub set: Set,
     slot: usize,
+    /// `num_contexts` of the configuration it was made with (0 if none).
+    contexts: c_int,
 }
 
 /// This PE's teams, by handle − 1; `None` once destroyed.
@@ -45,8 +47,8 @@ impl Teams {
     /// the same set on each of them; the sets of different hosts are disjoint, so all use
     /// slot 1).
     pub fn new(n: u32, shared: Set) -> Teams {
-        let world = Team { set: Set { start: 0, stride: 1, size: n }, slot: 0 };
-        let shared = Team { set: shared, slot: 1 };
+        let world = Team { set: Set { start: 0, stride: 1, size: n }, slot: 0, contexts: 0 };
+        let shared = Team { set: shared, slot: 1, contexts: 0 };
         Teams { list: vec![Some(world), Some(shared)], used: 0b11 }
     }
 }
@@ -86,7 +88,7 @@ pub(crate) fn sizes(s: &Shmem, call: &str, set: Set, area: SyncArea, len: usize)
 
 /// Creates this PE's team `mine` of a split of `parent` (collective over the parent: every
 /// member calls, `None` where it joins no team); the new handle, or null.
-fn split(s: &'static Shmem, call: &str, parent: Team, mine: Option<Set>) -> *mut c_void {
+fn split(s: &'static Shmem, call: &str, parent: Team, mine: Option<Set>, contexts: c_int) -> *mut c_void {
     let area = sync_area(s, call, parent);
     let free = !s.teams.lock().unwrap_or_else(|p| p.into_inner()).used;
     let (src, dst) = (s.internal_word(SIZES + s.n as usize), s.internal_word(SIZES + s.n as usize + 1));
@@ -99,10 +101,25 @@ fn split(s: &'static Shmem, call: &str, parent: Team, mine: Option<Set>) -> *mut
     let slot = common.trailing_zeros() as usize;
     let mut teams = s.teams.lock().unwrap_or_else(|p| p.into_inner());
     teams.used |= 1 << slot;
-    teams.list.push(Some(Team { set, slot }));
+    teams.list.push(Some(Team { set, slot, contexts }));
     // The new team's members count its reductions from 0 together.
     s.team_calls[slot].store(0, std::sync::atomic::Ordering::Relaxed);
     teams.list.len() as *mut c_void
+}
+
+/// `SHMEM_TEAM_NUM_CONTEXTS` of `shmem.h`.
+const NUM_CONTEXTS: c_long = 1;
+
+/// The `num_contexts` a caller's configuration asks for (0 without one, or without the mask).
+fn contexts_of(call: &str, config: *const TeamConfig, mask: c_long) -> c_int {
+    if mask & NUM_CONTEXTS == 0 || config.is_null() {
+        return 0;
+    }
+    let n = crate::cabi::read_at(config, 0).num_contexts;
+    if n < 0 {
+        die(call, format_args!("num_contexts {n} is negative"));
+    }
+    n
 }
 
 /// Writes `h` to the caller's `*out` (if given).
@@ -139,18 +156,14 @@ pub struct TeamConfig {
 }
 
 #[no_mangle]
-pub extern "C" fn shmem_team_get_config(
-    team_h: *mut c_void,
-    _mask: c_long,
-    config: *mut TeamConfig,
-) -> c_int {
+pub extern "C" fn shmem_team_get_config(team_h: *mut c_void, mask: c_long, config: *mut TeamConfig) -> c_int {
     let s = st("shmem_team_get_config");
     if team_h.is_null() {
         return -1;
     }
-    team(s, "shmem_team_get_config", team_h);
-    if !config.is_null() {
-        crate::cabi::write_value(config, TeamConfig { num_contexts: 0 });
+    let t = team(s, "shmem_team_get_config", team_h);
+    if !config.is_null() && mask & NUM_CONTEXTS != 0 {
+        crate::cabi::write_value(config, TeamConfig { num_contexts: t.contexts });
     }
     0
 }
@@ -179,8 +192,8 @@ pub extern "C" fn shmem_team_split_strided(
     start: c_int,
     stride: c_int,
     size: c_int,
-    _config: *const TeamConfig,
-    _mask: c_long,
+    config: *const TeamConfig,
+    mask: c_long,
     new_team: *mut *mut c_void,
 ) -> c_int {
     let call = "shmem_team_split_strided";
@@ -205,7 +218,7 @@ pub extern "C" fn shmem_team_split_strided(
     }
     let set = Set { start: p.set.pe(start as u32), stride: p.set.stride * stride as u32, size: size as u32 };
     let mine = set.index_of(s.me).map(|_| set);
-    let h = split(s, call, p, mine);
+    let h = split(s, call, p, mine, contexts_of(call, config, mask));
     give(new_team, h);
     if mine.is_some() && h.is_null() {
         return -1;
@@ -217,11 +230,11 @@ pub extern "C" fn shmem_team_split_strided(
 pub extern "C" fn shmem_team_split_2d(
     parent: *mut c_void,
     xrange: c_int,
-    _xconfig: *const TeamConfig,
-    _xmask: c_long,
+    xconfig: *const TeamConfig,
+    xmask: c_long,
     xteam: *mut *mut c_void,
-    _yconfig: *const TeamConfig,
-    _ymask: c_long,
+    yconfig: *const TeamConfig,
+    ymask: c_long,
     yteam: *mut *mut c_void,
 ) -> c_int {
     let call = "shmem_team_split_2d";
@@ -240,7 +253,8 @@ pub extern "C" fn shmem_team_split_2d(
     let (row, col) = (me / x, me % x);
     let xs = Set { start: p.set.pe(row * x), stride: p.set.stride, size: x.min(p.set.size - row * x) };
     let ys = Set { start: p.set.pe(col), stride: p.set.stride * x, size: (p.set.size - col).div_ceil(x) };
-    let (xh, yh) = (split(s, call, p, Some(xs)), split(s, call, p, Some(ys)));
+    let (xc, yc) = (contexts_of(call, xconfig, xmask), contexts_of(call, yconfig, ymask));
+    let (xh, yh) = (split(s, call, p, Some(xs), xc), split(s, call, p, Some(ys), yc));
     give(xteam, xh);
     give(yteam, yh);
     if xh.is_null() || yh.is_null() {
@@ -258,6 +272,7 @@ pub extern "C" fn shmem_team_destroy(team_h: *mut c_void) {
         die(call, "SHMEM_TEAM_WORLD and SHMEM_TEAM_SHARED cannot be destroyed");
     }
     let t = team(s, call, team_h);
+    crate::ctx::destroy_team_contexts(s, call, i);
     let mut teams = s.teams.lock().unwrap_or_else(|p| p.into_inner());
     teams.used &= !(1 << t.slot);
     teams.list[i - 1] = None;
