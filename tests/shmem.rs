@@ -203,6 +203,23 @@ fn pkg_config_file_builds_a_program() {
     assert!(out.status.success(), "{}", common::text(&out));
 }
 
+/// A PE that vanishes while another reads or writes it through a context's endpoint (over a
+/// network; on shared memory the copies succeed and the next barrier finds it) ends the job
+/// within seconds, with a message naming the PE's process, not a hang.
+#[test]
+fn a_vanished_pe_fails_context_operations() {
+    let prog = build("errors", &[], false);
+    for case in ["dead_pe_ctx_get", "dead_pe_ctx_put"] {
+        let (out, took, pid) = run_with(&prog, 2, &[case], &[("WEFT_SHMEM_CONTEXTS", "2")]);
+        let text = common::text(&out);
+        assert!(!out.status.success(), "{case}: the job succeeded\n{text}");
+        assert!(text.contains("PE 0: shmem_"), "{case}: no message from PE 0\n{text}");
+        assert!(text.contains("is gone") || text.contains("died"), "{case}: no word of PE 1\n{text}");
+        assert!(took < Duration::from_secs(30), "{case}: the job took {took:?} to end");
+        assert!(common::shm_leftovers(pid).is_empty(), "{case}: left files in /dev/shm");
+    }
+}
+
 /// A bad context variable ends the job at `shmem_init` naming it, on every fabric (also
 /// where no endpoints are made).
 #[test]

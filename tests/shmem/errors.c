@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 int main(int argc, char **argv) {
   const char *c = argc > 1 ? argv[1] : "";
@@ -55,6 +56,23 @@ int main(int argc, char **argv) {
     shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, 1, NULL, 0, &alone);
     shmem_ctx_t ctx;
     if (me == 0 && shmem_team_create_ctx(alone, 0, &ctx) == 0) shmem_ctx_int_p(ctx, x, 1, 1);
+  }
+  if (strcmp(c, "dead_pe_ctx_get") == 0) {
+    shmem_ctx_t ctx;
+    shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx);
+    shmem_barrier_all();
+    if (me == 1) _exit(0);
+    sleep(1);
+    for (int r = 0; r < 1000; r++) shmem_ctx_int_get(ctx, local, x, 16, 1);
+  }
+  if (strcmp(c, "dead_pe_ctx_put") == 0) {
+    shmem_ctx_t ctx;
+    shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx);
+    shmem_barrier_all();
+    if (me == 1) _exit(0);
+    sleep(1);
+    for (int r = 0; r < 1000; r++) shmem_ctx_int_put(ctx, x, local, 16, 1);
+    shmem_ctx_quiet(ctx);
   }
   shmem_barrier_all();
   printf("errors: case %s did not fail\n", c);

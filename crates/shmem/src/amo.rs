@@ -108,6 +108,16 @@ pub(crate) fn amo<T: Word>(call: &str, ctx: *mut c_void, dest: *const c_void, pe
     T::from_w(old)
 }
 
+/// Runs a fetching `_nbi` operation and writes its result to the caller's `fetch` (NULL is
+/// an error, found before the operation runs).
+#[inline]
+fn fetch_out<T: Copy>(call: &str, fetch: *mut T, op: impl FnOnce() -> T) {
+    if fetch.is_null() {
+        die(call, "the fetch pointer is NULL");
+    }
+    crate::cabi::write_value(fetch, op())
+}
+
 thread_local! {
     /// The last value this thread saw of the last word a 32-bit operation used (rank,
     /// segment, offset, value): the first guess of the next compare-and-swap on it, which
@@ -204,10 +214,10 @@ macro_rules! amo_routines {
             amo::<$t>(call, ctx, dest.cast(), pe, Amo::Swap(value.to_w()))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_nbi"), fn(fetch: *mut $t, source: *const $t, pe: c_int) {
-            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, source.cast(), pe, Amo::Fetch))
+            fetch_out(call, fetch, || amo::<$t>(call, ctx, source.cast(), pe, Amo::Fetch))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_swap_nbi"), fn(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::Swap(value.to_w())))
+            fetch_out(call, fetch, || amo::<$t>(call, ctx, dest.cast(), pe, Amo::Swap(value.to_w())))
         });
         #[export_name = concat!("shmem_", stringify!($name), "_fetch")]
         pub extern "C" fn fetch_old(source: *const $t, pe: c_int) -> $t {
@@ -225,13 +235,13 @@ macro_rules! amo_routines {
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_compare_swap_nbi"), fn(fetch: *mut $t, dest: *mut $t, cond: $t, value: $t, pe: c_int) {
             let op = Amo::CompareSwap { cond: cond.to_w(), value: value.to_w() };
-            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, op))
+            fetch_out(call, fetch, || amo::<$t>(call, ctx, dest.cast(), pe, op))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_add"), fn(dest: *mut $t, value: $t, pe: c_int) -> $t {
             amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w()))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_add_nbi"), fn(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w())))
+            fetch_out(call, fetch, || amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w())))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_add"), fn(dest: *mut $t, value: $t, pe: c_int) {
             amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(value.to_w()));
@@ -240,7 +250,7 @@ macro_rules! amo_routines {
             amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_inc_nbi"), fn(fetch: *mut $t, dest: *mut $t, pe: c_int) {
-            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1)))
+            fetch_out(call, fetch, || amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1)))
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_inc"), fn(dest: *mut $t, pe: c_int) {
             amo::<$t>(call, ctx, dest.cast(), pe, Amo::Add(1));
@@ -272,7 +282,7 @@ macro_rules! amo_routines {
             amo::<$t>(call, ctx, dest.cast(), pe, Amo::$variant(value.to_w()));
         });
         with_ctx!(call, ctx, concat!(stringify!($name), "_atomic_fetch_", stringify!($op), "_nbi"), fn(fetch: *mut $t, dest: *mut $t, value: $t, pe: c_int) {
-            crate::cabi::write_value(fetch, amo::<$t>(call, ctx, dest.cast(), pe, Amo::$variant(value.to_w())))
+            fetch_out(call, fetch, || amo::<$t>(call, ctx, dest.cast(), pe, Amo::$variant(value.to_w())))
         });
     )*};
 }

@@ -142,8 +142,8 @@ pub(crate) mod x87 {
         out
     }
 
-    /// Whether `a < b` (false when either is a NaN).
-    pub(crate) fn less(a: &[u8; 16], b: &[u8; 16]) -> bool {
+    /// Whether `a < b`; `None` when they are unordered (either is a NaN).
+    pub(crate) fn less(a: &[u8; 16], b: &[u8; 16]) -> Option<bool> {
         let (below, unordered): (u8, u8);
         // SAFETY: reads 10 bytes at `a` and `b` (borrowed 16-byte arrays); two loads, a
         // popping compare and a popping store to st(0) leave the x87 stack as found; every
@@ -163,6 +163,6 @@ pub(crate) mod x87 {
                 options(nostack),
             )
         }
-        below == 1 && unordered == 0
+        (unordered == 0).then_some(below == 1)
     }
 }

@@ -438,9 +438,19 @@ impl Reduce for LongDouble {
         match op {
             Op::Sum => LongDouble(x87::arith(&a.0, &b.0, false)),
             Op::Prod => LongDouble(x87::arith(&a.0, &b.0, true)),
-            Op::Max if x87::less(&a.0, &b.0) => b,
-            Op::Min if x87::less(&b.0, &a.0) => b,
-            // Max, min keep `a` otherwise; no bitwise routines exist for long double.
+            // As for float and double, a NaN loses to a number.
+            Op::Max | Op::Min => match x87::less(&a.0, &b.0) {
+                Some(a_less) => {
+                    if a_less == (op == Op::Max) {
+                        b
+                    } else {
+                        a
+                    }
+                }
+                None if x87::less(&a.0, &a.0).is_none() => b,
+                None => a,
+            },
+            // No bitwise routines exist for long double.
             _ => a,
         }
     }
@@ -468,6 +478,9 @@ pub(crate) fn reduce<T: Reduce>(
 ) {
     let s = st(call);
     let bytes = n.checked_mul(T::SIZE).unwrap_or_else(|| die(call, format_args!("{n} elements overflow")));
+    if bytes == 0 {
+        return;
+    }
     s.sym(call, dest.cast(), bytes, s.me as i32);
     s.sym(call, source.cast(), bytes, s.me as i32);
     let room = RED_SLOTS.len() / if area.calls.is_some() { 2 } else { 1 };

@@ -237,6 +237,14 @@ fn create(s: &'static Shmem, set: Set, team: usize, options: c_long) -> *mut c_v
     ((gen as usize) << INDEX_BITS | (index + 2)) as *mut c_void
 }
 
+/// Checks the caller's pointer for the new handle (a context made with nowhere to put its
+/// handle could never be destroyed).
+fn out_pointer(call: &str, ctx: *mut *mut c_void) {
+    if ctx.is_null() {
+        die(call, "the ctx pointer is NULL");
+    }
+}
+
 /// Writes `h` to the caller's `*out` (if given).
 fn give(out: *mut *mut c_void, h: *mut c_void) {
     if !out.is_null() {
@@ -248,6 +256,7 @@ fn give(out: *mut *mut c_void, h: *mut c_void) {
 pub extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_int {
     let call = "shmem_ctx_create";
     let s = st(call);
+    out_pointer(call, ctx);
     let h = create(s, Set { start: 0, stride: 1, size: s.n }, crate::team::WORLD, options);
     give(ctx, h);
     -(h.is_null() as c_int)
@@ -257,6 +266,7 @@ pub extern "C" fn shmem_ctx_create(options: c_long, ctx: *mut *mut c_void) -> c_
 pub extern "C" fn shmem_team_create_ctx(team: *mut c_void, options: c_long, ctx: *mut *mut c_void) -> c_int {
     let call = "shmem_team_create_ctx";
     let s = st(call);
+    out_pointer(call, ctx);
     give(ctx, std::ptr::null_mut());
     if team.is_null() {
         return -1;

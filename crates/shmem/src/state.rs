@@ -95,8 +95,12 @@ static FINALIZED: AtomicBool = AtomicBool::new(false);
 /// which makes the launcher stop every other PE (as `shmem_global_exit` does).
 #[cold]
 pub(crate) fn die(call: &str, msg: impl std::fmt::Display) -> ! {
+    use std::io::Write;
     let who = STATE.get().map(|s| format!("PE {}: ", s.me)).unwrap_or_default();
-    eprintln!("weft shmem: {who}{call}: {msg}");
+    // One write, so that a launcher stopping the job on another PE's failure does not cut
+    // the line short.
+    let line = format!("weft shmem: {who}{call}: {msg}\n");
+    let _ = std::io::stderr().write_all(line.as_bytes());
     std::process::exit(1)
 }
 

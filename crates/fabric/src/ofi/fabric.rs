@@ -316,6 +316,7 @@ impl Fabric for OfiFabric {
             rank: self.rank,
             credits: self.credits.clone(),
             left: self.left.clone(),
+            near_pids: (0..self.size as usize).map(|r| self.same_host[r].then_some(self.pids[r])).collect(),
             inject: neg.inject,
             tx_size: neg.tx_size,
             send_after_write: neg.send_after_write,

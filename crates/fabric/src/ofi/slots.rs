@@ -44,6 +44,9 @@ const SMALLS: usize = 64;
 const SMALL_BYTES: usize = 32;
 /// How long a slot waits for its own completions before reporting the peer.
 const STALL: Duration = Duration::from_secs(60);
+/// How often a waiting slot looks at a near peer's process, and how long it may be gone.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
+const GONE_GRACE: Duration = Duration::from_nanos(super::GONE_GRACE_NS);
 
 /// What a slot needs of its fabric.
 pub(super) struct SlotParams {
@@ -52,6 +55,9 @@ pub(super) struct SlotParams {
     pub credits: Arc<Vec<AtomicU32>>,
     /// Per peer: it finalized or failed (the main endpoint's record).
     pub left: Arc<Vec<std::sync::atomic::AtomicBool>>,
+    /// Per peer: its pid where it runs on this host (a slot's waits see it die, as the main
+    /// endpoint's waits do; far peers are the main endpoint's probes' to find).
+    pub near_pids: Vec<Option<u32>>,
     pub inject: usize,
     pub tx_size: usize,
     pub send_after_write: bool,
@@ -159,6 +165,36 @@ struct Held {
     key: u64,
 }
 
+/// What a waiting slot knows of its peer: the main endpoint's record, and for a near peer its
+/// process, looked at every [`CHECK_EVERY`] (gone for [`GONE_GRACE`]: dead).
+struct Liveness {
+    checked: Instant,
+    gone: Option<Instant>,
+}
+
+impl Liveness {
+    fn new(now: Instant) -> Liveness {
+        Liveness { checked: now, gone: None }
+    }
+
+    fn check(&mut self, p: &SlotParams, dst: Rank, what: &str) -> FabricResult<()> {
+        if p.left.get(dst as usize).is_some_and(|l| l.load(Ordering::Acquire)) {
+            return Err(FabricError::Peer { rank: dst, reason: format!("left the job or failed ({what})") });
+        }
+        let Some(pid) = p.near_pids.get(dst as usize).copied().flatten() else { return Ok(()) };
+        if self.checked.elapsed() < CHECK_EVERY {
+            return Ok(());
+        }
+        self.checked = Instant::now();
+        if crate::os::process_alive(pid) {
+            self.gone = None;
+        } else if self.gone.get_or_insert(self.checked).elapsed() >= GONE_GRACE {
+            return Err(FabricError::Peer { rank: dst, reason: format!("process {pid} is gone ({what})") });
+        }
+        Ok(())
+    }
+}
+
 impl OfiTxSlot {
     /// Opens a slot in context `ctx`, on an endpoint a closed slot of it returned or on a new
     /// one.
@@ -248,15 +284,11 @@ impl OfiTxSlot {
         ready: impl Fn(&Self) -> bool,
     ) -> FabricResult<()> {
         let start = Instant::now();
+        let mut live = Liveness::new(start);
         while !ready(self) {
             if self.poll() == 0 {
-                if let Some(d) =
-                    dst.filter(|&d| self.p.left.get(d as usize).is_some_and(|l| l.load(Ordering::Acquire)))
-                {
-                    return Err(FabricError::Peer {
-                        rank: d,
-                        reason: format!("left the job or failed ({what})"),
-                    });
+                if let Some(d) = dst {
+                    live.check(&self.p, d, what)?;
                 }
                 if start.elapsed() > STALL {
                     let toward = dst.map_or(String::new(), |d| format!(" toward rank {d}"));
@@ -280,13 +312,16 @@ impl OfiTxSlot {
         self.progress_until(Some(dst), "a full transmit queue", |s| s.inflight < tx_size)?;
         let ctx = Context::into_raw(op);
         let start = Instant::now();
+        let mut live = Liveness::new(start);
         loop {
             let ret = post(&self.parts().tx, ctx);
             if ret == 0 {
                 self.inflight += 1;
                 return Ok(());
             }
-            if ret != EAGAIN || start.elapsed() > STALL {
+            // A provider that cannot reach a departed peer refuses with EAGAIN for ever.
+            let departed = if ret == EAGAIN { live.check(&self.p, dst, what).err() } else { None };
+            if ret != EAGAIN || departed.is_some() || start.elapsed() > STALL {
                 // SAFETY: the provider refused the operation, so the context is ours again.
                 let op = unsafe { Context::<SlotOp>::from_raw(ctx) };
                 if let Some(b) = op.op.buf {
@@ -294,6 +329,9 @@ impl OfiTxSlot {
                 }
                 if let Some((s, _)) = op.op.small {
                     self.smalls.push(s);
+                }
+                if let Some(e) = departed {
+                    return Err(e);
                 }
                 if ret == EAGAIN {
                     return Err(FabricError::Timeout { what: format!("{what}: provider queue stayed full") });
