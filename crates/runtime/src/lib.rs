@@ -57,7 +57,7 @@ pub use dist::{current, Dist};
 pub use endpoint::{CqSharing, Endpoint, EndpointConfig, EndpointPolicy, EndpointResources, EndpointSet};
 pub use error::{Error, Result};
 pub use ops::{AtomicHandle, GetVec, RmaHandle};
-pub use progress::block_on;
+pub use progress::{block_on, RMA_WAIT_SLEEP};
 pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};
 pub use startup::launched;

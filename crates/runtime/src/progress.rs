@@ -28,6 +28,8 @@ pub(crate) enum Deps<'a> {
 const YIELD_WINDOW: Duration = Duration::from_millis(1);
 /// Longest single sleep of a waiting thread.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
+/// Longest sleep of [`Comm::wait_until_written`].
+pub const RMA_WAIT_SLEEP: Duration = Duration::from_micros(100);
 /// How long the progress thread stands aside before it looks again whether an application
 /// thread still waits (and so makes progress itself).
 const STAND_ASIDE: Duration = Duration::from_micros(500);
@@ -74,6 +76,8 @@ pub(crate) struct Backoff {
     /// (more ranks than cores), so a waiter soon hands the core to the peer it waits for.
     stride_mask: u32,
     slow: Option<Slow>,
+    /// Longest sleep on the doorbell ([`MAX_SLEEP`], or less where what is awaited rings none).
+    max_sleep: Duration,
 }
 
 /// The part of a [`Backoff`] its slow calls use.
@@ -95,7 +99,7 @@ impl Backoff {
     #[inline]
     pub(crate) fn new(comm: &Comm) -> Self {
         let stride = if comm.cfg.spin.is_zero() { 4 } else { FIRST_POLLS };
-        Backoff { iters: 0, stride_mask: stride - 1, slow: None }
+        Backoff { iters: 0, stride_mask: stride - 1, slow: None, max_sleep: MAX_SLEEP }
     }
 
     /// Back to the spinning phase (after activity).
@@ -154,7 +158,7 @@ impl Backoff {
                 // Woken by traffic: the peers are talking, poll eagerly again.
                 s.reset();
             } else {
-                s.sleep = (s.sleep * 2).min(MAX_SLEEP);
+                s.sleep = (s.sleep * 2).min(self.max_sleep);
             }
             self.iters = self.iters.wrapping_add(63);
         }
@@ -223,6 +227,21 @@ impl Comm {
         self.wait(Deps::AnyDead, "wait_until", cond)
     }
 
+    /// [`Comm::wait_until`] for a condition that peers' one-sided writes make true, whose
+    /// writers do not call [`Comm::notify`] (a library's users' flags, as OpenSHMEM's
+    /// `wait_until` awaits): its sleeps on the doorbell last at most [`RMA_WAIT_SLEEP`], so it
+    /// sees such a write within about that, for a wake-up every so often while it waits long.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let flags = world.alloc_segment::<u64>(1)?;
+    /// world.wait_until_written(|| flags.local().atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1)?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn wait_until_written(&self, cond: impl FnMut() -> bool) -> Result<()> {
+        self.wait_capped(Deps::AnyDead, "wait_until_written", crate::am::poll_set(), RMA_WAIT_SLEEP, cond)
+    }
+
     /// Wakes the threads of `rank` (this rank included) that sleep in a wait, for example after
     /// a put or atomic that sets a flag one of them waits on. Costs one load when nobody sleeps.
     ///
@@ -270,6 +289,18 @@ impl Comm {
         deps: Deps<'_>,
         what: &str,
         set: PollSet,
+        test: impl FnMut() -> bool,
+    ) -> Result<()> {
+        self.wait_capped(deps, what, set, MAX_SLEEP, test)
+    }
+
+    /// [`Comm::wait_with`] whose sleeps on the doorbell last at most `max_sleep`.
+    fn wait_capped(
+        &self,
+        deps: Deps<'_>,
+        what: &str,
+        set: PollSet,
+        max_sleep: Duration,
         mut test: impl FnMut() -> bool,
     ) -> Result<()> {
         if self.stop.load(Ordering::Relaxed) {
@@ -289,6 +320,7 @@ impl Comm {
             return Ok(());
         }
         let mut backoff = Backoff::new(self);
+        backoff.max_sleep = max_sleep;
         // A thread waiting here delivers everything and sleeps on the fabric's doorbell, which
         // arriving traffic rings: the progress thread has nothing to add meanwhile. On shared
         // memory counted from the first back-off on: most waits end within a few polls, and

@@ -26,7 +26,7 @@ pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
         return;
     }
     let mut err = None;
-    let r = s.comm.wait_until(|| match served(s) {
+    let r = s.comm.wait_until_written(|| match served(s) {
         Ok(done) => done,
         Err(e) => {
             err = Some(e);

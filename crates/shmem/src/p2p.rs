@@ -74,7 +74,7 @@ pub(crate) fn array<T: Word + PartialOrd>(
     if !done(&now) && wait {
         s.check(
             call,
-            s.comm.wait_until(|| {
+            s.comm.wait_until_written(|| {
                 now = satisfied(call, base, n, status, cmp, value);
                 done(&now)
             }),

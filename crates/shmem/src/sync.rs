@@ -2,7 +2,9 @@
 //! `test`) and signals.
 //!
 //! Waits spin on this PE's own memory with acquire loads while weft makes progress, backing
-//! off to sleep as weft's waits do, so a PE waiting for a peer leaves the core to it.
+//! off to sleep as weft's waits do, so a PE waiting for a peer leaves the core to it; the
+//! peers' puts to it ring no doorbell, so those sleeps last at most
+//! [`weft_runtime::RMA_WAIT_SLEEP`] (`Comm::wait_until_written`).
 
 use crate::amo::{amo, Amo, Word};
 use crate::cabi;
@@ -71,7 +73,7 @@ pub(crate) fn wait_until<T: Word + PartialOrd>(call: &str, ivar: *const c_void, 
     }
     s.check(
         call,
-        s.comm.wait_until(|| {
+        s.comm.wait_until_written(|| {
             seen = T::from_w(cabi::load_local(addr, T::BYTES));
             holds(call, seen, cmp, value)
         }),
