@@ -69,12 +69,18 @@ extern "C" {
 /* Teams and communication contexts. A handle is an opaque value weft checks (never a pointer
  * it follows). */
 typedef struct weft_shmem_team *shmem_team_t;
-#define SHMEM_TEAM_INVALID ((shmem_team_t)0)
-#define SHMEM_TEAM_WORLD ((shmem_team_t)1)
-#define SHMEM_TEAM_SHARED ((shmem_team_t)2)
 typedef struct weft_shmem_ctx *shmem_ctx_t;
-#define SHMEM_CTX_INVALID ((shmem_ctx_t)0)
-#define SHMEM_CTX_DEFAULT ((shmem_ctx_t)1)
+/* The handle constants (C++ spells the casts its own way, for -Wold-style-cast). */
+#ifdef __cplusplus
+#define WEFT_SHMEM_HANDLE(T, V) (reinterpret_cast<T>(static_cast<uintptr_t>(V)))
+#else
+#define WEFT_SHMEM_HANDLE(T, V) ((T)(V))
+#endif
+#define SHMEM_TEAM_INVALID WEFT_SHMEM_HANDLE(shmem_team_t, 0)
+#define SHMEM_TEAM_WORLD WEFT_SHMEM_HANDLE(shmem_team_t, 1)
+#define SHMEM_TEAM_SHARED WEFT_SHMEM_HANDLE(shmem_team_t, 2)
+#define SHMEM_CTX_INVALID WEFT_SHMEM_HANDLE(shmem_ctx_t, 0)
+#define SHMEM_CTX_DEFAULT WEFT_SHMEM_HANDLE(shmem_ctx_t, 1)
 #define SHMEM_CTX_SERIALIZED 1L
 #define SHMEM_CTX_PRIVATE 2L
 #define SHMEM_CTX_NOSTORE 4L
