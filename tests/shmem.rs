@@ -220,6 +220,20 @@ fn a_vanished_pe_fails_context_operations() {
     }
 }
 
+/// `shmem_global_exit(0)` on one PE, while the other waits in a barrier, stops the job at
+/// once with status 0 (`weft run` is asked to end it).
+#[test]
+fn global_exit_zero_ends_the_job_with_status_zero() {
+    let prog = build("errors", &[], false);
+    let (out, took, pid) = run(&prog, 2, &["global_exit_zero"]);
+    let text = common::text(&out);
+    assert_eq!(out.status.code(), Some(0), "the job's status\n{text}");
+    assert!(text.contains("a rank ended the job"), "no word from the launcher\n{text}");
+    assert!(!text.contains("did not fail"), "the other PE ran on\n{text}");
+    assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
+    assert!(common::shm_leftovers(pid).is_empty(), "left files in /dev/shm");
+}
+
 /// A bad context variable ends the job at `shmem_init` naming it, on every fabric (also
 /// where no endpoints are made).
 #[test]
@@ -258,7 +272,6 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("bad_stride", "shmem_int_iput", "stride 0"),
         ("bad_team", "shmem_team_sync", "is not a team"),
         ("null_source", "shmem_putmem", "is NULL"),
-        ("global_exit_zero", "shmem_global_exit(0)", "status 1"),
         ("bad_active_set", "shmem_barrier", "is not within the job"),
         ("bad_root", "shmem_broadcast64", "root 5"),
         ("destroyed_ctx", "shmem_ctx_int_p", "is not a context"),

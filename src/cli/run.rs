@@ -172,6 +172,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             .env("WEFT_JOB", &job)
             .env("WEFT_NODE_CPUS", &node_cpus)
             .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
+            .env("WEFT_LAUNCHER_PID", std::process::id().to_string())
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(match rank {
                 0 if stdin_is_terminal => Stdio::piped(),
@@ -263,6 +264,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                         "weft run: interrupted by {}; stopping {} rank(s) (again to kill them at once)",
                         os::signal_name(sig),
                         running.len()
+                    );
+                    stopping = Some(Instant::now());
+                } else if os::end_asked() {
+                    // A rank's shmem_global_exit(0): stopped, as the job asked, with status 0.
+                    forced = Some(0);
+                    eprintln!(
+                        "weft run: a rank ended the job with status 0; stopping the ranks still running"
                     );
                     stopping = Some(Instant::now());
                 } else if let Some(t) = spec.timeout.filter(|t| started.elapsed() > *t) {

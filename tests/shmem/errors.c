@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
   if (strcmp(c, "null_source") == 0) shmem_putmem(x, NULL, 8, 0);
   if (strcmp(c, "global_exit_zero") == 0) {
     shmem_putmem(x, NULL, 0, 0); /* nothing to move: fine with NULL */
-    shmem_global_exit(0);
+    if (me == 0) shmem_global_exit(0); /* PE 1 waits in the barrier below */
   }
   if (strcmp(c, "bad_team") == 0) shmem_team_sync((shmem_team_t)99);
   static long psync[SHMEM_SYNC_SIZE];

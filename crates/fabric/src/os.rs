@@ -567,9 +567,22 @@ extern "C" fn on_interrupt(sig: libc::c_int) {
     INTERRUPTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
 }
 
+static END_ASKED: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_end_asked(_: libc::c_int) {
+    END_ASKED.store(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether a rank asked that the job end with status 0 ([`crate::boot::ask_launcher_to_end_job`]).
+pub fn end_asked() -> bool {
+    END_ASKED.load(std::sync::atomic::Ordering::SeqCst) != 0
+}
+
 /// Routes SIGINT, SIGTERM and SIGHUP to a flag read by [`interrupted`] instead of ending the
-/// process, so that a launcher can stop its ranks and clean up.
+/// process, so that a launcher can stop its ranks and clean up; SIGUSR1 to [`end_asked`].
 pub fn catch_interrupts() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGUSR1, on_end_asked as extern "C" fn(libc::c_int) as libc::sighandler_t) };
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: the handler only stores to atomics, which is async-signal-safe.
         unsafe { libc::signal(sig, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t) };

@@ -60,7 +60,7 @@ pub use ops::{AtomicHandle, GetVec, RmaHandle};
 pub use progress::{block_on, RMA_WAIT_SLEEP};
 pub use rma::NbiScope;
 pub use segment::{GlobalPtr, Segment};
-pub use startup::launched;
+pub use startup::{end_job, launched};
 pub use team::coll::Number;
 pub use team::{CollHandle, ReduceOp, Team};
 pub use vis::Pieces;

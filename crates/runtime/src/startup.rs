@@ -45,6 +45,20 @@ pub fn launched() -> bool {
     std::env::var_os("WEFT_RANK").is_some() || weft_fabric::boot::launched_by_pmix()
 }
 
+/// Asks `weft run` to stop every rank and end the job with status 0, as OpenSHMEM's
+/// `shmem_global_exit(0)` does; false where the job was not started by `weft run` directly
+/// (`mpirun`, `srun`, a wrapper between them), where only a failure status stops a job.
+///
+/// ```no_run
+/// if !weft_runtime::end_job() {
+///     std::process::exit(1); // the one way to stop the others under any launcher
+/// }
+/// std::process::exit(0);
+/// ```
+pub fn end_job() -> bool {
+    weft_fabric::boot::ask_launcher_to_end_job()
+}
+
 impl Startup {
     /// Finds the launcher. `weft run`'s variables win over PMIx (a `weft run` inside an
     /// allocation); a PMIx launch in a build without the `pmix` feature is an error rather

@@ -45,8 +45,12 @@ pub extern "C" fn shmem_finalize() {
 
 #[no_mangle]
 pub extern "C" fn shmem_global_exit(status: c_int) {
-    // The launcher stops every other PE when one ends with a failure status; a status the
-    // process cannot report as one (0, or a multiple of 256) ends the job with 1, said here.
+    // A failure status makes any launcher stop every other PE. A status the process cannot
+    // report as one (0, or a multiple of 256): `weft run` is asked to end the job with 0;
+    // elsewhere the job ends with 1, said here.
+    if status & 0xff == 0 && weft_runtime::end_job() {
+        std::process::exit(0);
+    }
     let code = if status & 0xff == 0 { 1 } else { status };
     if code != status {
         let who = st("shmem_global_exit").me;

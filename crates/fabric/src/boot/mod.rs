@@ -41,6 +41,20 @@ pub fn launched_by_pmix() -> bool {
     std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
 }
 
+/// Asks `weft run`, when it is this process's parent (`WEFT_LAUNCHER_PID`), to stop every
+/// rank and end the job with status 0 (OpenSHMEM's `shmem_global_exit(0)`); false under any
+/// other launcher, which learns of a job's end from a failure status only.
+pub fn ask_launcher_to_end_job() -> bool {
+    let launcher = std::env::var("WEFT_LAUNCHER_PID").ok().and_then(|v| v.parse::<u32>().ok());
+    match launcher {
+        Some(pid) if pid == std::os::unix::process::parent_id() => {
+            crate::os::kill(pid, libc::SIGUSR1);
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Refuses a contribution larger than [`MAX_CONTRIBUTION`].
 fn check_contribution(data: &[u8]) -> FabricResult<()> {
     if data.len() > MAX_CONTRIBUTION {
