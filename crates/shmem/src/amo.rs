@@ -8,7 +8,7 @@
 //! return (the fetched value is in place at once, earlier than `shmem_quiet` requires).
 
 use crate::ctx::{with_ctx, DEFAULT};
-use crate::state::{die, st, Shmem};
+use crate::state::{die, Shmem};
 use std::ffi::{c_int, c_void};
 use weft_runtime::{AtomicOp, GlobalPtr};
 
@@ -91,8 +91,7 @@ impl Amo {
 /// Applies `op` to the `T` at symmetric address `dest` on `pe` (a member of context `ctx`'s
 /// team); returns the previous value. Every context's atomics take the world's path.
 pub(crate) fn amo<T: Word>(call: &str, ctx: *mut c_void, dest: *const c_void, pe: c_int, op: Amo) -> T {
-    let s = st(call);
-    let pe = crate::ctx::resolve(s, call, ctx).pe(call, pe);
+    let (s, _, pe) = crate::ctx::target(call, ctx, pe);
     if !(dest as usize).is_multiple_of(T::BYTES) {
         die(call, format_args!("{dest:p} is not aligned to {} bytes", T::BYTES));
     }

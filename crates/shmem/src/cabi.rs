@@ -104,42 +104,36 @@ pub(crate) fn atomic_u64<'a>(addr: usize) -> &'a std::sync::atomic::AtomicU64 {
 pub(crate) mod x87 {
     use std::arch::asm;
 
+    /// `a OP b` for the x87 instruction `$op` that combines st(1) with st and pops.
+    macro_rules! binop {
+        ($a:expr, $b:expr, $op:literal) => {{
+            let mut out = [0u8; 16];
+            // SAFETY: reads 10 bytes at `a` and `b` and writes 10 at `out`, all 16-byte arrays
+            // borrowed for the block; the x87 stack is left as found (two loads, one popping
+            // operation, one popping store) and every x87 register is declared clobbered.
+            unsafe {
+                asm!(
+                    "fld tbyte ptr [{b}]",
+                    "fld tbyte ptr [{a}]",
+                    $op,
+                    "fstp tbyte ptr [{o}]",
+                    a = in(reg) $a.as_ptr(), b = in(reg) $b.as_ptr(), o = in(reg) out.as_mut_ptr(),
+                    out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
+                    out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
+                    options(nostack),
+                )
+            }
+            out
+        }};
+    }
+
     /// `a + b` (`mul`: `a * b`).
     pub(crate) fn arith(a: &[u8; 16], b: &[u8; 16], mul: bool) -> [u8; 16] {
-        let mut out = [0u8; 16];
         if mul {
-            // SAFETY: reads 10 bytes at `a` and `b` and writes 10 at `out`, all 16-byte
-            // arrays borrowed for the block; the x87 stack is left as found (two loads, one
-            // popping operation, one popping store) and every x87 register is declared
-            // clobbered.
-            unsafe {
-                asm!(
-                    "fld tbyte ptr [{b}]",
-                    "fld tbyte ptr [{a}]",
-                    "fmulp st(1), st",
-                    "fstp tbyte ptr [{o}]",
-                    a = in(reg) a.as_ptr(), b = in(reg) b.as_ptr(), o = in(reg) out.as_mut_ptr(),
-                    out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
-                    out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
-                    options(nostack),
-                )
-            }
+            binop!(a, b, "fmulp st(1), st")
         } else {
-            // SAFETY: as above, with an addition.
-            unsafe {
-                asm!(
-                    "fld tbyte ptr [{b}]",
-                    "fld tbyte ptr [{a}]",
-                    "faddp st(1), st",
-                    "fstp tbyte ptr [{o}]",
-                    a = in(reg) a.as_ptr(), b = in(reg) b.as_ptr(), o = in(reg) out.as_mut_ptr(),
-                    out("st(0)") _, out("st(1)") _, out("st(2)") _, out("st(3)") _,
-                    out("st(4)") _, out("st(5)") _, out("st(6)") _, out("st(7)") _,
-                    options(nostack),
-                )
-            }
+            binop!(a, b, "faddp st(1), st")
         }
-        out
     }
 
     /// Whether `a < b`; `None` when they are unordered (either is a NaN).

@@ -144,17 +144,9 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
 }
 
 /// Puts `len` bytes from `src` to symmetric `dest + at` on world PE `pe`.
-fn put_at(s: &Shmem, call: &str, dest: *const c_void, at: usize, src: *const c_void, len: usize, pe: u32) {
-    if crate::rma::empty(call, src, len) {
-        return;
-    }
-    let to = (dest as usize).checked_add(at).unwrap_or_else(|| die(call, "destination overflows"))
-        as *const c_void;
-    if let Some(at) = s.direct(to, len, pe as i32) {
-        return cabi::copy(src.cast(), at as *mut u8, len);
-    }
-    let g = s.sym(call, to, len, pe as i32);
-    s.check(call, s.comm.put(g, cabi::src_bytes(src, len)));
+fn put_at(call: &str, dest: *const c_void, at: usize, src: *const c_void, len: usize, pe: u32) {
+    let to = (dest as usize).checked_add(at).unwrap_or_else(|| die(call, "destination overflows"));
+    crate::rma::put(call, crate::ctx::DEFAULT, to as *mut c_void, src, len, pe as i32);
 }
 
 /// The root of a broadcast (a member index), and whether its own `dest` gets the data too
@@ -185,10 +177,10 @@ pub(crate) fn broadcast(
     }
     s.sym(call, source, len, s.me as i32);
     if root.to_itself {
-        put_at(s, call, dest, 0, source, len, s.me);
+        put_at(call, dest, 0, source, len, s.me);
     }
     for i in (0..set.size).filter(|&i| i != root.index) {
-        put_at(s, call, dest, 0, source, len, set.pe(i));
+        put_at(call, dest, 0, source, len, set.pe(i));
         signal(s, call, area, set.pe(i), BCAST_WORD);
     }
 }
@@ -217,7 +209,7 @@ pub(crate) fn collect(
     let total = total.unwrap_or_else(|| die(call, "the collected size overflows"));
     s.sym(call, dest, total, s.me as i32);
     for i in 0..set.size {
-        put_at(s, call, dest, at, source, len, set.pe(i));
+        put_at(call, dest, at, source, len, set.pe(i));
     }
     barrier(s, call, set, area);
 }
@@ -238,7 +230,7 @@ pub(crate) fn alltoall(
     s.sym(call, dest, blocks, s.me as i32);
     for j in 0..set.size as usize {
         let src = (source as usize + j * len) as *const c_void;
-        put_at(s, call, dest, me * len, src, len, set.pe(j as u32));
+        put_at(call, dest, me * len, src, len, set.pe(j as u32));
     }
     barrier(s, call, set, area);
 }
@@ -283,7 +275,7 @@ pub(crate) fn alltoalls(
     for j in 0..set.size as usize {
         for k in 0..n {
             let src = (source as usize + at(j, k, sst)) as *const c_void;
-            put_at(s, call, dest, at(me, k, dst), src, elem, set.pe(j as u32));
+            put_at(call, dest, at(me, k, dst), src, elem, set.pe(j as u32));
         }
     }
     barrier(s, call, set, area);
@@ -499,13 +491,14 @@ pub(crate) fn reduce<T: Reduce>(
         barrier(s, call, set, area);
         for i in 0..set.size {
             let into = if i == 0 { &mut acc[..] } else { &mut part[..] };
-            match s.direct(source.cast(), bytes, set.pe(i) as i32) {
-                Some(from) => cabi::copy(from as *const u8, into.as_mut_ptr(), bytes),
-                None => {
-                    let g = s.sym(call, source.cast(), bytes, set.pe(i) as i32);
-                    s.check(call, s.comm.get(g, into));
-                }
-            }
+            crate::rma::get(
+                call,
+                crate::ctx::DEFAULT,
+                into.as_mut_ptr().cast(),
+                source.cast(),
+                bytes,
+                set.pe(i) as i32,
+            );
             if i > 0 {
                 fold::<T>(op, acc, part);
             }
@@ -534,7 +527,7 @@ fn reduce_small<T: Reduce>(
     let slot = |from: u32, on: u32| base + bytes * (if from < on { from } else { from - 1 }) as usize;
     let area_addr = area.local as *const c_void;
     for j in (0..set.size).filter(|&j| j != me) {
-        put_at(s, call, area_addr, slot(me, j), source.cast(), bytes, set.pe(j));
+        put_at(call, area_addr, slot(me, j), source.cast(), bytes, set.pe(j));
         signal(s, call, area, set.pe(j), RED_COUNT[parity]);
     }
     await_signal(s, call, area, RED_COUNT[parity], set.size as u64 - 1);

@@ -193,6 +193,15 @@ impl Ctx {
     }
 }
 
+/// The state, context `ctx` (a handle) and the world PE of `pe` (a member of the context's
+/// team) of a routine on a context, checked; the end of the job otherwise.
+#[inline]
+pub(crate) fn target(call: &str, ctx: *mut c_void, pe: c_int) -> (&'static Shmem, Ctx, c_int) {
+    let s = st(call);
+    let c = resolve(s, call, ctx);
+    (s, c, c.pe(call, pe))
+}
+
 /// The context of handle `h`, or the end of the job.
 #[inline]
 pub(crate) fn resolve(s: &'static Shmem, call: &str, h: *mut c_void) -> Ctx {

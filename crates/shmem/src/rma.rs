@@ -9,7 +9,7 @@
 use crate::cabi;
 use crate::ctx::with_ctx;
 use crate::ctx::Ctx;
-use crate::state::{die, st, Shmem};
+use crate::state::{die, Shmem};
 use std::ffi::{c_int, c_void};
 
 /// Bytes of `nelems` elements of `size` bytes, or the end of the job.
@@ -42,9 +42,8 @@ fn put_as(
     pe: c_int,
     nbi: bool,
 ) {
-    let s = st(call);
-    let c = crate::ctx::resolve(s, call, ctx);
-    put_to(s, call, c, dest, src, len, c.pe(call, pe), nbi)
+    let (s, c, pe) = crate::ctx::target(call, ctx, pe);
+    put_to(s, call, c, dest, src, len, pe, nbi)
 }
 
 /// [`put_as`] to world PE `pe` on resolved context `c`.
@@ -108,9 +107,8 @@ pub(crate) fn get(
     len: usize,
     pe: c_int,
 ) {
-    let s = st(call);
-    let c = crate::ctx::resolve(s, call, ctx);
-    get_from(s, call, c, dest, src, len, c.pe(call, pe))
+    let (s, c, pe) = crate::ctx::target(call, ctx, pe);
+    get_from(s, call, c, dest, src, len, pe)
 }
 
 /// [`get`] from world PE `pe` on resolved context `c`.
@@ -168,9 +166,7 @@ pub(crate) fn strided_copy(
     pe: c_int,
 ) {
     let (dst, sst) = (stride(call, x.dst, "target"), stride(call, x.sst, "source"));
-    let s = st(call);
-    let c = crate::ctx::resolve(s, call, ctx);
-    let pe = c.pe(call, pe);
+    let (s, c, pe) = crate::ctx::target(call, ctx, pe);
     if x.n == 0 {
         return;
     }

@@ -146,9 +146,7 @@ fn put_signal(
     sig: Signal,
     pe: c_int,
 ) {
-    let s = st(call);
-    let c = crate::ctx::resolve(s, call, ctx);
-    let pe = c.pe(call, pe);
+    let (s, c, pe) = crate::ctx::target(call, ctx, pe);
     crate::rma::empty(call, src, len);
     let op = match sig.op {
         SIGNAL_SET => Amo::Set(sig.value),
