@@ -164,6 +164,46 @@ int main(void) {
   for (int r = 0; r < 4 * n && r < 64; r++)
     CHECK(rb[256 + 4 * r] == (r % n) * 100 + r, "broadcast %d got %ld", r, rb[256 + 4 * r]);
   shmem_barrier_all();
+  /* Back-to-back team collects and fcollects, mixed with reductions, with no synchronization
+   * between them: lengths that fit a slot of the one-exchange path, and collects where one
+   * member's does not (every member then takes the put path). Each routine has its own
+   * destination: a member may write another's as soon as it calls. */
+  long *cb = shmem_calloc(64 * n + 64, sizeof(long)), *fb = shmem_calloc(20 * n, sizeof(long));
+  static long mx;
+  for (int r = 0; r < 30; r++) {
+    int mine = r % 3 == 0 ? 1 + me : r % 3 == 1 ? (me == n - 1 ? 40 : 2) : 3;
+    for (int i = 0; i < 40; i++) rb[i] = me * 1000 + r * 50 + i;
+    shmem_long_collect(SHMEM_TEAM_WORLD, cb, rb, mine);
+    long at = 0;
+    for (int pe = 0; pe < n; pe++) {
+      int theirs = r % 3 == 0 ? 1 + pe : r % 3 == 1 ? (pe == n - 1 ? 40 : 2) : 3;
+      for (int i = 0; i < theirs; i++, at++)
+        CHECK(cb[at] == pe * 1000 + r * 50 + i, "round %d: collect [%ld] = %ld", r, at, cb[at]);
+    }
+    shmem_long_fcollect(SHMEM_TEAM_WORLD, fb, rb, r % 2 ? 2 : 20);
+    for (int pe = 0; pe < n; pe++)
+      for (int i = 0; i < (r % 2 ? 2 : 20); i++)
+        CHECK(fb[pe * (r % 2 ? 2 : 20) + i] == pe * 1000 + r * 50 + i, "round %d: fcollect [%d][%d]", r, pe, i);
+    shmem_long_max_reduce(SHMEM_TEAM_WORLD, &mx, rb, 1);
+    CHECK(mx == (n - 1) * 1000 + r * 50, "round %d: max %ld", r, mx);
+  }
+  /* pSync broadcasts of every small length, alternating two pSync arrays; every pSync word
+   * is back at SHMEM_SYNC_VALUE after them. */
+  for (int len = 1; len <= 64; len++) {
+    for (int i = 0; i < 64; i++) { ibuf[i] = me * 100 + len + i; iout[i] = -1; }
+    shmem_barrier_all();
+    shmem_broadcast32(iout, ibuf, len, 0, 0, 0, n, len % 2 ? psync : psync2);
+    for (int i = 0; i < 64; i++)
+      CHECK(me == 0 || i >= len ? iout[i] == -1 : iout[i] == len + i, "broadcast of %d: [%d] = %d", len, i, iout[i]);
+    shmem_fcollect32(iout, ibuf, len % 5 + 1, 0, 0, n, len % 2 ? psync2 : psync);
+    shmem_int_max_to_all(iout, ibuf, len % 7 + 1, 0, 0, n, pwrk, len % 2 ? psync : psync2);
+  }
+  shmem_barrier_all();
+  for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++)
+    CHECK(psync[i] == SHMEM_SYNC_VALUE && psync2[i] == SHMEM_SYNC_VALUE, "pSync[%d] = %ld, %ld after use", i, psync[i], psync2[i]);
+  shmem_barrier_all();
+  shmem_free(cb);
+  shmem_free(fb);
   shmem_free(rb);
   if (me == 0) printf("coll: %d PEs ok\n", n);
   shmem_finalize();

@@ -36,6 +36,13 @@ int main(int argc, char **argv) {
   static long psync[SHMEM_SYNC_SIZE];
   if (strcmp(c, "bad_active_set") == 0) shmem_barrier(0, 0, n + 1, psync);
   if (strcmp(c, "bad_root") == 0) shmem_broadcast64(x, x, 1, 5, 0, 0, n, psync);
+  /* Members whose collective calls differ: in length, in kind, in a pSync broadcast. */
+  if (strcmp(c, "mismatched_reduce") == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, me + 1);
+  if (strcmp(c, "mismatched_kind") == 0) {
+    if (me == 0) shmem_int_fcollect(SHMEM_TEAM_WORLD, x, x + 8, 1);
+    else shmem_int_collect(SHMEM_TEAM_WORLD, x, x + 8, 1);
+  }
+  if (strcmp(c, "mismatched_broadcast") == 0) shmem_broadcast32(x, x + 8, me == 0 ? 2 : 4, 0, 0, 0, n, psync);
   if (strcmp(c, "destroyed_ctx") == 0) {
     shmem_ctx_t ctx;
     shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx);

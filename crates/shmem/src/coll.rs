@@ -9,36 +9,33 @@
 //! atomics on words mapped here, weft's remote atomics elsewhere: on the hybrid fabric those
 //! run on the target's CPU, so the two kinds never meet on one word through a NIC.
 //!
-//! A broadcast's root puts the data to each member, then adds 1 to its word
-//! [`BCAST_WORD`]; a member waits for it and takes 1 off (no barrier: the root returns once
-//! its puts are done, as the specification allows).
+//! A broadcast's root puts the data and returns (no barrier: the specification allows it).
+//! Over a `pSync` it tells each member through a slot of [`exchange`], with the data when it
+//! fits; a team's root may run calls ahead of its members, so it adds 1 to the member's word
+//! [`BCAST_WORD`] instead, which the member takes off.
 //!
-//! A small reduction (every other member's data fits words 32-60 of the area) pushes this
-//! PE's source into a slot of every member's area and adds 1 to its counter word, waits for
-//! the others' and folds them, in member order, into the destination (which may be the
-//! source); it zeroes its slots, restoring a `pSync`. A `pSync` is not reused before every PE
-//! is done with it (the specification's rule), so one set of slots serves; a team's calls
-//! follow each other with no such rule, so they alternate between two halves and counters
-//! (a PE can be one call ahead of another, not two). Larger reductions read every member's
-//! source (gets in member order) between two barriers.
+//! Reductions, collects and fcollects whose data fits a slot of [`exchange`] take one
+//! exchange: every member's data (a collect's lengths, always) reaches every other member's
+//! area, and each builds its result there. A collect where some member's data does not fit
+//! then puts the data at the offsets the lengths give, and ends with a barrier, as larger
+//! fcollects do. Larger reductions read every member's source (gets in member order)
+//! between two barriers.
 //!
 //! Every PE folds the members' data in the same order, so all get the same result.
 
 use crate::cabi;
+use crate::exchange;
 use crate::state::{die, st, Shmem};
 use std::ffi::c_void;
 use weft_runtime::{AtomicOp, GlobalPtr};
 
 /// Words of a `pSync` the engine uses (`SHMEM_*_SYNC_SIZE` in `shmem.h` is 64).
 pub(crate) const SYNC_WORDS: usize = 64;
-/// Barrier rounds at most: sets of up to 2^32 PEs.
-const ROUNDS: usize = 32;
-/// The word of a sync area that counts broadcasts delivered (after the barrier's).
-const BCAST_WORD: usize = SYNC_WORDS - 1;
-/// Bytes of a sync area holding a small reduction's data (words 32 to 60).
-const RED_SLOTS: std::ops::Range<usize> = 32 * 8..61 * 8;
-/// The words counting a small reduction's arrivals (by parity of a team's calls).
-const RED_COUNT: [usize; 2] = [61, 62];
+/// Barrier rounds at most: sets of up to 2^31 PEs (a PE number is a C `int`).
+const ROUNDS: usize = 31;
+/// The word of a team's sync area that counts broadcasts delivered (after the barrier's;
+/// words 32-63 are [`crate::exchange`]'s slots).
+const BCAST_WORD: usize = ROUNDS;
 
 /// PEs `start + i·stride`, `i < size` (world PE numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,7 +141,7 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
 }
 
 /// Puts `len` bytes from `src` to symmetric `dest + at` on world PE `pe`.
-fn put_at(call: &str, dest: *const c_void, at: usize, src: *const c_void, len: usize, pe: u32) {
+pub(crate) fn put_at(call: &str, dest: *const c_void, at: usize, src: *const c_void, len: usize, pe: u32) {
     let to = (dest as usize).checked_add(at).unwrap_or_else(|| die(call, "destination overflows"));
     crate::rma::put(call, crate::ctx::DEFAULT, to as *mut c_void, src, len, pe as i32);
 }
@@ -172,21 +169,42 @@ pub(crate) fn broadcast(
         die(call, format_args!("root {} is not a member index (the set has {} PEs)", root.index, set.size));
     }
     s.sym(call, dest, len, s.me as i32);
+    // A `pSync`'s broadcast tells its members through a slot, with the data when it fits; a
+    // team's calls may run ahead of its members, so they count on a word of their own.
+    let slot = area.calls.is_none();
+    let inline = slot && len <= exchange::broadcast_room();
     if set.pe(root.index) != s.me {
-        return await_signal(s, call, area, BCAST_WORD, 1);
+        if !slot {
+            return await_signal(s, call, area, BCAST_WORD, 1);
+        }
+        return exchange::from_root(s, call, (set, area), root.index, len, None, |data| {
+            if let Some(d) = data {
+                cabi::dst_bytes(dest, len).copy_from_slice(d);
+            }
+        });
     }
     s.sym(call, source, len, s.me as i32);
     if root.to_itself {
         put_at(call, dest, 0, source, len, s.me);
     }
+    if inline {
+        let data = cabi::src_bytes(source, len);
+        return exchange::from_root(s, call, (set, area), root.index, len, Some(data), |_| ());
+    }
     for i in (0..set.size).filter(|&i| i != root.index) {
         put_at(call, dest, 0, source, len, set.pe(i));
-        signal(s, call, area, set.pe(i), BCAST_WORD);
+        if !slot {
+            signal(s, call, area, set.pe(i), BCAST_WORD);
+        }
+    }
+    if slot {
+        exchange::from_root(s, call, (set, area), root.index, len, None, |_| ());
     }
 }
 
 /// Every member's `len` bytes of `source` at member-order offsets of every member's `dest`
-/// (`sizes`: every member's length, for `collect`; `None`: all `len`, for `fcollect`).
+/// (`var`: `collect`, whose members' lengths differ, each a whole number of elements of
+/// this many bytes; `None`: `fcollect`, every member's `len` the same).
 pub(crate) fn collect(
     call: &str,
     set: Set,
@@ -194,17 +212,66 @@ pub(crate) fn collect(
     dest: *mut c_void,
     source: *const c_void,
     len: usize,
-    sizes: Option<&[usize]>,
+    var: Option<usize>,
 ) {
     let s = st(call);
+    let fixed = var.is_none();
     let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
-    let at = match sizes {
-        Some(z) => z[..me as usize].iter().sum::<usize>(),
-        None => (me as usize).checked_mul(len).unwrap_or_else(|| die(call, "size overflows")),
+    s.sym(call, source, len, s.me as i32);
+    let room = exchange::room(exchange::share(area, set));
+    let sizes = if fixed && len > room {
+        None
+    } else if !fixed && exchange::share(area, set) < 8 {
+        let sizes = crate::team::sizes(s, call, set, area, len);
+        if var.is_some_and(|e| sizes.iter().any(|z| !z.is_multiple_of(e))) {
+            die(call, "a member's length is not a whole number of elements");
+        }
+        Some(sizes)
+    } else {
+        // One exchange: the lengths, and the data where every member's fits.
+        let mut sizes = Vec::with_capacity(set.size as usize);
+        let mut whole = true;
+        let kind = if fixed { exchange::FCOLLECT } else { exchange::COLLECT };
+        let mine = (len <= room).then(|| cabi::src_bytes(source, len));
+        SCRATCH.with_borrow_mut(|(buf, _)| {
+            buf.clear();
+            exchange::all(s, call, (set, area), kind, (len, mine), |i, l, data| {
+                if fixed && l != len {
+                    die(
+                        call,
+                        format_args!("PE {} collects {l} bytes where this PE collects {len}", set.pe(i)),
+                    );
+                }
+                if var.is_some_and(|e| !l.is_multiple_of(e)) {
+                    die(
+                        call,
+                        format_args!("PE {} collects {l} bytes, not a whole number of elements", set.pe(i)),
+                    );
+                }
+                sizes.push(l);
+                match data {
+                    Some(d) if whole => reserve(call, buf, d.len()).extend_from_slice(d),
+                    _ => whole = false,
+                }
+            });
+            if whole {
+                s.sym(call, dest, buf.len(), s.me as i32);
+                cabi::dst_bytes(dest, buf.len()).copy_from_slice(buf);
+            }
+        });
+        if whole {
+            return;
+        }
+        Some(sizes)
     };
-    let total = match sizes {
-        Some(z) => z.iter().try_fold(0usize, |a, &b| a.checked_add(b)),
-        None => len.checked_mul(set.size as usize),
+    let (at, total) = match &sizes {
+        Some(z) => {
+            (z[..me as usize].iter().sum::<usize>(), z.iter().try_fold(0usize, |a, &b| a.checked_add(b)))
+        }
+        None => (
+            (me as usize).checked_mul(len).unwrap_or_else(|| die(call, "size overflows")),
+            len.checked_mul(set.size as usize),
+        ),
     };
     let total = total.unwrap_or_else(|| die(call, "the collected size overflows"));
     s.sym(call, dest, total, s.me as i32);
@@ -212,6 +279,14 @@ pub(crate) fn collect(
         put_at(call, dest, at, source, len, set.pe(i));
     }
     barrier(s, call, set, area);
+}
+
+/// `buf`, with room for `more` bytes, or the end of the job.
+fn reserve<'a>(call: &str, buf: &'a mut Vec<u8>, more: usize) -> &'a mut Vec<u8> {
+    if buf.try_reserve(more).is_err() {
+        die(call, format_args!("no memory for {more} bytes"));
+    }
+    buf
 }
 
 /// Member j's block `j` of this PE's `source` lands as block `me` of member j's `dest`
@@ -475,9 +550,8 @@ pub(crate) fn reduce<T: Reduce>(
     }
     s.sym(call, dest.cast(), bytes, s.me as i32);
     s.sym(call, source.cast(), bytes, s.me as i32);
-    let room = RED_SLOTS.len() / if area.calls.is_some() { 2 } else { 1 };
-    if bytes.checked_mul(set.size as usize - 1).is_some_and(|b| b <= room) {
-        return reduce_small::<T>(s, call, set, area, (dest, source), bytes, op);
+    if bytes <= exchange::room(exchange::share(area, set)) {
+        return reduce_small::<T>(s, call, (set, area), (dest, source), bytes, op);
     }
     SCRATCH.with_borrow_mut(|(acc, part)| {
         for v in [&mut *acc, &mut *part] {
@@ -509,51 +583,40 @@ pub(crate) fn reduce<T: Reduce>(
     });
 }
 
-/// A reduction whose other members' data fits the area's slots (see the module's notes).
+/// A reduction whose data fits a slot of [`exchange`]: one exchange, then every member folds
+/// the members' data in member order.
 fn reduce_small<T: Reduce>(
     s: &Shmem,
     call: &str,
-    set: Set,
-    area: SyncArea,
+    (set, area): (Set, SyncArea),
     (dest, source): (*mut T, *const T),
     bytes: usize,
     op: Op,
 ) {
-    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
-    let parity =
-        area.calls.map_or(0, |c| (c.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 1) as usize);
-    let base = RED_SLOTS.start + parity * (RED_SLOTS.len() / 2);
-    // Member `from`'s slot on member `on` (none for itself).
-    let slot = |from: u32, on: u32| base + bytes * (if from < on { from } else { from - 1 }) as usize;
-    let area_addr = area.local as *const c_void;
-    for j in (0..set.size).filter(|&j| j != me) {
-        put_at(call, area_addr, slot(me, j), source.cast(), bytes, set.pe(j));
-        signal(s, call, area, set.pe(j), RED_COUNT[parity]);
-    }
-    await_signal(s, call, area, RED_COUNT[parity], set.size as u64 - 1);
+    let mine = cabi::src_bytes(source.cast(), bytes);
     SCRATCH.with_borrow_mut(|(acc, _)| {
         acc.clear();
-        if acc.try_reserve(bytes).is_err() {
-            die(call, format_args!("no memory for {bytes} bytes"));
-        }
-        acc.resize(bytes, 0);
-        let data = |i: u32| -> &[u8] {
-            if i == me {
-                cabi::src_bytes(source.cast(), bytes)
-            } else {
-                cabi::src_bytes((area.local + slot(i, me)) as *const c_void, bytes)
-            }
-        };
-        acc.copy_from_slice(data(0));
-        for i in 1..set.size {
-            fold::<T>(op, acc, data(i));
-        }
-        // Back to SHMEM_SYNC_VALUE (0), then the result (dest may be the source).
-        cabi::dst_bytes(
-            (area.local + slot(if me == 0 { 1 } else { 0 }, me)) as *mut c_void,
-            bytes * (set.size as usize - 1),
-        )
-        .fill(0);
+        reserve(call, acc, bytes).resize(bytes, 0);
+        exchange::all(
+            s,
+            call,
+            (set, area),
+            exchange::REDUCE + op as u8,
+            (bytes, Some(mine)),
+            |i, len, data| {
+                let data = data.filter(|_| len == bytes).unwrap_or_else(|| {
+                    die(
+                        call,
+                        format_args!("PE {} reduces {len} bytes where this PE reduces {bytes}", set.pe(i)),
+                    )
+                });
+                match i {
+                    0 => acc.copy_from_slice(data),
+                    _ => fold::<T>(op, acc, data),
+                }
+            },
+        );
+        // The destination may be the source.
         cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(acc);
     });
 }

@@ -33,24 +33,6 @@ fn stride(st: isize) -> usize {
     usize::try_from(st).unwrap_or(0)
 }
 
-/// `collect` with lengths that differ by member.
-fn collect_var(
-    call: &str,
-    set: Set,
-    area: SyncArea,
-    dest: *mut c_void,
-    source: *const c_void,
-    len: usize,
-    elem: usize,
-) {
-    let s = st(call);
-    let sizes = team::sizes(s, call, set, area, len);
-    if sizes.iter().any(|z| !z.is_multiple_of(elem)) {
-        die(call, "a member's length is not a whole number of elements");
-    }
-    coll::collect(call, set, area, dest, source, len, Some(&sizes));
-}
-
 #[no_mangle]
 pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
     let (set, area) = active("shmem_barrier", start, log_stride, size, psync);
@@ -78,7 +60,7 @@ macro_rules! active_sized {
             pub extern "C" fn collect(dest: *mut c_void, source: *const c_void, nelems: usize, start: c_int, log: c_int, size: c_int, psync: *mut c_long) {
                 let call = concat!("shmem_collect", $bits);
                 let (set, area) = active(call, start, log, size, psync);
-                collect_var(call, set, area, dest, source, bytes(call, nelems, $z), $z);
+                coll::collect(call, set, area, dest, source, bytes(call, nelems, $z), Some($z));
             }
             #[export_name = concat!("shmem_fcollect", $bits)]
             pub extern "C" fn fcollect(dest: *mut c_void, source: *const c_void, nelems: usize, start: c_int, log: c_int, size: c_int, psync: *mut c_long) {
@@ -127,7 +109,7 @@ macro_rules! team_typed {
             pub extern "C" fn collect(t: *mut c_void, dest: *mut c_void, source: *const c_void, nelems: usize) -> c_int {
                 let call = $c;
                 let (set, area) = on_team(call, t);
-                collect_var(call, set, area, dest, source, bytes(call, nelems, $z), $z);
+                coll::collect(call, set, area, dest, source, bytes(call, nelems, $z), Some($z));
                 0
             }
             #[export_name = $f]

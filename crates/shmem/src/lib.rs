@@ -16,6 +16,7 @@ mod cabi;
 mod coll;
 mod collectives;
 mod ctx;
+mod exchange;
 mod heap;
 mod lock;
 mod p2p;
