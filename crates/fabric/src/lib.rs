@@ -30,6 +30,7 @@ pub mod names;
 #[cfg(feature = "ofi")]
 pub mod ofi;
 pub mod open;
+pub mod order;
 pub mod os;
 pub mod pod;
 pub mod pool;

@@ -167,7 +167,14 @@ impl Comm {
     pub fn sync_nbi(&self) -> Result<()> {
         let mine: Vec<Arc<OpState>> = NBI.with(|l| {
             let mut l = l.borrow_mut();
-            let (mine, rest) = l.drain(..).partition(|(w, _)| *w == self.id);
+            if l.is_empty() {
+                return Vec::new();
+            }
+            if l.iter().all(|(w, _)| *w == self.id) {
+                // The common case (none pending, or one world's): the list keeps its room.
+                return l.drain(..).map(|(_, op)| op).collect();
+            }
+            let (mine, rest) = std::mem::take(&mut *l).into_iter().partition(|(w, _)| *w == self.id);
             *l = rest;
             mine.into_iter().map(|(_, op)| op).collect()
         });
@@ -180,7 +187,7 @@ impl Comm {
                 first_err.get_or_insert(e);
             }
         }
-        std::sync::atomic::fence(Ordering::SeqCst);
+        weft_fabric::order::full_fence();
         first_err.map_or(Ok(()), Err)
     }
 

@@ -345,7 +345,7 @@ impl ShmFabric {
     pub fn sleep_begin(&self) -> u32 {
         let c = self.control(self.rank);
         c.sleepers.fetch_add(1, Ordering::SeqCst);
-        fence(Ordering::SeqCst);
+        crate::order::full_fence();
         c.doorbell.load(Ordering::Acquire)
     }
 
@@ -585,7 +585,7 @@ impl Fabric for ShmFabric {
 
     fn quiet(&self) -> FabricResult<()> {
         // Every shared-memory operation completes before it returns.
-        fence(Ordering::SeqCst);
+        crate::order::full_fence();
         Ok(())
     }
 
