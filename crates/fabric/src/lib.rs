@@ -34,6 +34,7 @@ pub mod order;
 pub mod os;
 pub mod pod;
 pub mod pool;
+pub mod prefault;
 pub mod read;
 pub mod reap;
 pub mod shm;

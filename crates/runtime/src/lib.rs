@@ -66,5 +66,6 @@ pub use team::{CollHandle, ReduceOp, Team};
 pub use vis::Pieces;
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
+pub use weft_fabric::prefault::populate_code;
 pub use weft_fabric::{AtomicOp, Caps, Exposure, FabricStats, PeerState, Registration, Resource};
 pub use world::{Builder, Comm, Info, Stats, World, LAYERS};
