@@ -234,6 +234,44 @@ fn global_exit_zero_ends_the_job_with_status_zero() {
     assert!(common::shm_leftovers(pid).is_empty(), "left files in /dev/shm");
 }
 
+/// `shmem_global_exit(7)` ends the job with status 7.
+#[test]
+fn global_exit_ends_the_job_with_its_status() {
+    let prog = build("errors", &[], false);
+    let (out, took, _) = run(&prog, 2, &["global_exit_seven"]);
+    let text = common::text(&out);
+    assert_eq!(out.status.code(), Some(7), "the job's status\n{text}");
+    assert!(!text.contains("did not fail"), "the other PE ran on\n{text}");
+    assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
+}
+
+/// Under `mpirun`, `shmem_global_exit(0)` and `(7)` end the job at once with that status
+/// (PMIx's abort), while the other PE waits in a barrier.
+#[cfg(feature = "pmix")]
+#[test]
+fn global_exit_under_mpirun_ends_the_job_with_its_status() {
+    let prog = build("errors", &[], false);
+    for (case, status) in [("global_exit_zero", 0), ("global_exit_seven", 7)] {
+        let base = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ompi-{case}-{}", std::process::id()));
+        std::fs::create_dir_all(&base).unwrap();
+        let t = Instant::now();
+        let out = Command::new("mpirun")
+            .args(["-n", "2", "--allow-run-as-root", "--oversubscribe", "--timeout", "120"])
+            .arg("--mca")
+            .arg("orte_tmpdir_base")
+            .arg(&base)
+            .arg(&prog)
+            .arg(case)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_dir_all(&base);
+        let text = common::text(&out);
+        assert_eq!(out.status.code(), Some(status), "{case}: mpirun's status\n{text}");
+        assert!(!text.contains("did not fail"), "{case}: the other PE ran on\n{text}");
+        assert!(t.elapsed() < Duration::from_secs(30), "{case}: the job took {:?}", t.elapsed());
+    }
+}
+
 /// A bad context variable ends the job at `shmem_init` naming it, on every fabric (also
 /// where no endpoints are made).
 #[test]

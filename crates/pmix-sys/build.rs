@@ -20,7 +20,7 @@ fn main() {
     let mut b = bindgen::Builder::default()
         .header("wrapper.h")
         .allowlist_function(
-            "PMIx_(Init|Finalize|Initialized|Get|Put|Commit|Fence|Error_string|Value_destruct)",
+            "PMIx_(Init|Finalize|Initialized|Get|Put|Commit|Fence|Error_string|Value_destruct|Abort)",
         )
         .allowlist_type("pmix_.*")
         .allowlist_var("PMIX_.*")

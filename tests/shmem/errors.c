@@ -32,6 +32,7 @@ int main(int argc, char **argv) {
     shmem_putmem(x, NULL, 0, 0); /* nothing to move: fine with NULL */
     if (me == 0) shmem_global_exit(0); /* PE 1 waits in the barrier below */
   }
+  if (strcmp(c, "global_exit_seven") == 0 && me == 0) shmem_global_exit(7);
   if (strcmp(c, "bad_team") == 0) shmem_team_sync((shmem_team_t)99);
   static long psync[SHMEM_SYNC_SIZE];
   if (strcmp(c, "bad_active_set") == 0) shmem_barrier(0, 0, n + 1, psync);

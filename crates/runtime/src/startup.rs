@@ -45,18 +45,20 @@ pub fn launched() -> bool {
     std::env::var_os("WEFT_RANK").is_some() || weft_fabric::boot::launched_by_pmix()
 }
 
-/// Asks `weft run` to stop every rank and end the job with status 0, as OpenSHMEM's
-/// `shmem_global_exit(0)` does; false where the job was not started by `weft run` directly
-/// (`mpirun`, `srun`, a wrapper between them), where only a failure status stops a job.
+/// Asks the job's launcher to stop every rank and end the job with `status`, as OpenSHMEM's
+/// `shmem_global_exit` does: `weft run` (when it started this process directly) for status
+/// 0, a PMIx launcher (`mpirun`, `srun --mpi=pmix`, in a build with the `pmix` feature) for
+/// any status. False where neither can (a wrapper between `weft run` and the rank, a build
+/// without PMIx under `mpirun`): then only a failure status stops the others.
 ///
 /// ```no_run
-/// if !weft_runtime::end_job() {
+/// if !weft_runtime::end_job(0) {
 ///     std::process::exit(1); // the one way to stop the others under any launcher
 /// }
 /// std::process::exit(0);
 /// ```
-pub fn end_job() -> bool {
-    weft_fabric::boot::ask_launcher_to_end_job()
+pub fn end_job(status: i32) -> bool {
+    weft_fabric::boot::ask_launcher_to_end_job(status)
 }
 
 impl Startup {

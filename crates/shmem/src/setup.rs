@@ -45,16 +45,20 @@ pub extern "C" fn shmem_finalize() {
 
 #[no_mangle]
 pub extern "C" fn shmem_global_exit(status: c_int) {
-    // A failure status makes any launcher stop every other PE. A status the process cannot
-    // report as one (0, or a multiple of 256): `weft run` is asked to end the job with 0;
-    // elsewhere the job ends with 1, said here.
-    if status & 0xff == 0 && weft_runtime::end_job() {
-        std::process::exit(0);
+    // What a process can report (a multiple of 256 that is not 0 would read as success).
+    let code = match status & 0xff {
+        0 if status != 0 => 1,
+        c => c,
+    };
+    // The launcher ends the job with it where it can (`weft run` for 0, a PMIx launcher for
+    // any). Elsewhere a failure status makes any launcher stop every other PE: 0 becomes 1.
+    if weft_runtime::end_job(code) {
+        std::process::exit(code);
     }
-    let code = if status & 0xff == 0 { 1 } else { status };
+    let code = code.max(1);
     if code != status {
         let who = st("shmem_global_exit").me;
-        eprintln!("weft shmem: PE {who}: shmem_global_exit({status}): ending the job with status 1 (the launcher stops the other PEs on a failure status)");
+        eprintln!("weft shmem: PE {who}: shmem_global_exit({status}): ending the job with status {code} (the launcher stops the other PEs on a failure status)");
     }
     std::process::exit(code);
 }

@@ -19,6 +19,30 @@ fn status(what: &str, rc: sys::pmix_status_t) -> FabricResult<()> {
     Err(FabricError::Os { what: format!("{what}: {text} (PMIx status {rc})"), errno: 0 })
 }
 
+/// Asks the PMIx server (`mpirun`, `srun --mpi=pmix`) to stop every process of the job and
+/// end it with `status` (`PMIx_Abort`); false where this process was not started by one, or
+/// the server refused. weft closes its PMIx connection once the job has started (a rank that
+/// ends without it then reads to the launcher as one that finalized, so that the other ranks
+/// see it vanish), so this opens one again. Open MPI 4.1's `mpirun` then exits with
+/// `status`, 0 included.
+pub fn abort_job(status: i32, message: &str) -> bool {
+    if !super::launched_by_pmix() {
+        return false;
+    }
+    let mut me = sys::pmix_proc_t::default();
+    // SAFETY: `me` is a valid pmix_proc_t for PMIx_Init to fill; no info (null, 0). PMIx
+    // counts its initializations, so this is harmless where the connection is still open.
+    if unsafe { sys::PMIx_Init(&mut me, std::ptr::null_mut(), 0) } != sys::PMIX_SUCCESS as sys::pmix_status_t
+    {
+        return false;
+    }
+    let message = std::ffi::CString::new(message.replace('\0', " ")).unwrap_or_default();
+    // SAFETY: PMIx is initialized; `message` is NUL-terminated and outlives the call; no
+    // process list (null, 0) means every process of this job.
+    let rc = unsafe { sys::PMIx_Abort(status, message.as_ptr(), std::ptr::null_mut(), 0) };
+    rc == sys::PMIX_SUCCESS as sys::pmix_status_t
+}
+
 /// A PMIx key (at most `PMIX_MAX_KEYLEN` bytes) as the C string PMIx wants.
 fn key(k: &str) -> [c_char; sys::PMIX_MAX_KEYLEN as usize + 1] {
     let mut out = [0 as c_char; sys::PMIX_MAX_KEYLEN as usize + 1];
