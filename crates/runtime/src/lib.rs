@@ -64,6 +64,7 @@ pub use startup::{end_job, launched};
 pub use team::coll::Number;
 pub use team::{CollHandle, ReduceOp, Team};
 pub use vis::Pieces;
+pub use weft_fabric::order::full_fence;
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
 pub use weft_fabric::prefault::populate_code;

@@ -63,7 +63,8 @@ fn head(kind: u8, len: usize, inline: bool) -> u64 {
     1 + ((len as u64) << 8 | (kind as u64) << 1 | inline as u64)
 }
 
-/// Copies `data` into the slot at byte `off` of `area` on world PE `pe`, then sets its head.
+/// Copies `data` into the slot at byte `off` of `area` on world PE `pe`, then sets its head;
+/// [`wake`] the PEs after the last.
 fn put_slot(s: &Shmem, call: &str, area: SyncArea, (off, pe): (usize, u32), head: u64, data: Option<&[u8]>) {
     let local = area.local + off;
     if let Some(d) = data {
@@ -76,8 +77,18 @@ fn put_slot(s: &Shmem, call: &str, area: SyncArea, (off, pe): (usize, u32), head
             s.check(call, s.comm.atomic(word, AtomicOp::FetchAdd(head)));
         }
     }
-    // Neither rings a doorbell.
-    s.check(call, s.comm.notify(pe));
+}
+
+/// Wakes the members that [`put_slot`] wrote to, where they sleep (neither a store nor a
+/// remote atomic rings a doorbell). A full barrier first: a plain store may wait in this
+/// core's store buffer while the check of the member's sleep flag, a later load, goes ahead,
+/// and a member that went to sleep just then would sleep its whole timeout. One barrier
+/// drains the stores to every member at once.
+fn wake(s: &Shmem, call: &str, pes: impl Iterator<Item = u32>) {
+    weft_runtime::full_fence();
+    for pe in pes {
+        s.check(call, s.comm.notify(pe));
+    }
 }
 
 /// Waits for the head of this PE's slot at byte `off` of `area` (from world PE `from`),
@@ -133,6 +144,7 @@ pub(crate) fn all(
     for j in (0..set.size).filter(|&j| j != me) {
         put_slot(s, call, area, (at(me, j), set.pe(j)), h, mine);
     }
+    wake(s, call, (0..set.size).filter(|&j| j != me).map(|j| set.pe(j)));
     for i in 0..set.size {
         match i == me {
             true => take(i, len, mine),
@@ -163,6 +175,7 @@ pub(crate) fn from_root(
         for j in (0..set.size).filter(|&j| j != root) {
             put_slot(s, call, area, (SLOTS.start, set.pe(j)), h, data);
         }
+        wake(s, call, (0..set.size).filter(|&j| j != root).map(|j| set.pe(j)));
         return;
     }
     let (l, got) = wait_slot(s, call, area, (SLOTS.start, set.pe(root)), share, BROADCAST);
