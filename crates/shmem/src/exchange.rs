@@ -8,8 +8,9 @@
 //! cache line, so the receiver takes one transfer), weft's remote atomic elsewhere, after a
 //! put that is visible at the target. The receiver waits for the head, checks that the
 //! sender made the same call, reads the data and clears the slot, which restores a `pSync`
-//! (`SHMEM_SYNC_VALUE` is 0) for the next call. No word counts, so nobody waits for a cache
-//! line to be handed over before going on.
+//! (`SHMEM_SYNC_VALUE` is 0) for the next call. No word counts: the receiver reads and
+//! clears its slot with no atomic, and a sender drains its heads to every member with one
+//! barrier before it wakes those that sleep.
 //!
 //! A slot is not written again before its receiver has cleared it: a `pSync` is not reused
 //! before every PE is done with it (the specification's rule); a team's exchanges alternate
