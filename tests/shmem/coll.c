@@ -187,6 +187,26 @@ int main(void) {
     shmem_long_max_reduce(SHMEM_TEAM_WORLD, &mx, rb, 1);
     CHECK(mx == (n - 1) * 1000 + r * 50, "round %d: max %ld", r, mx);
   }
+  /* Large reductions (each member reduces a share of the elements, then reads the others'):
+   * an uneven split, in place and not, on a team and with a pSync. */
+  {
+    enum { CNT = 5003 };
+    static long bwrk[CNT / 2 + 1 + SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+    long *big = shmem_malloc(2 * CNT * sizeof(long)), *bout = big + CNT;
+    for (int r = 0; r < 4; r++) {
+      for (int i = 0; i < CNT; i++) big[i] = (long)me * 7 + (long)i * (r + 1);
+      long *out = r % 2 ? big : bout;
+      shmem_barrier_all(); /* the sources are written before anyone reads them */
+      if (r < 2) shmem_long_sum_reduce(SHMEM_TEAM_WORLD, out, big, CNT);
+      else shmem_long_sum_to_all(out, big, CNT, 0, 0, n, bwrk, psync);
+      for (int i = 0; i < CNT; i++) {
+        long want = 7L * n * (n - 1) / 2 + (long)n * i * (r + 1);
+        CHECK(out[i] == want, "large reduction %d: [%d] = %ld, want %ld", r, i, out[i], want);
+      }
+    }
+    shmem_barrier_all();
+    shmem_free(big);
+  }
   /* pSync broadcasts of every small length, alternating two pSync arrays; every pSync word
    * is back at SHMEM_SYNC_VALUE after them. */
   for (int len = 1; len <= 64; len++) {

@@ -19,7 +19,8 @@
 //! area, and each builds its result there. A collect where some member's data does not fit
 //! then puts the data at the offsets the lengths give, and ends with a barrier, as larger
 //! fcollects do. Larger reductions read every member's source (gets in member order)
-//! between two barriers.
+//! between two barriers; from [`SCATTER_MIN`] bytes of other members' data, each member
+//! reduces a share of the elements and then reads the others' shares (three barriers).
 //!
 //! Every PE folds the members' data in the same order, so all get the same result.
 
@@ -177,7 +178,7 @@ pub(crate) fn broadcast(
         if !slot {
             return await_signal(s, call, area, BCAST_WORD, 1);
         }
-        return exchange::from_root(s, call, (set, area), root.index, len, None, |data| {
+        return exchange::from_root(s, call, (set, area), root.index, len, |data| {
             if let Some(d) = data {
                 cabi::dst_bytes(dest, len).copy_from_slice(d);
             }
@@ -187,18 +188,18 @@ pub(crate) fn broadcast(
     if root.to_itself {
         put_at(call, dest, 0, source, len, s.me);
     }
-    if inline {
-        let data = cabi::src_bytes(source, len);
-        return exchange::from_root(s, call, (set, area), root.index, len, Some(data), |_| ());
+    if slot {
+        // Each member's data, then its head, so that the first members start at once.
+        let data = inline.then(|| cabi::src_bytes(source, len));
+        return exchange::to_members(s, call, (set, area), root.index, (len, data), |pe| {
+            if !inline {
+                put_at(call, dest, 0, source, len, pe);
+            }
+        });
     }
     for i in (0..set.size).filter(|&i| i != root.index) {
         put_at(call, dest, 0, source, len, set.pe(i));
-        if !slot {
-            signal(s, call, area, set.pe(i), BCAST_WORD);
-        }
-    }
-    if slot {
-        exchange::from_root(s, call, (set, area), root.index, len, None, |_| ());
+        signal(s, call, area, set.pe(i), BCAST_WORD);
     }
 }
 
@@ -553,13 +554,13 @@ pub(crate) fn reduce<T: Reduce>(
     if bytes <= exchange::room(exchange::share(area, set)) {
         return reduce_small::<T>(s, call, (set, area), (dest, source), bytes, op);
     }
+    if (bytes as u64).saturating_mul(set.size as u64 - 1) >= SCATTER_MIN && bytes / set.size as usize >= 64 {
+        return reduce_scatter::<T>(s, call, set, area, (dest, source), n, op);
+    }
     SCRATCH.with_borrow_mut(|(acc, part)| {
         for v in [&mut *acc, &mut *part] {
             v.clear();
-            if v.try_reserve(bytes).is_err() {
-                die(call, format_args!("no memory for {bytes} bytes"));
-            }
-            v.resize(bytes, 0);
+            reserve(call, v, bytes).resize(bytes, 0);
         }
         // Every member's source is ready.
         barrier(s, call, set, area);
@@ -581,6 +582,74 @@ pub(crate) fn reduce<T: Reduce>(
         barrier(s, call, set, area);
         cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(acc);
     });
+}
+
+/// Bytes that the other members' sources add up to from which a reduction is split into
+/// shares: below it, every member reading every source costs less than the third barrier.
+const SCATTER_MIN: u64 = 32 * 1024;
+
+/// A large reduction: every member reduces its share of the elements (about 1/size of them,
+/// contiguous) from every member's source, in member order, into its own destination, then
+/// reads the other shares from their owners' destinations. A member reads about twice its
+/// data and folds 1/size of it, whatever the number of members (reading every source would
+/// be size times its data). A member reads only its own share of the others' sources, never
+/// the share an owner writes, so the destination may be the source.
+fn reduce_scatter<T: Reduce>(
+    s: &Shmem,
+    call: &str,
+    set: Set,
+    area: SyncArea,
+    (dest, source): (*mut T, *const T),
+    n: usize,
+    op: Op,
+) {
+    let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
+    // Member k's share: its first byte and its length.
+    let share = |k: u32| {
+        let first = |k: u32| (n as u128 * k as u128 / set.size as u128) as usize * T::SIZE;
+        (first(k), first(k + 1) - first(k))
+    };
+    let at = |base: usize, off: usize| (base + off) as *mut c_void;
+    let (off, len) = share(me);
+    // Every member's source is ready.
+    barrier(s, call, set, area);
+    SCRATCH.with_borrow_mut(|(acc, part)| {
+        for v in [&mut *acc, &mut *part] {
+            v.clear();
+            reserve(call, v, len).resize(len, 0);
+        }
+        for i in 0..set.size {
+            let (from, pe) = (at(source as usize, off), set.pe(i));
+            match s.direct(from, len, pe as i32) {
+                // A mapped source folds in place.
+                Some(mapped) if i > 0 => fold::<T>(op, acc, cabi::src_bytes(mapped as *const c_void, len)),
+                _ => {
+                    let into = if i == 0 { &mut acc[..] } else { &mut part[..] };
+                    crate::rma::get(
+                        call,
+                        crate::ctx::DEFAULT,
+                        into.as_mut_ptr().cast(),
+                        from,
+                        len,
+                        pe as i32,
+                    );
+                    if i > 0 {
+                        fold::<T>(op, acc, part);
+                    }
+                }
+            }
+        }
+        cabi::dst_bytes(at(dest as usize, off), len).copy_from_slice(acc);
+    });
+    // Every share is reduced.
+    barrier(s, call, set, area);
+    for k in (0..set.size).filter(|&k| k != me) {
+        let (o, l) = share(k);
+        let to = at(dest as usize, o);
+        crate::rma::get(call, crate::ctx::DEFAULT, to, to, l, set.pe(k) as i32);
+    }
+    // Nobody reads this PE's share any more: its destination may change.
+    barrier(s, call, set, area);
 }
 
 /// A reduction whose data fits a slot of [`exchange`]: one exchange, then every member folds

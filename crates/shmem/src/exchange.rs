@@ -158,28 +158,36 @@ pub(crate) fn all(
     }
 }
 
-/// A broadcast of `len` bytes over a `pSync` from member `root`: the root sends `data`
-/// (`None`: it put the data into the members' destinations itself, too long for a slot);
-/// a member gets the data where it came in the slot.
+/// The root's side of a broadcast of `len` bytes over a `pSync`: for each other member in
+/// turn, `send` (the root's own puts of data too long for a slot) and then the slot, with
+/// `data` where it fits, and its head; then the wake.
+pub(crate) fn to_members(
+    s: &Shmem,
+    call: &str,
+    (set, area): (Set, SyncArea),
+    root: u32,
+    (len, data): (usize, Option<&[u8]>),
+    mut send: impl FnMut(u32),
+) {
+    let h = head(BROADCAST, len, data.is_some());
+    for j in (0..set.size).filter(|&j| j != root) {
+        send(set.pe(j));
+        put_slot(s, call, area, (SLOTS.start, set.pe(j)), h, data);
+    }
+    wake(s, call, (0..set.size).filter(|&j| j != root).map(|j| set.pe(j)));
+}
+
+/// A member's side of a broadcast of `len` bytes over a `pSync` from member `root`:
+/// `deliver` gets the data where it came in the slot (else the root put it in place).
 pub(crate) fn from_root(
     s: &Shmem,
     call: &str,
     (set, area): (Set, SyncArea),
     root: u32,
     len: usize,
-    data: Option<&[u8]>,
     deliver: impl FnOnce(Option<&[u8]>),
 ) {
-    let share = SLOTS.len();
-    if set.pe(root) == s.me {
-        let h = head(BROADCAST, len, data.is_some());
-        for j in (0..set.size).filter(|&j| j != root) {
-            put_slot(s, call, area, (SLOTS.start, set.pe(j)), h, data);
-        }
-        wake(s, call, (0..set.size).filter(|&j| j != root).map(|j| set.pe(j)));
-        return;
-    }
-    let (l, got) = wait_slot(s, call, area, (SLOTS.start, set.pe(root)), share, BROADCAST);
+    let (l, got) = wait_slot(s, call, area, (SLOTS.start, set.pe(root)), SLOTS.len(), BROADCAST);
     if l != len {
         die(call, format_args!("the root broadcasts {l} bytes where this PE expects {len}"));
     }
