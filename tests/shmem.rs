@@ -228,7 +228,7 @@ fn global_exit_zero_ends_the_job_with_status_zero() {
     let (out, took, pid) = run(&prog, 2, &["global_exit_zero"]);
     let text = common::text(&out);
     assert_eq!(out.status.code(), Some(0), "the job's status\n{text}");
-    assert!(text.contains("a rank ended the job"), "no word from the launcher\n{text}");
+    assert!(text.contains("rank 0 ended the job with status 0"), "no word from the launcher\n{text}");
     assert!(!text.contains("did not fail"), "the other PE ran on\n{text}");
     assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
     assert!(common::shm_leftovers(pid).is_empty(), "left files in /dev/shm");
@@ -243,6 +243,16 @@ fn global_exit_ends_the_job_with_its_status() {
     assert_eq!(out.status.code(), Some(7), "the job's status\n{text}");
     assert!(!text.contains("did not fail"), "the other PE ran on\n{text}");
     assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
+}
+
+/// Without a launcher the process is the whole job: `shmem_global_exit(0)` exits 0.
+#[test]
+fn global_exit_without_a_launcher_exits_with_its_status() {
+    let prog = build("errors", &[], false);
+    let out = Command::new(&prog).arg("global_exit_zero").output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", common::text(&out));
+    let out = Command::new(&prog).arg("global_exit_seven").output().unwrap();
+    assert_eq!(out.status.code(), Some(7), "{}", common::text(&out));
 }
 
 /// Under `mpirun`, `shmem_global_exit(0)` and `(7)` end the job at once with that status

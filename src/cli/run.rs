@@ -173,6 +173,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             .env("WEFT_NODE_CPUS", &node_cpus)
             .env("WEFT_BOOT_FD", theirs.as_raw_fd().to_string())
             .env("WEFT_LAUNCHER_PID", std::process::id().to_string())
+            // libfabric's psm provider loads a library whose SIGSEGV handler prints a backtrace
+            // into a file and exits 1; without it a crash reads as the signal (as mpirun does).
+            .env("IPATH_NO_BACKTRACE", std::env::var_os("IPATH_NO_BACKTRACE").unwrap_or("1".into()))
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
             .stdin(match rank {
                 0 if stdin_is_terminal => Stdio::piped(),
@@ -241,6 +244,20 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                 Err(_) => statuses[r] = Some(ExitStatus::default()),
             }
         }
+        // A rank's shmem_global_exit: the job ends with the status it asked for, whatever the
+        // ranks that saw it vanish did since (it asked before it began to exit).
+        if let (None, Some((status, by))) = (stopping, os::end_asked()) {
+            match children.iter().find(|(_, c)| c.id() == by) {
+                Some((rank, _)) => {
+                    eprintln!(
+                        "weft run: rank {rank} ended the job with status {status}; stopping the ranks still running"
+                    );
+                    forced = Some(status);
+                    stopping = Some(Instant::now());
+                }
+                None => eprintln!("weft run: ignoring SIGUSR1 from process {by}, which is not a rank"),
+            }
+        }
         if stopping.is_none() {
             if let Some((rank, pid, st, cause)) = cause_of(&ended) {
                 match running.len() {
@@ -264,13 +281,6 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                         "weft run: interrupted by {}; stopping {} rank(s) (again to kill them at once)",
                         os::signal_name(sig),
                         running.len()
-                    );
-                    stopping = Some(Instant::now());
-                } else if os::end_asked() {
-                    // A rank's shmem_global_exit(0): stopped, as the job asked, with status 0.
-                    forced = Some(0);
-                    eprintln!(
-                        "weft run: a rank ended the job with status 0; stopping the ranks still running"
                     );
                     stopping = Some(Instant::now());
                 } else if let Some(t) = spec.timeout.filter(|t| started.elapsed() > *t) {

@@ -38,6 +38,7 @@ pub mod prefault;
 pub mod read;
 pub mod reap;
 pub mod shm;
+pub mod signals;
 
 mod error;
 mod memory;

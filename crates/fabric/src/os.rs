@@ -538,69 +538,7 @@ pub fn die_with_parent() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Name of a signal ("SIGKILL"), or its number.
-pub fn signal_name(sig: i32) -> String {
-    let name = match sig {
-        libc::SIGHUP => "SIGHUP",
-        libc::SIGINT => "SIGINT",
-        libc::SIGQUIT => "SIGQUIT",
-        libc::SIGILL => "SIGILL",
-        libc::SIGTRAP => "SIGTRAP",
-        libc::SIGABRT => "SIGABRT",
-        libc::SIGBUS => "SIGBUS",
-        libc::SIGFPE => "SIGFPE",
-        libc::SIGKILL => "SIGKILL",
-        libc::SIGSEGV => "SIGSEGV",
-        libc::SIGPIPE => "SIGPIPE",
-        libc::SIGALRM => "SIGALRM",
-        libc::SIGTERM => "SIGTERM",
-        _ => return format!("signal {sig}"),
-    };
-    name.to_string()
-}
-
-static INTERRUPTED: AtomicU32 = AtomicU32::new(0);
-static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
-
-extern "C" fn on_interrupt(sig: libc::c_int) {
-    INTERRUPTED.store(sig as u32, std::sync::atomic::Ordering::SeqCst);
-    INTERRUPTS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-}
-
-static END_ASKED: AtomicU32 = AtomicU32::new(0);
-
-extern "C" fn on_end_asked(_: libc::c_int) {
-    END_ASKED.store(1, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether a rank asked that the job end with status 0 ([`crate::boot::ask_launcher_to_end_job`]).
-pub fn end_asked() -> bool {
-    END_ASKED.load(std::sync::atomic::Ordering::SeqCst) != 0
-}
-
-/// Routes SIGINT, SIGTERM and SIGHUP to a flag read by [`interrupted`] instead of ending the
-/// process, so that a launcher can stop its ranks and clean up; SIGUSR1 to [`end_asked`].
-pub fn catch_interrupts() {
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe { libc::signal(libc::SIGUSR1, on_end_asked as extern "C" fn(libc::c_int) as libc::sighandler_t) };
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
-        unsafe { libc::signal(sig, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t) };
-    }
-}
-
-/// The last signal caught by [`catch_interrupts`], if any.
-pub fn interrupted() -> Option<i32> {
-    match INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
-        0 => None,
-        s => Some(s as i32),
-    }
-}
-
-/// How many signals [`catch_interrupts`] caught (a second one asks for haste).
-pub fn interrupts() -> u32 {
-    INTERRUPTS.load(std::sync::atomic::Ordering::SeqCst)
-}
+pub use crate::signals::{ask_to_end, catch_interrupts, end_asked, interrupted, interrupts, signal_name};
 
 /// Memory the kernel says can be allocated without swapping (`MemAvailable`), in bytes; `None`
 /// where /proc/meminfo cannot be read.

@@ -46,9 +46,9 @@ pub fn launched() -> bool {
 }
 
 /// Asks the job's launcher to stop every rank and end the job with `status`, as OpenSHMEM's
-/// `shmem_global_exit` does: `weft run` (when it started this process directly) for status
-/// 0, a PMIx launcher (`mpirun`, `srun --mpi=pmix`, in a build with the `pmix` feature) for
-/// any status. False where neither can (a wrapper between `weft run` and the rank, a build
+/// `shmem_global_exit` does: `weft run` (when it started this process directly), a PMIx
+/// launcher (`mpirun`, `srun --mpi=pmix`, in a build with the `pmix` feature), with `status`
+/// (0-255). False where neither can (a wrapper between `weft run` and the rank, a build
 /// without PMIx under `mpirun`): then only a failure status stops the others.
 ///
 /// ```no_run

@@ -41,25 +41,23 @@ pub fn launched_by_pmix() -> bool {
     std::env::var_os("PMIX_NAMESPACE").is_some() && std::env::var_os("PMIX_RANK").is_some()
 }
 
-/// Ends the whole job with `status` through its launcher: `weft run`, when it is this
-/// process's parent (`WEFT_LAUNCHER_PID`), for status 0 (a failure status needs no help:
-/// `weft run` stops the job on it); a PMIx launcher (`mpirun`, `srun --mpi=pmix`) for any
+/// Ends the whole job with `status` (0-255) through its launcher: `weft run`, when it is this
+/// process's parent (`WEFT_LAUNCHER_PID`); a PMIx launcher (`mpirun`, `srun --mpi=pmix`) for any
 /// status, when weft was built with PMIx and started by one. False where neither can: the
 /// caller ends its process, and the launcher learns of the job's end from a failure status
 /// only (OpenSHMEM's `shmem_global_exit`).
 pub fn ask_launcher_to_end_job(status: i32) -> bool {
+    let launcher = std::env::var("WEFT_LAUNCHER_PID").ok().and_then(|v| v.parse::<u32>().ok());
+    if let Some(pid) = launcher.filter(|&p| p == std::os::unix::process::parent_id()) {
+        // The status travels with the signal, before this process begins to exit: the
+        // launcher knows it before any rank that sees this one vanish can fail.
+        return crate::os::ask_to_end(pid, status);
+    }
     #[cfg(feature = "pmix")]
     if pmix::abort_job(status, &format!("weft: a rank ended the job with status {status}")) {
         return true;
     }
-    let launcher = std::env::var("WEFT_LAUNCHER_PID").ok().and_then(|v| v.parse::<u32>().ok());
-    match launcher {
-        Some(pid) if status == 0 && pid == std::os::unix::process::parent_id() => {
-            crate::os::kill(pid, libc::SIGUSR1);
-            true
-        }
-        _ => false,
-    }
+    false
 }
 
 /// Refuses a contribution larger than [`MAX_CONTRIBUTION`].

@@ -1,0 +1,94 @@
+//! Signals of the launcher: interrupts it turns into an orderly stop, a rank's request to end
+//! the job with a status, and signal names.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Name of a signal ("SIGKILL"), or its number.
+pub fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTRAP => "SIGTRAP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+static INTERRUPTED: AtomicU32 = AtomicU32::new(0);
+static INTERRUPTS: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_interrupt(sig: libc::c_int) {
+    INTERRUPTED.store(sig as u32, Ordering::SeqCst);
+    INTERRUPTS.fetch_add(1, Ordering::SeqCst);
+}
+
+/// A rank's request to end the job (status + 1; 0: none) and the rank's process id.
+static END_ASKED: AtomicU32 = AtomicU32::new(0);
+static END_ASKED_BY: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn on_end_asked(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler; a signal sent with
+    // sigqueue carries the sender's pid and value (`kill` leaves the value 0: status 0).
+    let (pid, value) = unsafe { ((*info).si_pid(), (*info).si_value().sival_ptr as usize) };
+    END_ASKED_BY.store(pid as u32, Ordering::SeqCst);
+    END_ASKED.store((value & 0xff) as u32 + 1, Ordering::SeqCst);
+}
+
+/// The status a rank asked the job to end with ([`crate::boot::ask_launcher_to_end_job`]),
+/// and the process that asked; taken (a later call says `None` until another request).
+pub fn end_asked() -> Option<(i32, u32)> {
+    match END_ASKED.swap(0, Ordering::SeqCst) {
+        0 => None,
+        s => Some((s as i32 - 1, END_ASKED_BY.load(Ordering::SeqCst))),
+    }
+}
+
+/// Sends `pid` SIGUSR1 carrying `status` (0-255), which [`catch_interrupts`] turns into
+/// [`end_asked`]; false if the signal could not be sent.
+pub fn ask_to_end(pid: u32, status: i32) -> bool {
+    let value = libc::sigval { sival_ptr: (status & 0xff) as usize as *mut libc::c_void };
+    // SAFETY: sigqueue only sends a signal with a value; it touches no memory of this process.
+    unsafe { libc::sigqueue(pid as libc::pid_t, libc::SIGUSR1, value) == 0 }
+}
+
+/// Routes SIGINT, SIGTERM and SIGHUP to a flag read by [`interrupted`] instead of ending the
+/// process, so that a launcher can stop its ranks and clean up; SIGUSR1 to [`end_asked`].
+pub fn catch_interrupts() {
+    // SAFETY: a zeroed sigaction with an SA_SIGINFO handler that only stores to atomics
+    // (async-signal-safe) and an empty mask; the old action is not asked for.
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_end_asked as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+            as libc::sighandler_t;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGUSR1, &act, std::ptr::null_mut());
+    }
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: the handler only stores to atomics, which is async-signal-safe.
+        unsafe { libc::signal(sig, on_interrupt as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+    }
+}
+
+/// The last signal caught by [`catch_interrupts`], if any.
+pub fn interrupted() -> Option<i32> {
+    match INTERRUPTED.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s as i32),
+    }
+}
+
+/// How many signals [`catch_interrupts`] caught (a second one asks for haste).
+pub fn interrupts() -> u32 {
+    INTERRUPTS.load(Ordering::SeqCst)
+}
