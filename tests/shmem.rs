@@ -245,6 +245,31 @@ fn global_exit_ends_the_job_with_its_status() {
     assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
 }
 
+/// `weft cc` installed as `PREFIX/bin/weft` finds `PREFIX/include/shmem.h` and
+/// `PREFIX/lib/libweft_shmem.so` by itself.
+#[test]
+fn cc_finds_an_installed_layout() {
+    let prefix = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("installed-{}", std::process::id()));
+    for d in ["bin", "include", "lib"] {
+        std::fs::create_dir_all(prefix.join(d)).unwrap();
+    }
+    std::fs::copy(WEFT, prefix.join("bin/weft")).unwrap();
+    let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/shmem/include/shmem.h");
+    std::fs::copy(header, prefix.join("include/shmem.h")).unwrap();
+    std::fs::write(prefix.join("lib/libweft_shmem.so"), b"").unwrap();
+    let out = Command::new(prefix.join("bin/weft"))
+        .args(["cc", "--show", "x.c"])
+        .env_remove("WEFT_SHMEM_INCLUDE")
+        .env_remove("WEFT_SHMEM_LIB")
+        .output()
+        .unwrap();
+    let text = common::text(&out);
+    let _ = std::fs::remove_dir_all(&prefix);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains(&format!("-I{}", prefix.join("include").display())), "{text}");
+    assert!(text.contains(&format!("-L{}", prefix.join("lib").display())), "{text}");
+}
+
 /// Without a launcher the process is the whole job: `shmem_global_exit(0)` exits 0.
 #[test]
 fn global_exit_without_a_launcher_exits_with_its_status() {

@@ -27,18 +27,25 @@ fn static_deps() -> Vec<&'static str> {
 }
 
 impl Toolchain {
-    /// Finds the header (`WEFT_SHMEM_INCLUDE`, or the source tree this `weft` was built from)
-    /// and the library (`WEFT_SHMEM_LIB`, or where cargo put it when it built this `weft`).
+    /// Finds the header (`WEFT_SHMEM_INCLUDE`, else `../include` beside this `weft`'s
+    /// directory, else the source tree it was built from) and the library (`WEFT_SHMEM_LIB`,
+    /// else where cargo put it when it built this `weft`, else `../lib`).
     pub fn find(static_lib: bool) -> Result<Toolchain, String> {
+        let exe = std::env::current_exe().map_err(|e| format!("cannot find the weft executable: {e}"))?;
+        // An installed layout: PREFIX/bin/weft beside PREFIX/include and PREFIX/lib.
+        let prefix = exe.parent().and_then(Path::parent).map(Path::to_path_buf);
         let include = match std::env::var_os("WEFT_SHMEM_INCLUDE") {
             Some(p) => PathBuf::from(p),
-            None => Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/shmem/include"),
+            None => prefix
+                .as_ref()
+                .map(|p| p.join("include"))
+                .filter(|d| d.join("shmem.h").is_file())
+                .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/shmem/include")),
         };
         if !include.join("shmem.h").is_file() {
             return Err(format!("no shmem.h in {} (set WEFT_SHMEM_INCLUDE)", include.display()));
         }
         let file = if static_lib { "libweft_shmem.a" } else { "libweft_shmem.so" };
-        let exe = std::env::current_exe().map_err(|e| format!("cannot find the weft executable: {e}"))?;
         let mut dirs: Vec<PathBuf> =
             std::env::var_os("WEFT_SHMEM_LIB").map(PathBuf::from).into_iter().collect();
         if let Some(d) = exe.parent() {
@@ -47,6 +54,7 @@ impl Toolchain {
             dirs.push(d.join("deps"));
             dirs.push(d.to_path_buf());
         }
+        dirs.extend(prefix.map(|p| p.join("lib")));
         let libdir = dirs.iter().find(|d| d.join(file).is_file()).cloned().ok_or_else(|| {
             format!(
                 "no {file} in {} (build it with `cargo build --release -p weft-shmem`, or set WEFT_SHMEM_LIB)",

@@ -72,6 +72,9 @@ int main(void) {
   shmem_complexd_prod_reduce(SHMEM_TEAM_WORLD, &cz[1], &cz[0], 1);
   CHECK(cabs(cz[1] - want_c) < 1e-9, "complexd prod (%f, %f)", creal(cz[1]), cimag(cz[1]));
   shmem_barrier_all();
+  shmem_sum_reduce(SHMEM_TEAM_WORLD, &cz[1], &cz[0], 1); /* the C11 generic form */
+  CHECK(cabs(cz[1] - (n + 1.0 * n * (n - 1) / 2 * I)) < 1e-9, "generic complexd sum (%f, %f)", creal(cz[1]), cimag(cz[1]));
+  shmem_barrier_all();
   shmem_free(cz);
 #if defined(__x86_64__)
   /* long double: sums that need its 64-bit mantissa (1 + pe·2^-60 loses the small part in a
@@ -104,6 +107,16 @@ int main(void) {
   shmem_team_t even = SHMEM_TEAM_INVALID, xt, yt;
   int evens = (n + 1) / 2;
   CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 2, evens, NULL, 0, &even) == 0, "split_strided");
+  /* A team of one PE, named with stride 0 and with a negative stride. */
+  shmem_team_t last, last2;
+  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, n - 1, 0, 1, NULL, 0, &last) == 0, "split stride 0");
+  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, n - 1, -1, 1, NULL, 0, &last2) == 0, "split stride -1");
+  CHECK((me == n - 1) == (last != SHMEM_TEAM_INVALID && last2 != SHMEM_TEAM_INVALID), "one-PE teams");
+  if (me == n - 1) CHECK(shmem_team_n_pes(last) == 1 && shmem_team_my_pe(last2) == 0, "one-PE team queries");
+  if (me == n - 1) {
+    shmem_team_destroy(last);
+    shmem_team_destroy(last2);
+  }
   if (me % 2 == 0) {
     CHECK(even != SHMEM_TEAM_INVALID && shmem_team_n_pes(even) == evens && shmem_team_my_pe(even) == me / 2, "even team");
     CHECK(shmem_team_translate_pe(even, evens - 1, SHMEM_TEAM_WORLD) == 2 * (evens - 1), "translate");

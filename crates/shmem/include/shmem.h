@@ -390,6 +390,9 @@ WEFT_SHMEM_DECL_RED(complexf, float _Complex, sum)
 WEFT_SHMEM_DECL_RED(complexf, float _Complex, prod)
 WEFT_SHMEM_DECL_RED(complexd, double _Complex, sum)
 WEFT_SHMEM_DECL_RED(complexd, double _Complex, prod)
+#define WEFT_SHMEM_GL_RED_CPLX(X, P, OP) X(P, OP, complexf, float _Complex) X(P, OP, complexd, double _Complex)
+#else
+#define WEFT_SHMEM_GL_RED_CPLX(X, P, OP)
 #endif
 
 /* Deprecated collectives on active sets (PE_start, logPE_stride, PE_size) with a pSync. */
@@ -510,6 +513,8 @@ void weft_shmem_generic_bad_arguments(void);
 #define WEFT_SHMEM_GL_RED_ARITH(X, P, OP) \
   X(P, OP, char, char) X(P, OP, schar, signed char) X(P, OP, float, float) X(P, OP, double, double) \
   WEFT_SHMEM_GL_RED_LD(X, P, OP) WEFT_SHMEM_GL_RED_BIT(X, P, OP)
+/* Sums and products take the complex types too (Table 10). */
+#define WEFT_SHMEM_GL_RED_SUM(X, P, OP) WEFT_SHMEM_GL_RED_ARITH(X, P, OP) WEFT_SHMEM_GL_RED_CPLX(X, P, OP)
 #define shmem_and_reduce(team, dest, source, n) \
   WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_BIT, WEFT_SHMEM_AS, _and_reduce, dest)(team, dest, source, n)
 #define shmem_or_reduce(team, dest, source, n) \
@@ -521,9 +526,9 @@ void weft_shmem_generic_bad_arguments(void);
 #define shmem_min_reduce(team, dest, source, n) \
   WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _min_reduce, dest)(team, dest, source, n)
 #define shmem_sum_reduce(team, dest, source, n) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _sum_reduce, dest)(team, dest, source, n)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_SUM, WEFT_SHMEM_AS, _sum_reduce, dest)(team, dest, source, n)
 #define shmem_prod_reduce(team, dest, source, n) \
-  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_ARITH, WEFT_SHMEM_AS, _prod_reduce, dest)(team, dest, source, n)
+  WEFT_SHMEM_GEN_NOCTX(WEFT_SHMEM_GL_RED_SUM, WEFT_SHMEM_AS, _prod_reduce, dest)(team, dest, source, n)
 #endif /* C11 */
 
 #endif /* WEFT_SHMEM_H */

@@ -203,6 +203,11 @@ pub extern "C" fn shmem_team_split_strided(
         return -1;
     }
     let p = team(s, call, parent);
+    // One PE: any stride names it (OpenSHMEM 1.6 says so of 0 and negative strides).
+    let stride = if size == 1 { 1 } else { stride };
+    if stride < 1 && size > 1 {
+        die(call, format_args!("stride {stride} with {size} PEs: weft's teams take positive strides"));
+    }
     let ok = start >= 0
         && stride >= 1
         && size >= 1
