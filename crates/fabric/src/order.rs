@@ -1,11 +1,10 @@
 //! A full memory barrier that costs less than `fence(SeqCst)` on x86-64.
 //!
-//! Rust compiles `fence(SeqCst)` to `mfence` there, which on this machine's AMD EPYC takes
-//! about 17 ns after a store; a locked read-modify-write is as strong a barrier for ordinary
-//! (write-back) memory and takes about 2 ns, which is why Linux's `smp_mb()` is one. weft's
-//! copies that use non-temporal stores end with their own `sfence` (glibc's `memcpy` does),
-//! so every store a barrier must order is an ordinary one. (Measured with a loop of one
-//! store and one barrier, 2·10^7 times.)
+//! Rust compiles `fence(SeqCst)` to `mfence` there. A locked read-modify-write is as strong a
+//! barrier for ordinary (write-back) memory and, on this machine's AMD EPYC, costs several
+//! times less after a store (measured with a loop of one store and one barrier; figures in
+//! the commit that added this), which is why Linux's `smp_mb()` is one. weft's copies that use non-temporal stores end with their own `sfence`
+//! (glibc's `memcpy` does), so every store a barrier must order is an ordinary one.
 
 /// Orders every load and store of this thread before it with every load and store after it,
 /// as seen by other threads and processes (as `fence(SeqCst)` does for ordinary memory).

@@ -1,12 +1,11 @@
 //! Maps in a loaded object's code at start-up, so that a routine's first call does not stall
 //! on page faults for the code it runs.
 //!
-//! A shared library's code is mapped from its file page by page, at first touch; on this
-//! machine (a KVM guest) the first `shmem_putmem` and the first `shmem_quiet` of a program
-//! took 6-13 µs each for that, where later calls take tens of nanoseconds, which a
-//! program's first timed loop then pays. `MADV_POPULATE_READ` (Linux 5.14) fills in the
-//! page tables of the executable segments at once: about 0.2 ms for the OpenSHMEM library's
-//! 1.9 MB of code, after which those first calls took 1-2.5 µs.
+//! A shared library's code is mapped from its file page by page, at first touch; in a
+//! virtual machine each such fault is costly, so the first call of each routine of a program
+//! is many times slower than the next, and a program's first timed loop pays it.
+//! `MADV_POPULATE_READ` (Linux 5.14) fills in the page tables of the executable segments at
+//! once, at start-up (figures in the commit that added this).
 
 use std::ffi::c_void;
 

@@ -554,7 +554,9 @@ pub(crate) fn reduce<T: Reduce>(
     if bytes <= exchange::room(exchange::share(area, set)) {
         return reduce_small::<T>(s, call, (set, area), (dest, source), bytes, op);
     }
-    if (bytes as u64).saturating_mul(set.size as u64 - 1) >= SCATTER_MIN && bytes / set.size as usize >= 64 {
+    // Two members save least by splitting (a half of the data read, half the folding).
+    let min = if set.size == 2 { 4 * SCATTER_MIN } else { SCATTER_MIN };
+    if (bytes as u64).saturating_mul(set.size as u64 - 1) >= min && bytes / set.size as usize >= 64 {
         return reduce_scatter::<T>(s, call, set, area, (dest, source), n, op);
     }
     SCRATCH.with_borrow_mut(|(acc, part)| {
@@ -585,7 +587,8 @@ pub(crate) fn reduce<T: Reduce>(
 }
 
 /// Bytes that the other members' sources add up to from which a reduction is split into
-/// shares: below it, every member reading every source costs less than the third barrier.
+/// shares (four times as many for two members): below it, every member reading every source
+/// costs less than the third barrier (measured: see the commit that set it).
 const SCATTER_MIN: u64 = 32 * 1024;
 
 /// A large reduction: every member reduces its share of the elements (about 1/size of them,

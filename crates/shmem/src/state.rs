@@ -142,7 +142,7 @@ pub(crate) fn init(call: &str, thread_level: i32) {
     if fresh {
         crate::ctx::open_pool(s, call);
         // This library's code, mapped in now rather than page by page in the program's
-        // first calls (a first put or quiet took 6-13 us for it). Where the kernel cannot,
+        // first calls, which would each wait for page faults. Where the kernel cannot,
         // the code maps at first touch as before.
         let _ = weft_runtime::populate_code(init as *const () as usize);
     }
