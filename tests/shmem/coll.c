@@ -203,7 +203,7 @@ int main(void) {
   /* Large reductions (each member reduces a share of the elements, then reads the others'):
    * an uneven split, in place and not, on a team and with a pSync. */
   {
-    enum { CNT = 5003 };
+    enum { CNT = 20011 };
     static long bwrk[CNT / 2 + 1 + SHMEM_REDUCE_MIN_WRKDATA_SIZE];
     long *big = shmem_malloc(2 * CNT * sizeof(long)), *bout = big + CNT;
     for (int r = 0; r < 4; r++) {
