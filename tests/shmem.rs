@@ -349,6 +349,11 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("bad_root", "shmem_broadcast64", "root 5"),
         ("mismatched_reduce", "shmem_int_sum_reduce", "bytes where this PE reduces"),
         ("mismatched_kind", "collect", "must make the same collective calls in the same order"),
+        (
+            "mismatched_type",
+            "_sum_reduce",
+            "of 4-byte floating-point numbers where this PE reduces with sum of 4-byte",
+        ),
         ("mismatched_broadcast", "shmem_broadcast32", "the root broadcasts 8 bytes where this PE expects 16"),
         ("destroyed_ctx", "shmem_ctx_int_p", "is not a context"),
         ("forged_ctx", "shmem_ctx_putmem", "is not a context"),

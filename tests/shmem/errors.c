@@ -43,6 +43,10 @@ int main(int argc, char **argv) {
     if (me == 0) shmem_int_fcollect(SHMEM_TEAM_WORLD, x, x + 8, 1);
     else shmem_int_collect(SHMEM_TEAM_WORLD, x, x + 8, 1);
   }
+  if (strcmp(c, "mismatched_type") == 0) {
+    if (me == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
+    else shmem_float_sum_reduce(SHMEM_TEAM_WORLD, (float *)x, (float *)x + 8, 2);
+  }
   if (strcmp(c, "mismatched_broadcast") == 0) shmem_broadcast32(x, x + 8, me == 0 ? 2 : 4, 0, 0, 0, n, psync);
   if (strcmp(c, "destroyed_ctx") == 0) {
     shmem_ctx_t ctx;

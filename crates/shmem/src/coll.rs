@@ -232,7 +232,7 @@ pub(crate) fn collect(
         // One exchange: the lengths, and the data where every member's fits.
         let mut sizes = Vec::with_capacity(set.size as usize);
         let mut whole = true;
-        let kind = if fixed { exchange::FCOLLECT } else { exchange::COLLECT };
+        let kind = (if fixed { exchange::FCOLLECT } else { exchange::COLLECT }, 0);
         let mine = (len <= room).then(|| cabi::src_bytes(source, len));
         SCRATCH.with_borrow_mut(|(buf, _)| {
             buf.clear();
@@ -360,6 +360,8 @@ pub(crate) fn alltoalls(
 /// A reduction's element type and operation.
 pub(crate) trait Reduce: Copy + Default {
     const SIZE: usize;
+    /// The kind of number, an index of [`CLASSES`].
+    const CLASS: u8;
     fn combine(op: Op, a: Self, b: Self) -> Self;
     fn from_b(b: &[u8]) -> Self;
     fn to_b(self, out: &mut [u8]);
@@ -408,6 +410,25 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<(Vec<u8>, Vec<u8>)> = const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
 }
 
+/// The kinds of number reductions take (by [`Reduce::CLASS`]).
+const CLASSES: [&str; 4] =
+    ["signed integers", "unsigned integers", "floating-point numbers", "complex numbers"];
+/// The operations by index (`Op as u8`).
+const OPS: [&str; 7] = ["and", "or", "xor", "max", "min", "sum", "prod"];
+
+/// What a reduction's exchange head says of it besides its length: operation, kind and size
+/// of number, so that members that differ there are told so.
+fn reduction_detail<T: Reduce>(op: Op) -> u8 {
+    (op as u8) << 5 | T::CLASS << 3 | T::SIZE.trailing_zeros() as u8
+}
+
+/// The words for a reduction's [`reduction_detail`].
+pub(crate) fn describe_reduction(detail: u8) -> String {
+    let op = OPS.get((detail >> 5) as usize).unwrap_or(&"an unknown operation");
+    let class = CLASSES[(detail >> 3 & 3) as usize];
+    format!("{op} of {}-byte {class}", 1u32 << (detail & 7).min(31))
+}
+
 /// Reduction operations.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Op {
@@ -424,6 +445,7 @@ macro_rules! int_reduce {
     ($($t:ty),*) => {$(
         impl Reduce for $t {
             bytes_of!();
+            const CLASS: u8 = if <$t>::MIN == 0 { 1 } else { 0 };
             #[inline(always)]
             fn combine(op: Op, a: Self, b: Self) -> Self {
                 match op {
@@ -445,6 +467,7 @@ macro_rules! float_reduce {
     ($($t:ty),*) => {$(
         impl Reduce for $t {
             bytes_of!();
+            const CLASS: u8 = 2;
             #[inline(always)]
             fn combine(op: Op, a: Self, b: Self) -> Self {
                 match op {
@@ -468,6 +491,7 @@ macro_rules! complex_reduce {
         pub(crate) struct $c(pub $t, pub $t);
         impl Reduce for $c {
             const SIZE: usize = 2 * std::mem::size_of::<$t>();
+            const CLASS: u8 = 3;
             #[inline(always)]
             fn combine(op: Op, a: Self, b: Self) -> Self {
                 match op {
@@ -500,6 +524,7 @@ pub(crate) struct LongDouble(pub [u8; 16]);
 #[cfg(target_arch = "x86_64")]
 impl Reduce for LongDouble {
     const SIZE: usize = 16;
+    const CLASS: u8 = 2;
     #[inline(always)]
     fn combine(op: Op, a: Self, b: Self) -> Self {
         use crate::cabi::x87;
@@ -673,15 +698,19 @@ fn reduce_small<T: Reduce>(
             s,
             call,
             (set, area),
-            exchange::REDUCE + op as u8,
+            (exchange::REDUCE, reduction_detail::<T>(op)),
             (bytes, Some(mine)),
             |i, len, data| {
-                let data = data.filter(|_| len == bytes).unwrap_or_else(|| {
-                    die(
+                let data = match (len == bytes, data) {
+                    (true, Some(d)) => d,
+                    (false, _) => die(
                         call,
                         format_args!("PE {} reduces {len} bytes where this PE reduces {bytes}", set.pe(i)),
-                    )
-                });
+                    ),
+                    (true, None) => {
+                        die(call, format_args!("PE {}'s slot says its data is not there", set.pe(i)))
+                    }
+                };
                 match i {
                     0 => acc.copy_from_slice(data),
                     _ => fold::<T>(op, acc, data),

@@ -3,7 +3,8 @@
 //!
 //! A sender copies its data into its slot on the receiver, after the slot's head word, then
 //! sets the head: the data's length, whether the data is in the slot (a `collect` member's
-//! may not fit: then only its length travels), and the kind of call. The head is a plain
+//! may not fit: then only its length travels), the kind of call and, for a reduction, its
+//! operation and type of number. The head is a plain
 //! release store where the area is mapped (the data and the head of a short slot share a
 //! cache line, so the receiver takes one transfer), weft's remote atomic elsewhere, after a
 //! put that is visible at the target. The receiver waits for the head, checks that the
@@ -27,7 +28,7 @@ use weft_runtime::AtomicOp;
 /// Bytes of a sync area given to slots: words 32 to 63.
 const SLOTS: std::ops::Range<usize> = 32 * 8..SYNC_WORDS * 8;
 
-/// The kinds of call a head names (reductions add their operation's index).
+/// The kinds of call a head names.
 pub(crate) const BROADCAST: u8 = 1;
 pub(crate) const COLLECT: u8 = 2;
 pub(crate) const FCOLLECT: u8 = 3;
@@ -38,7 +39,7 @@ fn kind_name(kind: u8) -> &'static str {
         BROADCAST => "a broadcast",
         COLLECT => "a collect",
         FCOLLECT => "an fcollect",
-        REDUCE.. => "a reduction",
+        REDUCE => "a reduction",
         _ => "an unknown call",
     }
 }
@@ -60,8 +61,11 @@ pub(crate) fn room(share: usize) -> usize {
     share.saturating_sub(8)
 }
 
-fn head(kind: u8, len: usize, inline: bool) -> u64 {
-    1 + ((len as u64) << 8 | (kind as u64) << 1 | inline as u64)
+/// A call's kind and its detail (a reduction's operation and type; else 0).
+pub(crate) type What = (u8, u8);
+
+fn head((kind, detail): What, len: usize, inline: bool) -> u64 {
+    1 + ((len as u64) << 16 | (detail as u64) << 8 | (kind as u64) << 1 | inline as u64)
 }
 
 /// Copies `data` into the slot at byte `off` of `area` on world PE `pe`, then sets its head;
@@ -100,16 +104,20 @@ fn wait_slot<'a>(
     area: SyncArea,
     (off, from): (usize, u32),
     share: usize,
-    kind: u8,
+    (kind, detail): What,
 ) -> (usize, Option<&'a [u8]>) {
     let addr = area.local + off;
     if cabi::load_local(addr, 8) == 0 {
         s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) != 0));
     }
     let h = cabi::load_local(addr, 8) - 1;
-    let (len, theirs, inline) = (h >> 8, (h >> 1 & 0x7f) as u8, h & 1 == 1);
+    let (len, theirs, their_detail, inline) = (h >> 16, (h >> 1 & 0x7f) as u8, (h >> 8) as u8, h & 1 == 1);
     if theirs != kind {
         die(call, format_args!("PE {from} made {} where this PE makes {}: every member must make the same collective calls in the same order", kind_name(theirs), kind_name(kind)));
+    }
+    if their_detail != detail {
+        let (a, b) = (crate::coll::describe_reduction(their_detail), crate::coll::describe_reduction(detail));
+        die(call, format_args!("PE {from} reduces with {a} where this PE reduces with {b}"));
     }
     if inline && len > room(share) as u64 {
         die(call, format_args!("PE {from} sent {len} bytes for a slot of {}", room(share)));
@@ -130,7 +138,7 @@ pub(crate) fn all(
     s: &Shmem,
     call: &str,
     (set, area): (Set, SyncArea),
-    kind: u8,
+    kind: What,
     (len, mine): (usize, Option<&[u8]>),
     mut take: impl FnMut(u32, usize, Option<&[u8]>),
 ) {
@@ -169,7 +177,7 @@ pub(crate) fn to_members(
     (len, data): (usize, Option<&[u8]>),
     mut send: impl FnMut(u32),
 ) {
-    let h = head(BROADCAST, len, data.is_some());
+    let h = head((BROADCAST, 0), len, data.is_some());
     for j in (0..set.size).filter(|&j| j != root) {
         send(set.pe(j));
         put_slot(s, call, area, (SLOTS.start, set.pe(j)), h, data);
@@ -187,7 +195,7 @@ pub(crate) fn from_root(
     len: usize,
     deliver: impl FnOnce(Option<&[u8]>),
 ) {
-    let (l, got) = wait_slot(s, call, area, (SLOTS.start, set.pe(root)), SLOTS.len(), BROADCAST);
+    let (l, got) = wait_slot(s, call, area, (SLOTS.start, set.pe(root)), SLOTS.len(), (BROADCAST, 0));
     if l != len {
         die(call, format_args!("the root broadcasts {l} bytes where this PE expects {len}"));
     }
