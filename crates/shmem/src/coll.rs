@@ -219,52 +219,41 @@ pub(crate) fn collect(
     let fixed = var.is_none();
     let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
     s.sym(call, source, len, s.me as i32);
-    let room = exchange::room(exchange::share(area, set));
-    let sizes = if fixed && len > room {
-        None
-    } else if !fixed && exchange::share(area, set) < 8 {
-        let sizes = crate::team::sizes(s, call, set, area, len);
-        if var.is_some_and(|e| sizes.iter().any(|z| !z.is_multiple_of(e))) {
-            die(call, "a member's length is not a whole number of elements");
-        }
-        Some(sizes)
+    let share = exchange::share(area, set);
+    let room = exchange::room(share);
+    // A slot must hold a head word at least; past 32 members (16 for a team) it cannot.
+    let sizes = if share < 8 || (fixed && len > room) {
+        (!fixed).then(|| crate::team::sizes(s, call, set, area, len))
     } else {
         // One exchange: the lengths, and the data where every member's fits.
         let mut sizes = Vec::with_capacity(set.size as usize);
-        let mut whole = true;
         let kind = (if fixed { exchange::FCOLLECT } else { exchange::COLLECT }, 0);
         let mine = (len <= room).then(|| cabi::src_bytes(source, len));
-        SCRATCH.with_borrow_mut(|(buf, _)| {
+        let done = SCRATCH.with_borrow_mut(|(buf, _)| {
             buf.clear();
-            exchange::all(s, call, (set, area), kind, (len, mine), |i, l, data| {
-                if fixed && l != len {
-                    die(
-                        call,
-                        format_args!("PE {} collects {l} bytes where this PE collects {len}", set.pe(i)),
-                    );
-                }
-                if var.is_some_and(|e| !l.is_multiple_of(e)) {
-                    die(
-                        call,
-                        format_args!("PE {} collects {l} bytes, not a whole number of elements", set.pe(i)),
-                    );
-                }
+            let mut whole = true;
+            exchange::all(s, call, (set, area), kind, (len, mine), |_, l, data| {
                 sizes.push(l);
                 match data {
                     Some(d) if whole => reserve(call, buf, d.len()).extend_from_slice(d),
                     _ => whole = false,
                 }
             });
+            check_lengths(call, set, &sizes, len, var);
             if whole {
                 s.sym(call, dest, buf.len(), s.me as i32);
                 cabi::dst_bytes(dest, buf.len()).copy_from_slice(buf);
             }
+            whole
         });
-        if whole {
+        if done {
             return;
         }
         Some(sizes)
     };
+    if let Some(z) = &sizes {
+        check_lengths(call, set, z, len, var);
+    }
     let (at, total) = match &sizes {
         Some(z) => {
             (z[..me as usize].iter().sum::<usize>(), z.iter().try_fold(0usize, |a, &b| a.checked_add(b)))
@@ -282,12 +271,35 @@ pub(crate) fn collect(
     barrier(s, call, set, area);
 }
 
+/// Ends the job where a member's collected length is not this PE's (`fcollect`: `var` is
+/// `None`) or not a whole number of elements (`collect`: `var` the element's bytes).
+fn check_lengths(call: &str, set: Set, sizes: &[usize], len: usize, var: Option<usize>) {
+    for (i, &l) in sizes.iter().enumerate() {
+        let pe = set.pe(i as u32);
+        match var {
+            None if l != len => {
+                die(call, format_args!("PE {pe} collects {l} bytes where this PE collects {len}"))
+            }
+            Some(e) if !l.is_multiple_of(e) => {
+                die(call, format_args!("PE {pe} collects {l} bytes, not a whole number of elements"))
+            }
+            _ => {}
+        }
+    }
+}
+
 /// `buf`, with room for `more` bytes, or the end of the job.
 fn reserve<'a>(call: &str, buf: &'a mut Vec<u8>, more: usize) -> &'a mut Vec<u8> {
     if buf.try_reserve(more).is_err() {
         die(call, format_args!("no memory for {more} bytes"));
     }
     buf
+}
+
+/// `buf` as `len` zero bytes (a scratch buffer kept between calls), or the end of the job.
+fn zeroed(call: &str, buf: &mut Vec<u8>, len: usize) {
+    buf.clear();
+    reserve(call, buf, len).resize(len, 0);
 }
 
 /// Member j's block `j` of this PE's `source` lands as block `me` of member j's `dest`
@@ -586,8 +598,7 @@ pub(crate) fn reduce<T: Reduce>(
     }
     SCRATCH.with_borrow_mut(|(acc, part)| {
         for v in [&mut *acc, &mut *part] {
-            v.clear();
-            reserve(call, v, bytes).resize(bytes, 0);
+            zeroed(call, v, bytes);
         }
         // Every member's source is ready.
         barrier(s, call, set, area);
@@ -643,8 +654,7 @@ fn reduce_scatter<T: Reduce>(
     barrier(s, call, set, area);
     SCRATCH.with_borrow_mut(|(acc, part)| {
         for v in [&mut *acc, &mut *part] {
-            v.clear();
-            reserve(call, v, len).resize(len, 0);
+            zeroed(call, v, len);
         }
         for i in 0..set.size {
             let (from, pe) = (at(source as usize, off), set.pe(i));
@@ -692,8 +702,7 @@ fn reduce_small<T: Reduce>(
 ) {
     let mine = cabi::src_bytes(source.cast(), bytes);
     SCRATCH.with_borrow_mut(|(acc, _)| {
-        acc.clear();
-        reserve(call, acc, bytes).resize(bytes, 0);
+        zeroed(call, acc, bytes);
         exchange::all(
             s,
             call,
