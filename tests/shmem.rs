@@ -220,29 +220,21 @@ fn a_vanished_pe_fails_context_operations() {
     }
 }
 
-/// `shmem_global_exit(0)` on one PE, while the other waits in a barrier, stops the job at
-/// once with status 0 (`weft run` is asked to end it).
-#[test]
-fn global_exit_zero_ends_the_job_with_status_zero() {
-    let prog = build("errors", &[], false);
-    let (out, took, pid) = run(&prog, 2, &["global_exit_zero"]);
-    let text = common::text(&out);
-    assert_eq!(out.status.code(), Some(0), "the job's status\n{text}");
-    assert!(text.contains("rank 0 ended the job with status 0"), "no word from the launcher\n{text}");
-    assert!(!text.contains("did not fail"), "the other PE ran on\n{text}");
-    assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
-    assert!(common::shm_leftovers(pid).is_empty(), "left files in /dev/shm");
-}
-
-/// `shmem_global_exit(7)` ends the job with status 7.
+/// `shmem_global_exit(0)` and `(7)` on one PE, while the other waits in a barrier, stop the
+/// job at once with that status (`weft run` is told it).
 #[test]
 fn global_exit_ends_the_job_with_its_status() {
     let prog = build("errors", &[], false);
-    let (out, took, _) = run(&prog, 2, &["global_exit_seven"]);
-    let text = common::text(&out);
-    assert_eq!(out.status.code(), Some(7), "the job's status\n{text}");
-    assert!(!text.contains("did not fail"), "the other PE ran on\n{text}");
-    assert!(took < Duration::from_secs(30), "the job took {took:?} to end");
+    for (case, status) in [("global_exit_zero", 0), ("global_exit_seven", 7)] {
+        let (out, took, pid) = run(&prog, 2, &[case]);
+        let text = common::text(&out);
+        assert_eq!(out.status.code(), Some(status), "{case}: the job's status\n{text}");
+        let said = format!("rank 0 ended the job with status {status}");
+        assert!(text.contains(&said), "{case}: no word from the launcher\n{text}");
+        assert!(!text.contains("did not fail"), "{case}: the other PE ran on\n{text}");
+        assert!(took < Duration::from_secs(30), "{case}: the job took {took:?} to end");
+        assert!(common::shm_leftovers(pid).is_empty(), "{case}: left files in /dev/shm");
+    }
 }
 
 /// `weft cc` installed as `PREFIX/bin/weft` finds `PREFIX/include/shmem.h` and

@@ -1,7 +1,7 @@
 //! Signals of the launcher: interrupts it turns into an orderly stop, a rank's request to end
 //! the job with a status, and signal names.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Name of a signal ("SIGKILL"), or its number.
 pub fn signal_name(sig: i32) -> String {
@@ -32,16 +32,15 @@ extern "C" fn on_interrupt(sig: libc::c_int) {
     INTERRUPTS.fetch_add(1, Ordering::SeqCst);
 }
 
-/// A rank's request to end the job (status + 1; 0: none) and the rank's process id.
-static END_ASKED: AtomicU32 = AtomicU32::new(0);
-static END_ASKED_BY: AtomicU32 = AtomicU32::new(0);
+/// A rank's request to end the job: its process id (high half) and status + 1 (0: none),
+/// in one word so that the two always belong together.
+static END_ASKED: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn on_end_asked(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler; a signal sent with
     // sigqueue carries the sender's pid and value (`kill` leaves the value 0: status 0).
     let (pid, value) = unsafe { ((*info).si_pid(), (*info).si_value().sival_ptr as usize) };
-    END_ASKED_BY.store(pid as u32, Ordering::SeqCst);
-    END_ASKED.store((value & 0xff) as u32 + 1, Ordering::SeqCst);
+    END_ASKED.store((pid as u32 as u64) << 32 | ((value & 0xff) as u64 + 1), Ordering::SeqCst);
 }
 
 /// The status a rank asked the job to end with ([`crate::boot::ask_launcher_to_end_job`]),
@@ -49,7 +48,7 @@ extern "C" fn on_end_asked(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut l
 pub fn end_asked() -> Option<(i32, u32)> {
     match END_ASKED.swap(0, Ordering::SeqCst) {
         0 => None,
-        s => Some((s as i32 - 1, END_ASKED_BY.load(Ordering::SeqCst))),
+        w => Some((w as u32 as i32 - 1, (w >> 32) as u32)),
     }
 }
 

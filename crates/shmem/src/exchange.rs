@@ -68,8 +68,7 @@ fn head((kind, detail): What, len: usize, inline: bool) -> u64 {
     1 + ((len as u64) << 16 | (detail as u64) << 8 | (kind as u64) << 1 | inline as u64)
 }
 
-/// Copies `data` into the slot at byte `off` of `area` on world PE `pe`, then sets its head;
-/// [`wake`] the PEs after the last.
+/// Copies `data` into the slot at byte `off` of `area` on world PE `pe`, then sets its head.
 fn put_slot(s: &Shmem, call: &str, area: SyncArea, (off, pe): (usize, u32), head: u64, data: Option<&[u8]>) {
     let local = area.local + off;
     if let Some(d) = data {
@@ -84,15 +83,27 @@ fn put_slot(s: &Shmem, call: &str, area: SyncArea, (off, pe): (usize, u32), head
     }
 }
 
-/// Wakes the members that [`put_slot`] wrote to, where they sleep (neither a store nor a
-/// remote atomic rings a doorbell). A full barrier first: a plain store may wait in this
-/// core's store buffer while the check of the member's sleep flag, a later load, goes ahead,
-/// and a member that went to sleep just then would sleep its whole timeout. One barrier
-/// drains the stores to every member at once.
-fn wake(s: &Shmem, call: &str, pes: impl Iterator<Item = u32>) {
+/// Sends head `h` and `data` to every member of `set` but member `except`: `slot_on(j)` runs
+/// first for member j and gives the byte of its slot there. Then wakes those members where
+/// they sleep (neither a store nor a remote atomic rings a doorbell), after a full barrier:
+/// a plain store may wait in this core's store buffer while the check of the member's sleep
+/// flag, a later load, goes ahead, and a member that went to sleep just then would sleep its
+/// whole timeout. One barrier drains the stores to every member at once.
+fn send(
+    s: &Shmem,
+    call: &str,
+    (set, area): (Set, SyncArea),
+    except: u32,
+    (h, data): (u64, Option<&[u8]>),
+    mut slot_on: impl FnMut(u32) -> usize,
+) {
+    let others = || (0..set.size).filter(move |&j| j != except);
+    for j in others() {
+        put_slot(s, call, area, (slot_on(j), set.pe(j)), h, data);
+    }
     weft_runtime::full_fence();
-    for pe in pes {
-        s.check(call, s.comm.notify(pe));
+    for j in others() {
+        s.check(call, s.comm.notify(set.pe(j)));
     }
 }
 
@@ -143,17 +154,12 @@ pub(crate) fn all(
     mut take: impl FnMut(u32, usize, Option<&[u8]>),
 ) {
     let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
-    let parity =
-        area.calls.map_or(0, |c| (c.fetch_add(1, std::sync::atomic::Ordering::Relaxed) & 1) as usize);
+    let parity = area.calls.map_or(0, |c| (c.fetch_add(1, Ordering::Relaxed) & 1) as usize);
     let share = share(area, set);
     let base = SLOTS.start + parity * (SLOTS.len() / 2);
     // Member `from`'s slot on member `on` (none for itself).
     let at = |from: u32, on: u32| base + share * (if from < on { from } else { from - 1 }) as usize;
-    let h = head(kind, len, mine.is_some());
-    for j in (0..set.size).filter(|&j| j != me) {
-        put_slot(s, call, area, (at(me, j), set.pe(j)), h, mine);
-    }
-    wake(s, call, (0..set.size).filter(|&j| j != me).map(|j| set.pe(j)));
+    send(s, call, (set, area), me, (head(kind, len, mine.is_some()), mine), |j| at(me, j));
     for i in 0..set.size {
         match i == me {
             true => take(i, len, mine),
@@ -167,7 +173,7 @@ pub(crate) fn all(
 }
 
 /// The root's side of a broadcast of `len` bytes over a `pSync`: for each other member in
-/// turn, `send` (the root's own puts of data too long for a slot) and then the slot, with
+/// turn, `before` (the root's own puts of data too long for a slot) and then the slot, with
 /// `data` where it fits, and its head; then the wake.
 pub(crate) fn to_members(
     s: &Shmem,
@@ -175,14 +181,13 @@ pub(crate) fn to_members(
     (set, area): (Set, SyncArea),
     root: u32,
     (len, data): (usize, Option<&[u8]>),
-    mut send: impl FnMut(u32),
+    mut before: impl FnMut(u32),
 ) {
     let h = head((BROADCAST, 0), len, data.is_some());
-    for j in (0..set.size).filter(|&j| j != root) {
-        send(set.pe(j));
-        put_slot(s, call, area, (SLOTS.start, set.pe(j)), h, data);
-    }
-    wake(s, call, (0..set.size).filter(|&j| j != root).map(|j| set.pe(j)));
+    send(s, call, (set, area), root, (h, data), |j| {
+        before(set.pe(j));
+        SLOTS.start
+    });
 }
 
 /// A member's side of a broadcast of `len` bytes over a `pSync` from member `root`:

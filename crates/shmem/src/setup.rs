@@ -50,8 +50,8 @@ pub extern "C" fn shmem_global_exit(status: c_int) {
         0 if status != 0 => 1,
         c => c,
     };
-    // The launcher ends the job with it where it can (`weft run` for 0, a PMIx launcher for
-    // any). Elsewhere a failure status makes any launcher stop every other PE: 0 becomes 1.
+    // The launcher ends the job with it where it can (`weft run`, a PMIx launcher). Elsewhere
+    // a failure status makes any launcher stop every other PE: 0 becomes 1.
     // Started without a launcher: this process is the whole job.
     if weft_runtime::end_job(code) || !weft_runtime::launched() {
         std::process::exit(code);
