@@ -299,6 +299,30 @@ fn global_exit_under_mpirun_ends_the_job_with_its_status() {
     }
 }
 
+/// An `mpirun` job leaves nothing in /dev/shm: the last PE to finalize removes the job's
+/// directory (OpenSHMEM's state lives to the process's end; no `weft run` cleans up after
+/// it). Run in a private mount namespace with a /dev/shm of its own, where nothing else is.
+#[cfg(feature = "pmix")]
+#[test]
+fn an_mpirun_job_leaves_nothing_in_dev_shm() {
+    let prog = build("setup", &[], false);
+    let script = format!(
+        "mount -t tmpfs -o size=64m tmpfs /dev/shm && mpirun -n 4 --allow-run-as-root --oversubscribe \
+         --timeout 120 {} && echo left: && ls -A /dev/shm",
+        prog.display()
+    );
+    let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
+    let text = common::text(&out);
+    if text.contains("unshare failed") || text.contains("Operation not permitted") {
+        eprintln!("skipped: no private mount namespace here ({text})");
+        return;
+    }
+    assert!(out.status.success(), "{text}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let left = stdout.split("left:\n").nth(1).expect("the listing");
+    assert!(left.trim().is_empty(), "left in /dev/shm: {left}\n{text}");
+}
+
 /// A bad context variable ends the job at `shmem_init` naming it, on every fabric (also
 /// where no endpoints are made).
 #[test]

@@ -770,12 +770,22 @@ impl Fabric for ShmFabric {
     }
 
     fn finalize(&self) {
-        self.control(self.rank).state.store(State::Finalized as u32, Ordering::Release);
+        // SeqCst store, then SeqCst loads below: of ranks finalizing at once, at least one
+        // sees all the others finalized.
+        self.control(self.rank).state.store(State::Finalized as u32, Ordering::SeqCst);
         // Wake any peer sleeping on us so it notices promptly.
         for r in 0..self.size {
             let c = self.control(r);
             c.doorbell.fetch_add(1, Ordering::Release);
             os::futex_wake_all(&c.doorbell);
+        }
+        // The last rank to finalize removes the job's directory: nobody makes a region in it
+        // any more, and sealed regions and inboxes are unlinked already (a rank that lives
+        // on after finalizing, as an OpenSHMEM program does, never drops its fabric; under
+        // mpirun or srun nothing else would remove it). rmdir fails on a non-empty one.
+        let finalized = State::Finalized as u32;
+        if (0..self.size).all(|r| self.control(r).state.load(Ordering::SeqCst) == finalized) {
+            os::remove_dir(&job_dir(&self.job));
         }
     }
 
