@@ -323,14 +323,18 @@ fn an_mpirun_job_leaves_nothing_in_dev_shm() {
     assert!(left.trim().is_empty(), "left in /dev/shm: {left}\n{text}");
 }
 
-/// A bad context variable ends the job at `shmem_init` naming it, on every fabric (also
-/// where no endpoints are made).
+/// A bad context or mismatch variable ends the job at `shmem_init` naming it, on every
+/// fabric (also where no endpoints are made).
 #[test]
-fn bad_context_variables_are_refused() {
+fn bad_variables_are_refused() {
     let prog = build("setup", &[], false);
-    for (var, value) in
-        [("WEFT_SHMEM_CONTEXTS", "abc"), ("WEFT_SHMEM_CONTEXTS", "-1"), ("WEFT_SHMEM_CTX_CATEGORY", "bogus")]
-    {
+    for (var, value) in [
+        ("WEFT_SHMEM_CONTEXTS", "abc"),
+        ("WEFT_SHMEM_CONTEXTS", "-1"),
+        ("WEFT_SHMEM_CTX_CATEGORY", "bogus"),
+        ("WEFT_SHMEM_MISMATCH_S", "soon"),
+        ("WEFT_SHMEM_MISMATCH_S", "-1"),
+    ] {
         let (out, _, pid) = run_with(&prog, 2, &[], &[(var, value)]);
         let text = common::text(&out);
         assert!(!out.status.success(), "{var}={value}: the job succeeded\n{text}");
@@ -340,6 +344,40 @@ fn bad_context_variables_are_refused() {
         );
         assert!(common::shm_leftovers(pid).is_empty(), "{var}={value}: left files in /dev/shm");
     }
+}
+
+/// Collective calls that take different paths wait on different words: after
+/// `WEFT_SHMEM_MISMATCH_S` the job ends naming each PE's call, instead of hanging. Shared
+/// memory only: the members' calls are read where their memory is mapped.
+#[test]
+fn mismatched_calls_on_different_paths_are_named() {
+    if std::env::var("WEFT_FABRIC").is_ok_and(|f| f != "shm") {
+        eprintln!("skipped: members' calls are read where their memory is mapped (shared memory)");
+        return;
+    }
+    let prog = build("errors", &[], false);
+    let reduction = "a reduction (sum of 4-byte signed integers)";
+    let cases = [
+        ("mismatched_path", vec!["PE 1 is in a reduction", "of 8 bytes", "of 16000 bytes"]),
+        ("skipped_collective", vec!["of 8 bytes (on a team)", "a barrier or sync (on a team)"]),
+        ("barrier_all_meets_reduce", vec![reduction, "shmem_barrier_all or shmem_sync_all"]),
+        ("team_meets_psync", vec!["of 8 bytes (on a team)", "of 8 bytes (on a pSync)"]),
+    ];
+    for (case, says) in cases {
+        let (out, took, pid) = run_with(&prog, 2, &[case], &[("WEFT_SHMEM_MISMATCH_S", "0.5")]);
+        let text = common::text(&out);
+        assert!(!out.status.success(), "{case}: the job succeeded\n{text}");
+        assert!(text.contains("mismatched collective calls"), "{case}: not named\n{text}");
+        for s in says {
+            assert!(text.contains(s), "{case}: no {s:?}\n{text}");
+        }
+        assert!(took < Duration::from_secs(20), "{case}: the job took {took:?} to end");
+        assert!(common::shm_leftovers(pid).is_empty(), "{case}: left files in /dev/shm");
+    }
+    // Slow members are not mismatched ones: PE 1 computes for 3 s before the reduction.
+    let (out, _, _) = run_with(&prog, 2, &["late_member"], &[("WEFT_SHMEM_MISMATCH_S", "0.5")]);
+    let text = common::text(&out);
+    assert!(out.status.success() && text.contains("late member ok"), "late_member\n{text}");
 }
 
 /// Each erroneous call ends the job (status not 0) within seconds, saying which routine and

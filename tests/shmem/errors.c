@@ -48,6 +48,36 @@ int main(int argc, char **argv) {
     else shmem_float_sum_reduce(SHMEM_TEAM_WORLD, (float *)x, (float *)x + 8, 2);
   }
   if (strcmp(c, "mismatched_broadcast") == 0) shmem_broadcast32(x, x + 8, me == 0 ? 2 : 4, 0, 0, 0, n, psync);
+  /* Calls that take different paths, and so wait on different words: named, not hung. */
+  if (strcmp(c, "mismatched_path") == 0) {
+    int *big = shmem_calloc(8192, sizeof(int));
+    shmem_int_sum_reduce(SHMEM_TEAM_WORLD, big, big + 4096, me == 0 ? 2 : 4000);
+  }
+  if (strcmp(c, "skipped_collective") == 0) {
+    if (me == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
+    shmem_team_sync(SHMEM_TEAM_WORLD);
+  }
+  if (strcmp(c, "barrier_all_meets_reduce") == 0) {
+    if (me == 0) shmem_barrier_all();
+    else shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
+  }
+  if (strcmp(c, "team_meets_psync") == 0) {
+    static int pwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+    static long rsync[SHMEM_REDUCE_SYNC_SIZE];
+    if (me == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
+    else shmem_int_sum_to_all(x, x + 8, 2, 0, 0, n, pwrk, rsync);
+  }
+  if (strcmp(c, "late_member") == 0) { /* not an error: a member that is slow to come */
+    if (me == 1) sleep(3);
+    x[0] = me + 1;
+    shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x + 8, x, 1);
+    if (me == 0) sleep(2); /* now PE 1 waits, in the barrier below */
+    shmem_barrier_all();
+    if (x[8] != 3) shmem_global_exit(2);
+    if (me == 0) printf("late member ok\n");
+    shmem_finalize();
+    return 0;
+  }
   if (strcmp(c, "destroyed_ctx") == 0) {
     shmem_ctx_t ctx;
     shmem_ctx_create(SHMEM_CTX_PRIVATE, &ctx);

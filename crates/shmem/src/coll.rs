@@ -27,6 +27,7 @@
 use crate::cabi;
 use crate::exchange;
 use crate::state::{die, st, Shmem};
+use crate::watch;
 use std::ffi::c_void;
 use weft_runtime::{AtomicOp, GlobalPtr};
 
@@ -117,17 +118,31 @@ fn signal(s: &Shmem, call: &str, area: SyncArea, pe: u32, k: usize) {
     s.check(call, s.comm.notify(pe));
 }
 
-/// Waits until this PE's word `k` of `area` has `need` signals, and takes them.
-fn await_signal(s: &Shmem, call: &str, area: SyncArea, k: usize, need: u64) {
+/// Waits until this PE's word `k` of `area` (of `set`) has `need` signals, and takes them,
+/// in collective call `what`.
+fn await_signal(
+    s: &Shmem,
+    call: &str,
+    (set, area): (Set, SyncArea),
+    k: usize,
+    (need, what): (u64, watch::Call),
+) {
     let addr = area.local + 8 * k;
     if (cabi::load_local(addr, 8) as i64) < need as i64 {
-        s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) as i64 >= need as i64));
+        watch::wait(s, call, (set, area), what, || cabi::load_local(addr, 8) as i64 >= need as i64);
     }
     add_word(s, call, area, s.me, k, need.wrapping_neg());
 }
 
-/// Barrier of `set` on counters `area` (after completing this thread's puts).
-pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
+/// `shmem_barrier`, `shmem_sync`, `shmem_team_sync`: a [`barrier`] that is a collective call
+/// of its own.
+pub(crate) fn sync(s: &Shmem, call: &str, set: Set, area: SyncArea) {
+    barrier(s, call, set, area, (watch::SYNC, 0, 0));
+}
+
+/// Barrier of `set` on counters `area` (after completing this thread's puts), in collective
+/// call `what`.
+pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea, what: watch::Call) {
     s.check(call, s.comm.sync_nbi());
     let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
     let mut dist = 1u32;
@@ -135,7 +150,7 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea) {
     while dist < set.size && k < ROUNDS {
         let to = set.pe(((me as u64 + dist as u64) % set.size as u64) as u32);
         signal(s, call, area, to, k);
-        await_signal(s, call, area, k, 1);
+        await_signal(s, call, (set, area), k, (1, what));
         dist = dist.saturating_mul(2);
         k += 1;
     }
@@ -176,7 +191,13 @@ pub(crate) fn broadcast(
     let inline = slot && len <= exchange::broadcast_room();
     if set.pe(root.index) != s.me {
         if !slot {
-            return await_signal(s, call, area, BCAST_WORD, 1);
+            return await_signal(
+                s,
+                call,
+                (set, area),
+                BCAST_WORD,
+                (1, (exchange::BROADCAST, root.index as u8, len)),
+            );
         }
         return exchange::from_root(s, call, (set, area), root.index, len, |data| {
             if let Some(d) = data {
@@ -217,6 +238,7 @@ pub(crate) fn collect(
 ) {
     let s = st(call);
     let fixed = var.is_none();
+    let kind = if fixed { exchange::FCOLLECT } else { exchange::COLLECT };
     let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set"));
     s.sym(call, source, len, s.me as i32);
     let share = exchange::share(area, set);
@@ -268,7 +290,7 @@ pub(crate) fn collect(
     for i in 0..set.size {
         put_at(call, dest, at, source, len, set.pe(i));
     }
-    barrier(s, call, set, area);
+    barrier(s, call, set, area, (kind, 0, len));
 }
 
 /// Ends the job where a member's collected length is not this PE's (`fcollect`: `var` is
@@ -320,7 +342,7 @@ pub(crate) fn alltoall(
         let src = (source as usize + j * len) as *const c_void;
         put_at(call, dest, me * len, src, len, set.pe(j as u32));
     }
-    barrier(s, call, set, area);
+    barrier(s, call, set, area, (watch::ALLTOALL, 0, len));
 }
 
 /// The strided all-to-all: element `k` of this PE's block for member j, at source element
@@ -366,7 +388,7 @@ pub(crate) fn alltoalls(
             put_at(call, dest, at(me, k, dst), src, elem, set.pe(j as u32));
         }
     }
-    barrier(s, call, set, area);
+    barrier(s, call, set, area, (watch::ALLTOALLS, 0, n.saturating_mul(elem)));
 }
 
 /// A reduction's element type and operation.
@@ -586,6 +608,7 @@ pub(crate) fn reduce<T: Reduce>(
     if bytes == 0 {
         return;
     }
+    let what = (exchange::REDUCE, reduction_detail::<T>(op), bytes);
     s.sym(call, dest.cast(), bytes, s.me as i32);
     s.sym(call, source.cast(), bytes, s.me as i32);
     if bytes <= exchange::room(exchange::share(area, set)) {
@@ -601,7 +624,7 @@ pub(crate) fn reduce<T: Reduce>(
             zeroed(call, v, bytes);
         }
         // Every member's source is ready.
-        barrier(s, call, set, area);
+        barrier(s, call, set, area, what);
         for i in 0..set.size {
             let into = if i == 0 { &mut acc[..] } else { &mut part[..] };
             crate::rma::get(
@@ -617,7 +640,7 @@ pub(crate) fn reduce<T: Reduce>(
             }
         }
         // Nobody reads a source any more: the destination (which may be it) can change.
-        barrier(s, call, set, area);
+        barrier(s, call, set, area, what);
         cabi::dst_bytes(dest.cast(), bytes).copy_from_slice(acc);
     });
 }
@@ -650,8 +673,9 @@ fn reduce_scatter<T: Reduce>(
     };
     let at = |base: usize, off: usize| (base + off) as *mut c_void;
     let (off, len) = share(me);
+    let what = (exchange::REDUCE, reduction_detail::<T>(op), n * T::SIZE);
     // Every member's source is ready.
-    barrier(s, call, set, area);
+    barrier(s, call, set, area, what);
     SCRATCH.with_borrow_mut(|(acc, part)| {
         for v in [&mut *acc, &mut *part] {
             zeroed(call, v, len);
@@ -680,14 +704,14 @@ fn reduce_scatter<T: Reduce>(
         cabi::dst_bytes(at(dest as usize, off), len).copy_from_slice(acc);
     });
     // Every share is reduced.
-    barrier(s, call, set, area);
+    barrier(s, call, set, area, what);
     for k in (0..set.size).filter(|&k| k != me) {
         let (o, l) = share(k);
         let to = at(dest as usize, o);
         crate::rma::get(call, crate::ctx::DEFAULT, to, to, l, set.pe(k) as i32);
     }
     // Nobody reads this PE's share any more: its destination may change.
-    barrier(s, call, set, area);
+    barrier(s, call, set, area, what);
 }
 
 /// A reduction whose data fits a slot of [`exchange`]: one exchange, then every member folds

@@ -36,13 +36,13 @@ fn stride(st: isize) -> usize {
 #[no_mangle]
 pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
     let (set, area) = active("shmem_barrier", start, log_stride, size, psync);
-    coll::barrier(st("shmem_barrier"), "shmem_barrier", set, area);
+    coll::sync(st("shmem_barrier"), "shmem_barrier", set, area);
 }
 
 #[no_mangle]
 pub extern "C" fn shmem_sync(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
     let (set, area) = active("shmem_sync", start, log_stride, size, psync);
-    coll::barrier(st("shmem_sync"), "shmem_sync", set, area);
+    coll::sync(st("shmem_sync"), "shmem_sync", set, area);
 }
 
 /// The deprecated sized routines of `BITS` bits.

@@ -107,19 +107,20 @@ fn send(
     }
 }
 
-/// Waits for the head of this PE's slot at byte `off` of `area` (from world PE `from`),
-/// checks it against this call, and returns the length and the data, where it came.
+/// Waits for the head of this PE's slot at byte `off` of `area` of `set` (from world PE `from`),
+/// checks it against this call, and returns the length and the data, where it came (in
+/// collective call `watched`).
 fn wait_slot<'a>(
     s: &Shmem,
     call: &str,
-    area: SyncArea,
+    (set, area): (Set, SyncArea),
     (off, from): (usize, u32),
     share: usize,
-    (kind, detail): What,
+    ((kind, detail), watched): (What, crate::watch::Call),
 ) -> (usize, Option<&'a [u8]>) {
     let addr = area.local + off;
     if cabi::load_local(addr, 8) == 0 {
-        s.check(call, s.comm.wait_until(|| cabi::load_local(addr, 8) != 0));
+        crate::watch::wait(s, call, (set, area), watched, || cabi::load_local(addr, 8) != 0);
     }
     let h = cabi::load_local(addr, 8) - 1;
     let (len, theirs, their_detail, inline) = (h >> 16, (h >> 1 & 0x7f) as u8, (h >> 8) as u8, h & 1 == 1);
@@ -164,7 +165,14 @@ pub(crate) fn all(
         match i == me {
             true => take(i, len, mine),
             false => {
-                let (l, data) = wait_slot(s, call, area, (at(i, me), set.pe(i)), share, kind);
+                let (l, data) = wait_slot(
+                    s,
+                    call,
+                    (set, area),
+                    (at(i, me), set.pe(i)),
+                    share,
+                    (kind, (kind.0, kind.1, len)),
+                );
                 take(i, l, data);
                 clear(area, at(i, me), 8 + data.map_or(0, |d| d.len()));
             }
@@ -200,7 +208,9 @@ pub(crate) fn from_root(
     len: usize,
     deliver: impl FnOnce(Option<&[u8]>),
 ) {
-    let (l, got) = wait_slot(s, call, area, (SLOTS.start, set.pe(root)), SLOTS.len(), (BROADCAST, 0));
+    let watched = (BROADCAST, root as u8, len);
+    let (l, got) =
+        wait_slot(s, call, (set, area), (SLOTS.start, set.pe(root)), SLOTS.len(), ((BROADCAST, 0), watched));
     if l != len {
         die(call, format_args!("the root broadcasts {l} bytes where this PE expects {len}"));
     }

@@ -25,3 +25,4 @@ mod setup;
 mod state;
 mod sync;
 mod team;
+mod watch;

@@ -41,6 +41,8 @@ pub(crate) struct Shmem {
     pub n: u32,
     /// The thread level granted.
     pub thread_level: i32,
+    /// How long a collective waits before it reads its members' calls (`crate::watch`).
+    pub patience: Option<std::time::Duration>,
 }
 
 /// Symmetric memory of one kind: a segment, where this PE's part starts in its mapping,
@@ -196,6 +198,7 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         segs: Mutex::new([seg, internal].into_iter().chain(data_seg).collect()),
         world: Mutex::new(Some(world)),
         thread_level,
+        patience: crate::watch::patience(call),
     }
 }
 

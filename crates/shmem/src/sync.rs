@@ -40,12 +40,14 @@ pub extern "C" fn shmem_fence() {
 #[no_mangle]
 pub extern "C" fn shmem_barrier_all() {
     let s = st("shmem_barrier_all");
+    let _in = crate::watch::barrier_all(s);
     s.check("shmem_barrier_all", s.comm.sync_nbi().and_then(|()| s.comm.barrier()));
 }
 
 #[no_mangle]
 pub extern "C" fn shmem_sync_all() {
     let s = st("shmem_sync_all");
+    let _in = crate::watch::barrier_all(s);
     s.check("shmem_sync_all", s.comm.barrier());
 }
 

@@ -13,11 +13,15 @@ use std::ffi::{c_int, c_long, c_void};
 
 /// Teams a PE can be in at once (slots of barrier counters).
 pub(crate) const SLOTS: usize = 64;
-/// Where collect's sizes start among weft's own symmetric words.
-const SIZES: usize = SLOTS * SYNC_WORDS;
+/// Where collect's sizes start among weft's own symmetric words (after the call word's line).
+const SIZES: usize = CALL_WORD + 8;
 
-/// Words of weft's own symmetric memory for a job of `n` PEs: team counters, collect's
-/// sizes (one per PE), two words for the slot agreement.
+/// The word that says which collective call this PE is in (`crate::watch`), on a cache line
+/// of its own: the line after the team counters.
+pub(crate) const CALL_WORD: usize = SLOTS * SYNC_WORDS;
+
+/// Words of weft's own symmetric memory for a job of `n` PEs: team counters, the call word
+/// (a line), collect's sizes (one per PE), two words for the slot agreement.
 pub(crate) fn internal_words(n: u32) -> usize {
     SIZES + n as usize + 2
 }
@@ -80,7 +84,7 @@ pub(crate) fn sizes(s: &Shmem, call: &str, set: Set, area: SyncArea, len: usize)
         let g = s.sym(call, slot, 8, set.pe(i) as i32);
         s.check(call, s.comm.put(g, &(len as u64).to_le_bytes()));
     }
-    coll::barrier(s, call, set, area);
+    coll::barrier(s, call, set, area, (crate::exchange::COLLECT, 0, len));
     (0..set.size)
         .map(|i| crate::cabi::load_local(s.internal_word(SIZES + set.pe(i) as usize), 8) as usize)
         .collect()
@@ -288,6 +292,6 @@ pub extern "C" fn shmem_team_sync(team_h: *mut c_void) -> c_int {
     let call = "shmem_team_sync";
     let s = st(call);
     let t = team(s, call, team_h);
-    coll::barrier(s, call, t.set, sync_area(s, call, t));
+    coll::sync(s, call, t.set, sync_area(s, call, t));
     0
 }
