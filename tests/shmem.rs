@@ -262,6 +262,33 @@ fn cc_finds_an_installed_layout() {
     assert!(text.contains(&format!("-L{}", prefix.join("lib").display())), "{text}");
 }
 
+/// A PE that exits with 3 while the others wait in a barrier: the job ends with 3 and names
+/// that PE, never one that exited because it saw it vanish, even when the launcher finds them
+/// all ended at one look (it takes exits in the order they happen). The launcher is stopped
+/// (SIGSTOP) from before that PE exits until well after the others saw it vanish and exited.
+#[test]
+fn a_pe_that_exits_is_named_not_the_peers_that_saw_it() {
+    let prog = build("errors", &[], false);
+    let child = Command::new(WEFT)
+        .args(["run", "-n", "4", "--timeout", "120", "--"])
+        .arg(&prog)
+        .arg("last_exits_three")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    // PE 3 exits 2 s after start-up, which takes well under 1.2 s.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    std::thread::sleep(Duration::from_millis(3500));
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    let out = child.wait_with_output().unwrap();
+    let text = common::text(&out);
+    assert_eq!(out.status.code(), Some(3), "status\n{text}");
+    assert!(text.contains("weft run: rank 3 (pid") && text.contains("exited with status 3"), "{text}");
+}
+
 /// Without a launcher the process is the whole job: `shmem_global_exit(0)` exits 0.
 #[test]
 fn global_exit_without_a_launcher_exits_with_its_status() {

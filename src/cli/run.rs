@@ -121,13 +121,15 @@ fn forward_stdin(mut to: std::process::ChildStdin) {
     });
 }
 
-/// Of the ranks that ended in one look, the one to name as the job's cause: one killed by a
+/// Of the ranks that ended in one look, the one to name as the job's cause: the first to
+/// fail where `ended` is in the order they ended; else (the order unknown) one killed by a
 /// signal before one that exited with an error (a rank that sees a peer die exits with an
 /// error of its own), else the first.
-fn cause_of(ended: &[(u32, u32, ExitStatus)]) -> Option<(u32, u32, ExitStatus, String)> {
+fn cause_of(ended: &[(u32, u32, ExitStatus)], ordered: bool) -> Option<(u32, u32, ExitStatus, String)> {
     use std::os::unix::process::ExitStatusExt;
     let failed = ended.iter().filter_map(|&(r, pid, st)| describe(st).map(|c| (r, pid, st, c)));
-    let (signalled, other): (Vec<_>, Vec<_>) = failed.partition(|(_, _, st, _)| st.signal().is_some());
+    let (signalled, other): (Vec<_>, Vec<_>) =
+        failed.partition(|(_, _, st, _)| !ordered && st.signal().is_some());
     signalled.into_iter().chain(other).next()
 }
 
@@ -214,6 +216,10 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     // Ends by itself once a rank exits (and with it the exchange).
     drop(weft_fabric::boot::serve(boot_ends));
     let started = Instant::now();
+    // Exits in the order they happen (`None`: unknown here; the launcher then looks every 2 ms).
+    let pids: Vec<u32> = children.iter().map(|(_, c)| c.id()).collect();
+    let mut exits = weft_fabric::exits::ExitOrder::new(&pids);
+    let mut exited: Vec<u32> = vec![];
     let mut statuses: Vec<Option<ExitStatus>> = vec![None; spec.ranks as usize];
     let mut stopping: Option<Instant> = None;
     let mut first_failure: Option<i32> = None;
@@ -230,6 +236,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     loop {
         let mut running = Vec::new();
         let mut ended = Vec::new();
+        // Those whose exits were seen first, in that order; then the rest in rank order
+        // (any that ended since ended after them).
+        if let Some(e) = &mut exits {
+            exited.extend(e.wait(Duration::ZERO));
+        }
+        children
+            .sort_by_key(|(rank, c)| (exited.iter().position(|&p| p == c.id()).unwrap_or(usize::MAX), *rank));
         for (rank, child) in children.iter_mut() {
             let r = *rank as usize;
             if statuses[r].is_some() {
@@ -259,7 +272,7 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             }
         }
         if stopping.is_none() {
-            if let Some((rank, pid, st, cause)) = cause_of(&ended) {
+            if let Some((rank, pid, st, cause)) = cause_of(&ended, exits.is_some()) {
                 match running.len() {
                     0 => eprintln!("weft run: rank {rank} (pid {pid}) {cause}"),
                     left => eprintln!(
@@ -310,7 +323,13 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
             signal_all(&children, os::SIGTERM);
             terminated = true;
         }
-        os::wait_for_exit(&running, Duration::from_millis(2));
+        exited = match &mut exits {
+            Some(e) => e.wait(Duration::from_millis(2)),
+            None => {
+                std::thread::sleep(Duration::from_millis(2));
+                vec![]
+            }
+        };
     }
     // What the ranks started and left behind goes with the job, however it ended: their
     // process groups, and what left them (adopted).

@@ -2,6 +2,7 @@
  * test with the case as argument; every one of them is a failure of the job). */
 #include <shmem.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +34,10 @@ int main(int argc, char **argv) {
     if (me == 0) shmem_global_exit(0); /* PE 1 waits in the barrier below */
   }
   if (strcmp(c, "global_exit_seven") == 0 && me == 0) shmem_global_exit(7);
+  if (strcmp(c, "last_exits_three") == 0 && me == n - 1) { /* the others: barrier */
+    sleep(2);
+    exit(3);
+  }
   if (strcmp(c, "bad_team") == 0) shmem_team_sync((shmem_team_t)99);
   static long psync[SHMEM_SYNC_SIZE];
   if (strcmp(c, "bad_active_set") == 0) shmem_barrier(0, 0, n + 1, psync);

@@ -24,6 +24,7 @@ pub mod adopt;
 pub mod boot;
 pub mod copy;
 mod counts;
+pub mod exits;
 #[cfg(feature = "ofi")]
 pub mod hybrid;
 pub mod names;

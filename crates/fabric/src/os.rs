@@ -630,29 +630,6 @@ pub fn kill_group(pgid: u32, sig: i32) -> bool {
     unsafe { libc::killpg(pgid as libc::pid_t, sig) == 0 }
 }
 
-/// Waits up to `timeout` for one of the processes `pids` (children of this process) to end,
-/// without reaping it: returns as soon as one has ended, so that a launcher sees exits in the
-/// order they happen. Where pidfds are not available it sleeps `timeout`.
-pub fn wait_for_exit(pids: &[u32], timeout: std::time::Duration) {
-    let fds: Vec<libc::c_int> = pids
-        .iter()
-        // SAFETY: pidfd_open takes a pid and flags and touches no memory.
-        .map(|&p| unsafe { libc::syscall(libc::SYS_pidfd_open, p as libc::pid_t, 0) } as libc::c_int)
-        .filter(|&fd| fd >= 0)
-        .collect();
-    if fds.len() != pids.len() || fds.is_empty() {
-        fds.iter().for_each(|&fd| drop(Fd(fd)));
-        std::thread::sleep(timeout);
-        return;
-    }
-    let mut polls: Vec<libc::pollfd> =
-        fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
-    let ms = timeout.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
-    // SAFETY: polls is a valid array of polls.len() entries for the duration of the call.
-    unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, ms) };
-    fds.into_iter().for_each(|fd| drop(Fd(fd)));
-}
-
 /// Removes the shared files of this user's jobs whose launcher (or one-rank process) is gone:
 /// a launcher killed with SIGKILL leaves the files of ranks that died before they unlinked
 /// them. Returns how many were removed.
