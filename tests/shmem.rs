@@ -385,10 +385,12 @@ fn mismatched_calls_on_different_paths_are_named() {
     let prog = build("errors", &[], false);
     let reduction = "a reduction (sum of 4-byte signed integers)";
     let cases = [
-        ("mismatched_path", vec!["PE 1 is in a reduction", "of 8 bytes", "of 16000 bytes"]),
+        ("mismatched_path", vec![reduction, "of 8 bytes", "of 16000 bytes"]),
         ("skipped_collective", vec!["of 8 bytes (on a team)", "a barrier or sync (on a team)"]),
         ("barrier_all_meets_reduce", vec![reduction, "shmem_barrier_all or shmem_sync_all"]),
         ("team_meets_psync", vec!["of 8 bytes (on a team)", "of 8 bytes (on a pSync)"]),
+        ("skipped_into_finalize", vec![reduction, "PE 1 is in shmem_finalize"]),
+        ("skipped_barrier_all", vec!["this PE is in shmem_barrier_all", "PE 1 is in shmem_finalize"]),
     ];
     for (case, says) in cases {
         let (out, took, pid) = run_with(&prog, 2, &[case], &[("WEFT_SHMEM_MISMATCH_S", "0.5")]);

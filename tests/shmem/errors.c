@@ -72,6 +72,12 @@ int main(int argc, char **argv) {
     if (me == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
     else shmem_int_sum_to_all(x, x + 8, 2, 0, 0, n, pwrk, rsync);
   }
+  if (strcmp(c, "skipped_into_finalize") == 0 && me == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
+  if (strcmp(c, "skipped_barrier_all") == 0 && me == 0) shmem_barrier_all();
+  if (strcmp(c, "skipped_into_finalize") == 0 || strcmp(c, "skipped_barrier_all") == 0) {
+    shmem_finalize(); /* PE 1 goes straight here */
+    return 0;
+  }
   if (strcmp(c, "late_member") == 0) { /* not an error: a member that is slow to come */
     if (me == 1) sleep(3);
     x[0] = me + 1;

@@ -242,9 +242,11 @@ pub(crate) fn finalize() {
         return;
     }
     crate::ctx::close(s);
+    let finalizing = crate::watch::finalizing(s);
     if let Err(e) = s.comm.sync_nbi().and_then(|()| s.comm.barrier()) {
         eprintln!("weft shmem: PE {}: shmem_finalize: {e}", s.me);
     }
+    drop(finalizing);
     drop(s.world_team.lock().unwrap_or_else(|p| p.into_inner()).take());
     s.segs.lock().unwrap_or_else(|p| p.into_inner()).clear();
     drop(s.world.lock().unwrap_or_else(|p| p.into_inner()).take());

@@ -37,18 +37,22 @@ pub extern "C" fn shmem_fence() {
     s.check("shmem_fence", s.comm.sync_nbi());
 }
 
+/// `shmem_barrier_all` and `shmem_sync_all`: the barrier of `SHMEM_TEAM_WORLD` (which
+/// completes this thread's puts first, as `shmem_barrier_all` must).
+fn barrier_all(call: &str) {
+    let s = st(call);
+    let (set, area) = crate::team::world(s, call);
+    crate::coll::barrier(s, call, set, area, (crate::watch::BARRIER_ALL, 0, 0));
+}
+
 #[no_mangle]
 pub extern "C" fn shmem_barrier_all() {
-    let s = st("shmem_barrier_all");
-    let _in = crate::watch::barrier_all(s);
-    s.check("shmem_barrier_all", s.comm.sync_nbi().and_then(|()| s.comm.barrier()));
+    barrier_all("shmem_barrier_all");
 }
 
 #[no_mangle]
 pub extern "C" fn shmem_sync_all() {
-    let s = st("shmem_sync_all");
-    let _in = crate::watch::barrier_all(s);
-    s.check("shmem_sync_all", s.comm.barrier());
+    barrier_all("shmem_sync_all");
 }
 
 /// Whether `a cmp b` holds; the end of the job for an unknown comparison.

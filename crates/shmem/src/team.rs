@@ -69,6 +69,12 @@ pub(crate) fn team(s: &Shmem, call: &str, h: *const c_void) -> Team {
     })
 }
 
+/// `SHMEM_TEAM_WORLD`'s set and counters (without a look at the list of teams).
+pub(crate) fn world(s: &'static Shmem, call: &str) -> (Set, SyncArea) {
+    let t = Team { set: Set { start: 0, stride: 1, size: s.n }, slot: 0, contexts: 0 };
+    (t.set, sync_area(s, call, t))
+}
+
 /// The counters of team `t`'s barrier.
 pub(crate) fn sync_area(s: &'static Shmem, call: &str, t: Team) -> SyncArea {
     let local = s.internal_word(t.slot * SYNC_WORDS);

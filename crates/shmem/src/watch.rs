@@ -28,8 +28,10 @@ pub(crate) const ALLTOALL: u8 = 5;
 pub(crate) const ALLTOALLS: u8 = 6;
 /// A set's barrier (`shmem_barrier`, `shmem_sync`, `shmem_team_sync`).
 pub(crate) const SYNC: u8 = 7;
-/// `shmem_barrier_all` and `shmem_sync_all` (weft's barrier of the world).
+/// `shmem_barrier_all` and `shmem_sync_all` (the barrier of `SHMEM_TEAM_WORLD`'s words).
 pub(crate) const BARRIER_ALL: u8 = 8;
+/// `shmem_finalize` (weft's runtime barrier).
+const FINALIZE: u8 = 9;
 
 /// Calls this PE published (the low 7 bits travel in its word).
 static ENTRIES: AtomicU32 = AtomicU32::new(0);
@@ -96,6 +98,7 @@ fn describe(word: u64) -> String {
         ALLTOALLS => format!("an alltoalls of {bytes} bytes per member (on {team})"),
         SYNC => format!("a barrier or sync (on {team})"),
         BARRIER_ALL => "shmem_barrier_all or shmem_sync_all".into(),
+        FINALIZE => "shmem_finalize".into(),
         _ => "an unknown call".into(),
     }
 }
@@ -113,23 +116,21 @@ const SEVERAL: u64 = 0x80;
 /// type, a broadcast's root), bytes. Its word is made only where a wait lasts.
 pub(crate) type Call = (u8, u8, usize);
 
-/// `shmem_barrier_all` or `shmem_sync_all` is under way until the guard drops: weft's
-/// runtime waits there and publishes nothing, so the call is published at once.
-pub(crate) struct BarrierAll<'a>(&'a Shmem);
+/// `shmem_finalize` is under way until the guard drops: its barrier is weft's runtime's,
+/// which publishes nothing, so the call is published at once.
+pub(crate) struct Finalizing<'a>(&'a Shmem);
 
-impl Drop for BarrierAll<'_> {
+impl Drop for Finalizing<'_> {
     fn drop(&mut self) {
         own(self.0).store(0, Ordering::Release);
     }
 }
 
-/// Publishes weft's barrier of all PEs (`shmem_barrier_all`, `shmem_sync_all`) until the
-/// guard drops.
-#[inline]
-pub(crate) fn barrier_all(s: &Shmem) -> BarrierAll<'_> {
+/// Publishes `shmem_finalize` until the guard drops.
+pub(crate) fn finalizing(s: &Shmem) -> Finalizing<'_> {
     let set = Set { start: 0, stride: 1, size: s.n };
-    publish(s, word(call_word(BARRIER_ALL, 0, 0, false), set, next_entry()));
-    BarrierAll(s)
+    publish(s, word(call_word(FINALIZE, 0, 0, false), set, next_entry()));
+    Finalizing(s)
 }
 
 /// A new entry count (a plain increment: two threads at once may take one count).
