@@ -438,6 +438,7 @@ fn erroneous_calls_end_the_job_with_a_message() {
             "of 4-byte floating-point numbers where this PE reduces with sum of 4-byte",
         ),
         ("mismatched_broadcast", "shmem_broadcast32", "the root broadcasts 8 bytes where this PE expects 16"),
+        ("uninitialized_psync", "shmem_int_sum_to_all", "must set its pSync to SHMEM_SYNC_VALUE"),
         ("destroyed_ctx", "shmem_ctx_int_p", "is not a context"),
         ("forged_ctx", "shmem_ctx_putmem", "is not a context"),
         ("ctx_after_team_destroy", "shmem_ctx_putmem", "is not a context"),

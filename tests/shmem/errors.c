@@ -52,6 +52,13 @@ int main(int argc, char **argv) {
     if (me == 0) shmem_int_sum_reduce(SHMEM_TEAM_WORLD, x, x + 8, 2);
     else shmem_float_sum_reduce(SHMEM_TEAM_WORLD, (float *)x, (float *)x + 8, 2);
   }
+  if (strcmp(c, "uninitialized_psync") == 0) {
+    static int pwrk[SHMEM_REDUCE_MIN_WRKDATA_SIZE];
+    static long junk[SHMEM_REDUCE_SYNC_SIZE];
+    for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) junk[i] = 12345;
+    shmem_barrier_all();
+    shmem_int_sum_to_all(x, x + 8, 2, 0, 0, n, pwrk, junk);
+  }
   if (strcmp(c, "mismatched_broadcast") == 0) shmem_broadcast32(x, x + 8, me == 0 ? 2 : 4, 0, 0, 0, n, psync);
   /* Calls that take different paths, and so wait on different words: named, not hung. */
   if (strcmp(c, "mismatched_path") == 0) {

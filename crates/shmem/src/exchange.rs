@@ -124,6 +124,9 @@ fn wait_slot<'a>(
     }
     let h = cabi::load_local(addr, 8) - 1;
     let (len, theirs, their_detail, inline) = (h >> 16, (h >> 1 & 0x7f) as u8, (h >> 8) as u8, h & 1 == 1);
+    if !(BROADCAST..=REDUCE).contains(&theirs) && area.calls.is_none() {
+        die(call, format_args!("pSync word {} (PE {from}'s slot here) holds {:#x}, which no call writes: every PE must set its pSync to SHMEM_SYNC_VALUE before the first call, and none may reuse it before every PE is done with it", off / 8, h + 1));
+    }
     if theirs != kind {
         die(call, format_args!("PE {from} made {} where this PE makes {}: every member must make the same collective calls in the same order", kind_name(theirs), kind_name(kind)));
     }
