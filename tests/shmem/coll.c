@@ -234,6 +234,27 @@ int main(void) {
   shmem_barrier_all();
   for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++)
     CHECK(psync[i] == SHMEM_SYNC_VALUE && psync2[i] == SHMEM_SYNC_VALUE, "pSync[%d] = %ld, %ld after use", i, psync[i], psync2[i]);
+  /* Team broadcasts back to back with different roots: a member must not take the next
+   * root's signal for this one's (it would return before this root's data is all there). */
+  {
+    const long big = 1 << 20; /* 8 MiB */
+    long *bs = shmem_malloc(big * 8), *bd = shmem_malloc(big * 8);
+    long *ss = shmem_calloc(8, 8), *sd = shmem_calloc(8, 8);
+    for (int it = 0; it < 6; it++) {
+      for (long i = 0; i < big; i++) { bs[i] = it * 10000000L + me * 1000000L + i; bd[i] = -1; }
+      shmem_barrier_all();
+      shmem_long_broadcast(SHMEM_TEAM_WORLD, bd, bs, big, 0);
+      for (long i = 0; i < big; i += 4099)
+        CHECK(bd[i] == it * 10000000L + i, "broadcast %d from PE 0, right after it returned: [%ld] = %ld", it, i, bd[i]);
+      CHECK(bd[big - 1] == it * 10000000L + big - 1, "broadcast %d: last element %ld", it, bd[big - 1]);
+      shmem_long_broadcast(SHMEM_TEAM_WORLD, sd, ss, 8, n > 1 ? 1 : 0); /* served first by PE 0 */
+      shmem_barrier_all();
+    }
+    shmem_free(bs);
+    shmem_free(bd);
+    shmem_free(ss);
+    shmem_free(sd);
+  }
   shmem_barrier_all();
   shmem_free(cb);
   shmem_free(fb);

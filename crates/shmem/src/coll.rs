@@ -12,7 +12,9 @@
 //! A broadcast's root puts the data and returns (no barrier: the specification allows it).
 //! Over a `pSync` it tells each member through a slot of [`exchange`], with the data when it
 //! fits; a team's root may run calls ahead of its members, so it adds 1 to the member's word
-//! [`BCAST_WORD`] instead, which the member takes off.
+//! for that root (`crate::team::root_words`) instead, which the member takes off. A word per
+//! root: members of consecutive broadcasts with different roots must not take one root's
+//! signal for another's (a member counts, in call order, the calls of each root).
 //!
 //! Reductions, collects and fcollects whose data fits a slot of [`exchange`] take one
 //! exchange: every member's data (a collect's lengths, always) reaches every other member's
@@ -35,9 +37,6 @@ use weft_runtime::{AtomicOp, GlobalPtr};
 pub(crate) const SYNC_WORDS: usize = 64;
 /// Barrier rounds at most: sets of up to 2^31 PEs (a PE number is a C `int`).
 const ROUNDS: usize = 31;
-/// The word of a team's sync area that counts broadcasts delivered (after the barrier's;
-/// words 32-63 are [`crate::exchange`]'s slots).
-const BCAST_WORD: usize = ROUNDS;
 
 /// PEs `start + i·stride`, `i < size` (world PE numbers).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -186,18 +185,14 @@ pub(crate) fn broadcast(
     }
     s.sym(call, dest, len, s.me as i32);
     // A `pSync`'s broadcast tells its members through a slot, with the data when it fits; a
-    // team's calls may run ahead of its members, so they count on a word of their own.
+    // team's calls may run ahead of its members, so they count on a word per root.
     let slot = area.calls.is_none();
     let inline = slot && len <= exchange::broadcast_room();
     if set.pe(root.index) != s.me {
         if !slot {
-            return await_signal(
-                s,
-                call,
-                (set, area),
-                BCAST_WORD,
-                (1, (exchange::BROADCAST, root.index as u8, len)),
-            );
+            let roots = crate::team::root_words(s, call, area);
+            let what = (exchange::BROADCAST, root.index as u8, len);
+            return await_signal(s, call, (set, roots), root.index as usize, (1, what));
         }
         return exchange::from_root(s, call, (set, area), root.index, len, |data| {
             if let Some(d) = data {
@@ -218,9 +213,10 @@ pub(crate) fn broadcast(
             }
         });
     }
+    let roots = crate::team::root_words(s, call, area);
     for i in (0..set.size).filter(|&i| i != root.index) {
         put_at(call, dest, 0, source, len, set.pe(i));
-        signal(s, call, area, set.pe(i), BCAST_WORD);
+        signal(s, call, roots, set.pe(i), root.index as usize);
     }
 }
 

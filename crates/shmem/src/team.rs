@@ -20,10 +20,25 @@ const SIZES: usize = CALL_WORD + 8;
 /// of its own: the line after the team counters.
 pub(crate) const CALL_WORD: usize = SLOTS * SYNC_WORDS;
 
-/// Words of weft's own symmetric memory for a job of `n` PEs: team counters, the call word
-/// (a line), collect's sizes (one per PE), two words for the slot agreement.
-pub(crate) fn internal_words(n: u32) -> usize {
+/// Where the teams' broadcast words start (see [`root_words`]).
+fn roots(n: u32) -> usize {
     SIZES + n as usize + 2
+}
+
+/// Words of weft's own symmetric memory for a job of `n` PEs: team counters, the call word
+/// (a line), collect's sizes (one per PE), two words for the slot agreement, and per team
+/// slot a broadcast word per member that can be root.
+pub(crate) fn internal_words(n: u32) -> usize {
+    roots(n) + SLOTS * n as usize
+}
+
+/// The broadcast words of the team whose sync area is `area` (made by [`sync_area`]): word r
+/// counts broadcasts from member r delivered here and not yet taken.
+pub(crate) fn root_words(s: &Shmem, call: &str, area: SyncArea) -> SyncArea {
+    let slot = (area.local - s.internal_word(0)) / (SYNC_WORDS * 8);
+    let local = s.internal_word(roots(s.n) + slot * s.n as usize);
+    let global = s.sym(call, local as *const c_void, s.n as usize * 8, s.me as i32);
+    SyncArea { local, global, calls: None }
 }
 
 /// One team this PE is in.
