@@ -328,15 +328,19 @@ fn global_exit_under_mpirun_ends_the_job_with_its_status() {
 
 /// An `mpirun` job leaves nothing in /dev/shm: the last PE to finalize removes the job's
 /// directory (OpenSHMEM's state lives to the process's end; no `weft run` cleans up after
-/// it). Run in a private mount namespace with a /dev/shm of its own, where nothing else is.
+/// it), and so does a PE that ends the job by an error or an exit without finalizing (the
+/// others, killed by mpirun, cannot). Run in a private mount namespace with a /dev/shm of its
+/// own, where nothing else is.
 #[cfg(feature = "pmix")]
 #[test]
 fn an_mpirun_job_leaves_nothing_in_dev_shm() {
-    let prog = build("setup", &[], false);
+    let (prog, errors) = (build("setup", &[], false), build("errors", &[], false));
+    let mpirun = "mpirun --allow-run-as-root --oversubscribe --timeout 120";
     let script = format!(
-        "mount -t tmpfs -o size=64m tmpfs /dev/shm && mpirun -n 4 --allow-run-as-root --oversubscribe \
-         --timeout 120 {} && echo left: && ls -A /dev/shm",
-        prog.display()
+        "mount -t tmpfs -o size=64m tmpfs /dev/shm && {mpirun} -n 4 {} && \
+         {{ {mpirun} -n 2 {e} bad_pe; {mpirun} -n 2 {e} last_exits_three; true; }} && echo left: && ls -A /dev/shm",
+        prog.display(),
+        e = errors.display()
     );
     let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
     let text = common::text(&out);
@@ -386,11 +390,11 @@ fn mismatched_calls_on_different_paths_are_named() {
     let reduction = "a reduction (sum of 4-byte signed integers)";
     let cases = [
         ("mismatched_path", vec![reduction, "of 8 bytes", "of 16000 bytes"]),
-        ("skipped_collective", vec!["of 8 bytes (on a team)", "a barrier or sync (on a team)"]),
-        ("barrier_all_meets_reduce", vec![reduction, "shmem_barrier_all or shmem_sync_all"]),
+        ("skipped_collective", vec!["of 8 bytes (on a team)", "a barrier of a team (shmem_team_sync"]),
+        ("barrier_all_meets_reduce", vec![reduction, "shmem_barrier_all or shmem_sync_all: all PEs"]),
         ("team_meets_psync", vec!["of 8 bytes (on a team)", "of 8 bytes (on a pSync)"]),
         ("skipped_into_finalize", vec![reduction, "PE 1 is in shmem_finalize"]),
-        ("skipped_barrier_all", vec!["this PE is in shmem_barrier_all", "PE 1 is in shmem_finalize"]),
+        ("skipped_barrier_all", vec!["this PE is in a barrier of a team", "PE 1 is in shmem_finalize"]),
     ];
     for (case, says) in cases {
         let (out, took, pid) = run_with(&prog, 2, &[case], &[("WEFT_SHMEM_MISMATCH_S", "0.5")]);
@@ -403,10 +407,13 @@ fn mismatched_calls_on_different_paths_are_named() {
         assert!(took < Duration::from_secs(20), "{case}: the job took {took:?} to end");
         assert!(common::shm_leftovers(pid).is_empty(), "{case}: left files in /dev/shm");
     }
-    // Slow members are not mismatched ones: PE 1 computes for 3 s before the reduction.
-    let (out, _, _) = run_with(&prog, 2, &["late_member"], &[("WEFT_SHMEM_MISMATCH_S", "0.5")]);
-    let text = common::text(&out);
-    assert!(out.status.success() && text.contains("late member ok"), "late_member\n{text}");
+    // Slow members are not mismatched ones: PE 1 computes for 3 s before the reduction. Nor
+    // are threads of SHMEM_THREAD_MULTIPLE in different teams' calls, one of them late.
+    for (case, ok) in [("late_member", "late member ok"), ("threads_not_judged", "threads ok")] {
+        let (out, _, _) = run_with(&prog, 2, &[case], &[("WEFT_SHMEM_MISMATCH_S", "0.2")]);
+        let text = common::text(&out);
+        assert!(out.status.success() && text.contains(ok), "{case}\n{text}");
+    }
 }
 
 /// Each erroneous call ends the job (status not 0) within seconds, saying which routine and

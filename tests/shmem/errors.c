@@ -5,7 +5,23 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <pthread.h>
 #include <unistd.h>
+
+/* threads_not_judged: PE 1's thread A and PE 0's thread B come 2 s late. */
+static shmem_team_t twin;
+static int my_pe;
+static int reduced[2];
+static void *thread_a(void *x) {
+  if (my_pe == 1) sleep(2);
+  shmem_int_sum_reduce(SHMEM_TEAM_WORLD, reduced + 1, reduced, 1);
+  return x;
+}
+static void *thread_b(void *x) {
+  if (my_pe == 0) sleep(2);
+  shmem_team_sync(twin);
+  return x;
+}
 
 int main(int argc, char **argv) {
   const char *c = argc > 1 ? argv[1] : "";
@@ -13,7 +29,9 @@ int main(int argc, char **argv) {
     shmem_int_p(NULL, 1, 0);
     return 0;
   }
-  shmem_init();
+  int level;
+  if (strcmp(c, "threads_not_judged") == 0) shmem_init_thread(SHMEM_THREAD_MULTIPLE, &level);
+  else shmem_init();
   int me = shmem_my_pe(), n = shmem_n_pes();
   int *x = shmem_malloc(16 * sizeof(int));
   int local[16] = {0};
@@ -57,6 +75,7 @@ int main(int argc, char **argv) {
     static long junk[SHMEM_REDUCE_SYNC_SIZE];
     for (int i = 0; i < SHMEM_REDUCE_SYNC_SIZE; i++) junk[i] = 12345;
     shmem_barrier_all();
+    if (me != 0) sleep(1); /* PE 0 reads its slot before anyone writes a head over the junk */
     shmem_int_sum_to_all(x, x + 8, 2, 0, 0, n, pwrk, junk);
   }
   if (strcmp(c, "mismatched_broadcast") == 0) shmem_broadcast32(x, x + 8, me == 0 ? 2 : 4, 0, 0, 0, n, psync);
@@ -83,6 +102,20 @@ int main(int argc, char **argv) {
   if (strcmp(c, "skipped_barrier_all") == 0 && me == 0) shmem_barrier_all();
   if (strcmp(c, "skipped_into_finalize") == 0 || strcmp(c, "skipped_barrier_all") == 0) {
     shmem_finalize(); /* PE 1 goes straight here */
+    return 0;
+  }
+  if (strcmp(c, "threads_not_judged") == 0) { /* not an error: threads in different teams */
+    my_pe = me;
+    shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, n, NULL, 0, &twin);
+    shmem_barrier_all();
+    pthread_t a, b;
+    pthread_create(&a, NULL, thread_a, NULL);
+    pthread_create(&b, NULL, thread_b, NULL);
+    pthread_join(a, NULL);
+    pthread_join(b, NULL);
+    shmem_barrier_all();
+    if (me == 0) printf("threads ok\n");
+    shmem_finalize();
     return 0;
   }
   if (strcmp(c, "late_member") == 0) { /* not an error: a member that is slow to come */

@@ -344,6 +344,12 @@ pub trait Fabric: Send + Sync + 'static {
     /// Marks this rank as finalized: peers waiting on it get an error instead of hanging.
     fn finalize(&self);
 
+    /// This process is about to exit without finalizing, ending the job (an error): removes
+    /// what the job keeps where no launcher may clean up (shared memory: the job's
+    /// directory, if it is empty; under `mpirun` nothing else would). Peers that make new
+    /// regions fail from then on.
+    fn abandon(&self) {}
+
     /// The communication resources this fabric holds (for `weft info`).
     fn resources(&self) -> Vec<Resource>;
 

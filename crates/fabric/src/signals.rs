@@ -52,6 +52,20 @@ pub fn end_asked() -> Option<(i32, u32)> {
     }
 }
 
+/// Runs `f` when the process exits through `exit` (a return from `main` included; not when a
+/// signal or `_exit` ends it); false if it could not be registered.
+///
+/// ```
+/// extern "C" fn bye() {
+///     eprintln!("leaving");
+/// }
+/// assert!(weft_fabric::signals::at_exit(bye));
+/// ```
+pub fn at_exit(f: extern "C" fn()) -> bool {
+    // SAFETY: atexit keeps a pointer to a function, which lives as long as the program.
+    unsafe { libc::atexit(f) == 0 }
+}
+
 /// Sends `pid` SIGUSR1 carrying `status` (0-255), which [`catch_interrupts`] turns into
 /// [`end_asked`]; false if the signal could not be sent.
 pub fn ask_to_end(pid: u32, status: i32) -> bool {

@@ -260,6 +260,24 @@ impl Comm {
         Ok(())
     }
 
+    /// Before this process exits on an error without finalizing (which ends the job): removes
+    /// what the job keeps where a launcher that knows nothing of weft (`mpirun`, `srun`)
+    /// would leave it (on shared memory, the job's directory, once empty). Other ranks
+    /// cannot make new segments from then on.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// if world.rank() == 0 && std::env::args().any(|a| a == "--fail") {
+    ///     eprintln!("rank 0: bad argument");
+    ///     world.abandon();
+    ///     std::process::exit(1);
+    /// }
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn abandon(&self) {
+        self.fabric.abandon();
+    }
+
     /// Makes progress until `cond` holds; `what` names the operation for the hang warning.
     pub(crate) fn wait(&self, deps: Deps<'_>, what: &str, cond: impl FnMut() -> bool) -> Result<()> {
         self.wait_with(deps, what, crate::am::poll_set(), cond)

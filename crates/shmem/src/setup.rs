@@ -24,6 +24,9 @@ pub extern "C" fn shmem_init_thread(requested: c_int, provided: *mut c_int) -> c
         die("shmem_init_thread", format_args!("thread level {requested} is not one of SHMEM_THREAD_*"));
     }
     state::init("shmem_init_thread", THREAD_MULTIPLE);
+    if requested == THREAD_MULTIPLE {
+        crate::watch::threads_may_share_calls();
+    }
     if !provided.is_null() {
         cabi::write_value(provided, st("shmem_init_thread").thread_level);
     }
@@ -53,6 +56,7 @@ pub extern "C" fn shmem_global_exit(status: c_int) {
     // The launcher ends the job with it where it can (`weft run`, a PMIx launcher). Elsewhere
     // a failure status makes any launcher stop every other PE: 0 becomes 1.
     // Started without a launcher: this process is the whole job.
+    state::abandon();
     if weft_runtime::end_job(code) || !weft_runtime::launched() {
         std::process::exit(code);
     }

@@ -103,7 +103,16 @@ pub(crate) fn die(call: &str, msg: impl std::fmt::Display) -> ! {
     // the line short.
     let line = format!("weft shmem: {who}{call}: {msg}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
+    abandon();
     std::process::exit(1)
+}
+
+/// Before this PE exits without `shmem_finalize`, ending the job: removes the job's shared
+/// files that a launcher other than `weft run` would leave ([`weft_runtime::Comm::abandon`]).
+pub(crate) fn abandon() {
+    if let Some(s) = STATE.get() {
+        s.comm.abandon();
+    }
 }
 
 /// The state, or the end of the job when OpenSHMEM is not initialized.
@@ -147,6 +156,15 @@ pub(crate) fn init(call: &str, thread_level: i32) {
         // first calls, which would each wait for page faults. Where the kernel cannot,
         // the code maps at first touch as before.
         let _ = weft_runtime::populate_code(init as *const () as usize);
+        // A PE that exits without shmem_finalize (exit(3), a return from main) ends the job:
+        // it removes the job's shared files that a launcher other than `weft run` leaves.
+        weft_runtime::at_exit(exit_unfinalized);
+    }
+}
+
+extern "C" fn exit_unfinalized() {
+    if !FINALIZED.load(Ordering::Relaxed) {
+        abandon();
     }
 }
 

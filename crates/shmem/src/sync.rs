@@ -42,7 +42,7 @@ pub extern "C" fn shmem_fence() {
 fn barrier_all(call: &str) {
     let s = st(call);
     let (set, area) = crate::team::world(s, call);
-    crate::coll::barrier(s, call, set, area, (crate::watch::BARRIER_ALL, 0, 0));
+    crate::coll::barrier(s, call, set, area, (crate::watch::SYNC, 0, 0));
 }
 
 #[no_mangle]

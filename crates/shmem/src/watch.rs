@@ -13,28 +13,39 @@
 //! Nothing else is concluded. A member that does not wait may be computing; one in a call
 //! on another set may wait for PEs outside this one; one with two threads waiting in
 //! different calls is marked and not judged; a member in the same call means the calls
-//! still meet. A member that ran ahead into the next call gave this PE all it needs from the
+//! still meet. A program that asked for `SHMEM_THREAD_MULTIPLE` is not judged at all: a
+//! thread of a member that is in another call may yet come to this one. A member that ran ahead into the next call gave this PE all it needs from the
 //! call it left, so no member is waited for from there. Only members whose memory this PE
 //! maps are read (a load); where one is not (a network), nothing is concluded.
 
 use crate::coll::{Set, SyncArea};
 use crate::state::{die, Shmem};
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 /// Kinds of call beyond [`crate::exchange`]'s (1 to 4).
 pub(crate) const ALLTOALL: u8 = 5;
 pub(crate) const ALLTOALLS: u8 = 6;
-/// A set's barrier (`shmem_barrier`, `shmem_sync`, `shmem_team_sync`).
+/// A set's barrier (`shmem_barrier`, `shmem_sync`, `shmem_team_sync`, and
+/// `shmem_barrier_all` and `shmem_sync_all`, which the specification makes
+/// `shmem_team_sync(SHMEM_TEAM_WORLD)`).
 pub(crate) const SYNC: u8 = 7;
-/// `shmem_barrier_all` and `shmem_sync_all` (the barrier of `SHMEM_TEAM_WORLD`'s words).
-pub(crate) const BARRIER_ALL: u8 = 8;
 /// `shmem_finalize` (weft's runtime barrier).
 const FINALIZE: u8 = 9;
 
 /// Calls this PE published (the low 7 bits travel in its word).
 static ENTRIES: AtomicU32 = AtomicU32::new(0);
+
+/// The program asked for `SHMEM_THREAD_MULTIPLE`: a PE's threads may be in different
+/// collective calls at once, and one that is not in the call awaited yet may still come to
+/// it, so nothing is judged.
+static THREADS: AtomicBool = AtomicBool::new(false);
+
+/// Called by `shmem_init_thread(SHMEM_THREAD_MULTIPLE)`: see [`THREADS`].
+pub(crate) fn threads_may_share_calls() {
+    THREADS.store(true, Ordering::Relaxed);
+}
 
 /// Seconds a collective waits before reading its members' calls, from
 /// `WEFT_SHMEM_MISMATCH_S` (`None`: never).
@@ -96,8 +107,10 @@ fn describe(word: u64) -> String {
         }
         ALLTOALL => format!("an alltoall of {bytes}-byte blocks (on {team})"),
         ALLTOALLS => format!("an alltoalls of {bytes} bytes per member (on {team})"),
-        SYNC => format!("a barrier or sync (on {team})"),
-        BARRIER_ALL => "shmem_barrier_all or shmem_sync_all".into(),
+        SYNC if word >> 31 & 1 == 1 => {
+            "a barrier of a team (shmem_team_sync, or shmem_barrier_all or shmem_sync_all: all PEs)".into()
+        }
+        SYNC => "a barrier of an active set (shmem_barrier or shmem_sync)".into(),
         FINALIZE => "shmem_finalize".into(),
         _ => "an unknown call".into(),
     }
@@ -171,7 +184,7 @@ pub(crate) fn wait(
     (kind, detail, bytes): Call,
     mut cond: impl FnMut() -> bool,
 ) {
-    let Some(patience) = s.patience else {
+    let (Some(patience), false) = (s.patience, THREADS.load(Ordering::Relaxed)) else {
         return s.check(call, s.comm.wait_until(cond));
     };
     // From the 1024th poll on (tens of microseconds of spinning, well past a peer's arrival;

@@ -553,6 +553,10 @@ impl Fabric for HybridFabric {
         self.parts.ofi.finalize();
     }
 
+    fn abandon(&self) {
+        self.parts.shm.abandon();
+    }
+
     fn shm_in_memory(&self) -> Option<u64> {
         self.parts.shm.shm_in_memory()
     }

@@ -789,6 +789,10 @@ impl Fabric for ShmFabric {
         }
     }
 
+    fn abandon(&self) {
+        os::remove_dir(&job_dir(&self.job));
+    }
+
     fn shm_in_memory(&self) -> Option<u64> {
         let regions = self.local_regions.read().unwrap_or_else(|e| e.into_inner());
         let inbox = self.inboxes.get(self.rank as usize).map_or(0, |m| m.resident_bytes());
