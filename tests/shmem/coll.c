@@ -112,6 +112,11 @@ int main(void) {
   CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, n - 1, 0, 1, NULL, 0, &last) == 0, "split stride 0");
   CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, n - 1, -1, 1, NULL, 0, &last2) == 0, "split stride -1");
   CHECK((me == n - 1) == (last != SHMEM_TEAM_INVALID && last2 != SHMEM_TEAM_INVALID), "one-PE teams");
+  /* Sets that make no team: non-zero and SHMEM_TEAM_INVALID on every PE, the job goes on. */
+  shmem_team_t none = SHMEM_TEAM_WORLD;
+  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, 1, 2, 0, NULL, 0, &none) != 0 && none == SHMEM_TEAM_INVALID, "size 0");
+  none = SHMEM_TEAM_WORLD;
+  CHECK(shmem_team_split_strided(SHMEM_TEAM_WORLD, 0, 1, n + 1, NULL, 0, &none) != 0 && none == SHMEM_TEAM_INVALID, "past the parent");
   if (me == n - 1) CHECK(shmem_team_n_pes(last) == 1 && shmem_team_my_pe(last2) == 0, "one-PE team queries");
   if (me == n - 1) {
     shmem_team_destroy(last);

@@ -230,27 +230,22 @@ pub extern "C" fn shmem_team_split_strided(
     let p = team(s, call, parent);
     // One PE: any stride names it (OpenSHMEM 1.6 says so of 0 and negative strides).
     let stride = if size == 1 { 1 } else { stride };
-    if stride < 1 && size > 1 {
-        die(call, format_args!("stride {stride} with {size} PEs: weft's teams take positive strides"));
-    }
-    let ok = start >= 0
+    // A set that does not fit the parent (or a stride below 1, which weft's teams do not
+    // take) makes no team: every PE still takes part in the split, which is collective over
+    // the parent, and gets non-zero and SHMEM_TEAM_INVALID, as the specification asks.
+    let fits = start >= 0
         && stride >= 1
         && size >= 1
         && (start as u64 + (size as u64 - 1) * stride as u64) < p.set.size as u64;
-    if !ok {
-        die(
-            call,
-            format_args!(
-                "start {start}, stride {stride}, size {size} do not fit the parent team of {} PEs",
-                p.set.size
-            ),
-        );
-    }
-    let set = Set { start: p.set.pe(start as u32), stride: p.set.stride * stride as u32, size: size as u32 };
-    let mine = set.index_of(s.me).map(|_| set);
+    let set = fits.then(|| Set {
+        start: p.set.pe(start as u32),
+        stride: p.set.stride * stride as u32,
+        size: size as u32,
+    });
+    let mine = set.filter(|set| set.index_of(s.me).is_some());
     let h = split(s, call, p, mine, contexts_of(call, config, mask));
     give(new_team, h);
-    if mine.is_some() && h.is_null() {
+    if !fits || (mine.is_some() && h.is_null()) {
         return -1;
     }
     0
