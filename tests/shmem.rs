@@ -416,6 +416,27 @@ fn mismatched_calls_on_different_paths_are_named() {
     }
 }
 
+/// A collective that hangs (its mismatch not judged: `WEFT_SHMEM_MISMATCH_S=0`, as over a
+/// network) gets the hang warning naming the routine and the PE it waits for.
+#[test]
+fn hung_collectives_name_the_awaited_pe() {
+    let prog = build("errors", &[], false);
+    let out = Command::new(WEFT)
+        .env("WEFT_SHMEM_MISMATCH_S", "0")
+        .env("WEFT_HANG_WARN_S", "1")
+        .args(["run", "-n", "2", "--timeout", "4", "--"])
+        .arg(&prog)
+        .arg("skipped_collective")
+        .output()
+        .unwrap();
+    let text = common::text(&out);
+    assert_eq!(out.status.code(), Some(124), "{text}");
+    assert!(
+        text.contains("rank 0 has waited") && text.contains("in shmem_int_sum_reduce for rank 1"),
+        "no warning naming the routine and PE 1\n{text}"
+    );
+}
+
 /// Each erroneous call ends the job (status not 0) within seconds, saying which routine and
 /// what was wrong; nothing is left in /dev/shm.
 #[test]

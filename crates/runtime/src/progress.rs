@@ -227,6 +227,24 @@ impl Comm {
         self.wait(Deps::AnyDead, "wait_until", cond)
     }
 
+    /// [`Comm::wait_until`] for a condition that rank `rank` makes true (a library's signal
+    /// word, say): the wait fails once that rank has died or finalized without making it
+    /// true, and the hang warning names it and `what`.
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let flags = world.alloc_segment::<u64>(1)?;
+    /// let ready = || flags.local().atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1;
+    /// world.wait_until_from(0, "waiting for rank 0's flag", ready)?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn wait_until_from(&self, rank: u32, what: &str, cond: impl FnMut() -> bool) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::NoSuchRank { rank, size: self.size() });
+        }
+        self.wait(Deps::Rank(rank), what, cond)
+    }
+
     /// [`Comm::wait_until`] for a condition that peers' one-sided writes make true, whose
     /// writers do not call [`Comm::notify`] (a library's users' flags, as OpenSHMEM's
     /// `wait_until` awaits): its sleeps on the doorbell last at most [`RMA_WAIT_SLEEP`], so it

@@ -117,18 +117,18 @@ fn signal(s: &Shmem, call: &str, area: SyncArea, pe: u32, k: usize) {
     s.check(call, s.comm.notify(pe));
 }
 
-/// Waits until this PE's word `k` of `area` (of `set`) has `need` signals, and takes them,
-/// in collective call `what`.
+/// Waits until this PE's word `k` of `area` (of `set`) has `need` signals, which world PE
+/// `from` sends, and takes them, in collective call `what`.
 fn await_signal(
     s: &Shmem,
     call: &str,
-    (set, area): (Set, SyncArea),
+    (set, area, from): (Set, SyncArea, u32),
     k: usize,
     (need, what): (u64, watch::Call),
 ) {
     let addr = area.local + 8 * k;
     if (cabi::load_local(addr, 8) as i64) < need as i64 {
-        watch::wait(s, call, (set, area), what, || cabi::load_local(addr, 8) as i64 >= need as i64);
+        watch::wait(s, call, (set, area, from), what, || cabi::load_local(addr, 8) as i64 >= need as i64);
     }
     add_word(s, call, area, s.me, k, need.wrapping_neg());
 }
@@ -148,8 +148,9 @@ pub(crate) fn barrier(s: &Shmem, call: &str, set: Set, area: SyncArea, what: wat
     let mut k = 0;
     while dist < set.size && k < ROUNDS {
         let to = set.pe(((me as u64 + dist as u64) % set.size as u64) as u32);
+        let from = set.pe(((me as u64 + set.size as u64 - dist as u64) % set.size as u64) as u32);
         signal(s, call, area, to, k);
-        await_signal(s, call, (set, area), k, (1, what));
+        await_signal(s, call, (set, area, from), k, (1, what));
         dist = dist.saturating_mul(2);
         k += 1;
     }
@@ -192,7 +193,8 @@ pub(crate) fn broadcast(
         if !slot {
             let roots = crate::team::root_words(s, call, area);
             let what = (exchange::BROADCAST, root.index as u8, len);
-            return await_signal(s, call, (set, roots), root.index as usize, (1, what));
+            let from = set.pe(root.index);
+            return await_signal(s, call, (set, roots, from), root.index as usize, (1, what));
         }
         return exchange::from_root(s, call, (set, area), root.index, len, |data| {
             if let Some(d) = data {

@@ -120,7 +120,7 @@ fn wait_slot<'a>(
 ) -> (usize, Option<&'a [u8]>) {
     let addr = area.local + off;
     if cabi::load_local(addr, 8) == 0 {
-        crate::watch::wait(s, call, (set, area), watched, || cabi::load_local(addr, 8) != 0);
+        crate::watch::wait(s, call, (set, area, from), watched, || cabi::load_local(addr, 8) != 0);
     }
     let h = cabi::load_local(addr, 8) - 1;
     let (len, theirs, their_detail, inline) = (h >> 16, (h >> 1 & 0x7f) as u8, (h >> 8) as u8, h & 1 == 1);

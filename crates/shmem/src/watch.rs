@@ -175,17 +175,18 @@ fn words(s: &Shmem, set: Set) -> Option<Vec<(u32, u64)>> {
         .collect()
 }
 
-/// Waits until `cond` holds, in collective call `call` (kind, detail and bytes as given) on
-/// `set` over `area`; ends the job if the members' calls cannot meet (see the module's notes).
+/// Waits until `cond` holds, which world PE `from` makes true, in collective call `call`
+/// (kind, detail and bytes as given) on `set` over `area`; ends the job if the members' calls
+/// cannot meet (see the module's notes), or if `from` died or finalized first.
 pub(crate) fn wait(
     s: &Shmem,
     call: &str,
-    (set, area): (Set, SyncArea),
+    (set, area, from): (Set, SyncArea, u32),
     (kind, detail, bytes): Call,
     mut cond: impl FnMut() -> bool,
 ) {
     let (Some(patience), false) = (s.patience, THREADS.load(Ordering::Relaxed)) else {
-        return s.check(call, s.comm.wait_until(cond));
+        return s.check(call, s.comm.wait_until_from(from, call, cond));
     };
     // From the 1024th poll on (tens of microseconds of spinning, well past a peer's arrival;
     // once the runtime sleeps, a poll per sleep of at most a few milliseconds), the wait
@@ -195,7 +196,7 @@ pub(crate) fn wait(
     let mut seen: Option<Vec<(u32, u64)>> = None;
     s.check(
         call,
-        s.comm.wait_until(|| {
+        s.comm.wait_until_from(from, call, || {
             if cond() {
                 return true;
             }
