@@ -156,26 +156,41 @@ fn static_library_and_cxx() {
     assert!(!out.status.success() && text.contains("linked into the program"), "static globals\n{text}");
 }
 
+/// True (and says so) where the fabric is not shared memory, which a test needs for `why`.
+fn not_on_shared_memory(why: &str) -> bool {
+    let other = std::env::var("WEFT_FABRIC").is_ok_and(|f| f != "shm");
+    if other {
+        eprintln!("skipped: {why}");
+    }
+    other
+}
+
+/// Runs shell `script` in a private mount namespace with a tmpfs of `size` on /dev/shm
+/// (`unshare -m`, root); `None` (and says so) where no such namespace can be made.
+fn in_private_dev_shm(size: &str, script: &str) -> Option<(Output, String)> {
+    let script = format!("mount -t tmpfs -o size={size} tmpfs /dev/shm && {script}");
+    let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
+    let text = common::text(&out);
+    if text.contains("unshare failed") || text.contains("Operation not permitted") {
+        eprintln!("skipped: no private mount namespace here ({text})");
+        return None;
+    }
+    Some((out, text))
+}
+
 /// An allocation no PE can back (a private 256 MiB /dev/shm, as allocation-failure tests must
 /// use) gives NULL everywhere and gives its memory back. Needs `unshare -m` (root) and the
 /// shared-memory fabric (whose heap is in /dev/shm).
 #[test]
 fn running_out_of_memory_gives_null_and_loses_nothing() {
-    if std::env::var("WEFT_FABRIC").is_ok_and(|f| f != "shm") {
-        eprintln!("skipped: the heap is in /dev/shm on the shared-memory fabric only");
+    if not_on_shared_memory("the heap is in /dev/shm on the shared-memory fabric only") {
         return;
     }
     let prog = build("oom", &[], false);
-    let script = format!(
-        "mount -t tmpfs -o size=256m tmpfs /dev/shm && exec {WEFT} run -n 2 --timeout 60 -- {}",
-        prog.display()
-    );
-    let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
-    let text = common::text(&out);
-    if text.contains("unshare failed") || text.contains("Operation not permitted") {
-        eprintln!("skipped: no private mount namespace here ({text})");
+    let script = format!("exec {WEFT} run -n 2 --timeout 60 -- {}", prog.display());
+    let Some((out, text)) = in_private_dev_shm("256m", &script) else {
         return;
-    }
+    };
     assert!(out.status.success() && text.contains("oom: 2 PEs ok"), "{text}");
 }
 
@@ -337,17 +352,14 @@ fn an_mpirun_job_leaves_nothing_in_dev_shm() {
     let (prog, errors) = (build("setup", &[], false), build("errors", &[], false));
     let mpirun = "mpirun --allow-run-as-root --oversubscribe --timeout 120";
     let script = format!(
-        "mount -t tmpfs -o size=64m tmpfs /dev/shm && {mpirun} -n 4 {} && \
-         {{ {mpirun} -n 2 {e} bad_pe; {mpirun} -n 2 {e} last_exits_three; true; }} && echo left: && ls -A /dev/shm",
+        "{mpirun} -n 4 {} && {{ {mpirun} -n 2 {e} bad_pe; {mpirun} -n 2 {e} last_exits_three; true; }} \
+         && echo left: && ls -A /dev/shm",
         prog.display(),
         e = errors.display()
     );
-    let out = Command::new("unshare").args(["-m", "sh", "-c", &script]).output().unwrap();
-    let text = common::text(&out);
-    if text.contains("unshare failed") || text.contains("Operation not permitted") {
-        eprintln!("skipped: no private mount namespace here ({text})");
+    let Some((out, text)) = in_private_dev_shm("64m", &script) else {
         return;
-    }
+    };
     assert!(out.status.success(), "{text}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let left = stdout.split("left:\n").nth(1).expect("the listing");
@@ -382,8 +394,7 @@ fn bad_variables_are_refused() {
 /// memory only: the members' calls are read where their memory is mapped.
 #[test]
 fn mismatched_calls_on_different_paths_are_named() {
-    if std::env::var("WEFT_FABRIC").is_ok_and(|f| f != "shm") {
-        eprintln!("skipped: members' calls are read where their memory is mapped (shared memory)");
+    if not_on_shared_memory("members' calls are read where their memory is mapped (shared memory)") {
         return;
     }
     let prog = build("errors", &[], false);

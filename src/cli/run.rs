@@ -236,13 +236,9 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
     loop {
         let mut running = Vec::new();
         let mut ended = Vec::new();
-        // Those whose exits were seen first, in that order; then the rest in rank order
-        // (any that ended since ended after them).
         if let Some(e) = &mut exits {
             exited.extend(e.wait(Duration::ZERO));
         }
-        children
-            .sort_by_key(|(rank, c)| (exited.iter().position(|&p| p == c.id()).unwrap_or(usize::MAX), *rank));
         for (rank, child) in children.iter_mut() {
             let r = *rank as usize;
             if statuses[r].is_some() {
@@ -257,6 +253,11 @@ pub fn launch(spec: &LaunchSpec) -> Result<i32, String> {
                 Err(_) => statuses[r] = Some(ExitStatus::default()),
             }
         }
+        // Those whose exits were seen, in the order they happened; then the rest in rank order
+        // (any that ended since ended after them).
+        ended.sort_by_key(|&(rank, pid, _)| {
+            (exited.iter().position(|&p| p == pid).unwrap_or(usize::MAX), rank)
+        });
         // A rank's shmem_global_exit: the job ends with the status it asked for, whatever the
         // ranks that saw it vanish did since (it asked before it began to exit).
         if let (None, Some((status, by))) = (stopping, os::end_asked()) {

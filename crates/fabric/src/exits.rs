@@ -13,6 +13,8 @@ use std::time::Duration;
 pub struct ExitOrder {
     epoll: libc::c_int,
     pidfds: Vec<libc::c_int>,
+    /// What `epoll_wait` fills (one entry per process).
+    events: Vec<libc::epoll_event>,
 }
 
 impl ExitOrder {
@@ -24,7 +26,8 @@ impl ExitOrder {
         if epoll < 0 {
             return None;
         }
-        let mut order = ExitOrder { epoll, pidfds: Vec::with_capacity(pids.len()) };
+        let events = vec![libc::epoll_event { events: 0, u64: 0 }; pids.len().max(1)];
+        let mut order = ExitOrder { epoll, pidfds: Vec::with_capacity(pids.len()), events };
         for &pid in pids {
             // SAFETY: pidfd_open takes a pid and flags and touches no memory.
             let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as libc::c_int;
@@ -45,12 +48,11 @@ impl ExitOrder {
     /// Waits up to `timeout` for an exit; returns the processes that ended since the last
     /// call (none on a timeout), in the order they ended.
     pub fn wait(&mut self, timeout: Duration) -> Vec<u32> {
-        let n = self.pidfds.len().max(1);
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; n];
+        let n = self.events.len();
         let ms = timeout.as_millis().clamp(0, i32::MAX as u128) as libc::c_int;
         // SAFETY: events holds n entries for the kernel to fill; the epoll descriptor is open.
-        let got = unsafe { libc::epoll_wait(self.epoll, events.as_mut_ptr(), n as libc::c_int, ms) };
-        events.iter().take(got.max(0) as usize).map(|e| e.u64 as u32).collect()
+        let got = unsafe { libc::epoll_wait(self.epoll, self.events.as_mut_ptr(), n as libc::c_int, ms) };
+        self.events.iter().take(got.max(0) as usize).map(|e| e.u64 as u32).collect()
     }
 }
 

@@ -55,7 +55,8 @@ pub extern "C" fn shmem_global_exit(status: c_int) {
     };
     // The launcher ends the job with it where it can (`weft run`, a PMIx launcher). Elsewhere
     // a failure status makes any launcher stop every other PE: 0 becomes 1.
-    // Started without a launcher: this process is the whole job.
+    // Started without a launcher: this process is the whole job. The job's shared files go
+    // first: the launcher may kill this process before it returns from asking.
     state::abandon();
     if weft_runtime::end_job(code) || !weft_runtime::launched() {
         std::process::exit(code);

@@ -103,7 +103,7 @@ pub(crate) fn die(call: &str, msg: impl std::fmt::Display) -> ! {
     // the line short.
     let line = format!("weft shmem: {who}{call}: {msg}\n");
     let _ = std::io::stderr().write_all(line.as_bytes());
-    abandon();
+    // `exit_unfinalized` (atexit) removes the job's shared files.
     std::process::exit(1)
 }
 
@@ -151,14 +151,15 @@ pub(crate) fn init(call: &str, thread_level: i32) {
         start(call, thread_level)
     });
     if fresh {
+        // A PE that exits without shmem_finalize (an error, exit(3), a return from main) ends
+        // the job: it removes the job's shared files that a launcher other than `weft run`
+        // leaves.
+        weft_runtime::at_exit(exit_unfinalized);
         crate::ctx::open_pool(s, call);
         // This library's code, mapped in now rather than page by page in the program's
         // first calls, which would each wait for page faults. Where the kernel cannot,
         // the code maps at first touch as before.
         let _ = weft_runtime::populate_code(init as *const () as usize);
-        // A PE that exits without shmem_finalize (exit(3), a return from main) ends the job:
-        // it removes the job's shared files that a launcher other than `weft run` leaves.
-        weft_runtime::at_exit(exit_unfinalized);
     }
 }
 

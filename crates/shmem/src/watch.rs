@@ -3,8 +3,8 @@
 //! A wait of a collective call that lasts (past its 1024th poll) stores a word saying which
 //! call (kind, length, a reduction's operation and type or a broadcast's root, the set of
 //! PEs, team or `pSync`) in a symmetric word of its PE, and clears it when the wait ends;
-//! `shmem_barrier_all` and `shmem_sync_all`, which wait in weft's runtime, store theirs for
-//! the whole call. Calls whose waits end sooner cost a few register operations. A wait that
+//! `shmem_finalize`, which waits in weft's runtime, stores its call for the whole call.
+//! Calls whose waits end sooner cost a few register operations. A wait that
 //! has lasted `WEFT_SHMEM_MISMATCH_S` seconds (default 5; 0: never) reads the other members'
 //! words, and again as long later. If every other member waited in one call on the same set
 //! throughout (its word unchanged, entry count included) and none is in this PE's call, the
@@ -14,8 +14,9 @@
 //! on another set may wait for PEs outside this one; one with two threads waiting in
 //! different calls is marked and not judged; a member in the same call means the calls
 //! still meet. A program that asked for `SHMEM_THREAD_MULTIPLE` is not judged at all: a
-//! thread of a member that is in another call may yet come to this one. A member that ran ahead into the next call gave this PE all it needs from the
-//! call it left, so no member is waited for from there. Only members whose memory this PE
+//! thread of a member that is in another call may yet come to this one. A member that ran
+//! ahead into the next call gave this PE all it needs from the call it left, so no member is
+//! waited for from there. Only members whose memory this PE
 //! maps are read (a load); where one is not (a network), nothing is concluded.
 
 use crate::coll::{Set, SyncArea};
@@ -32,7 +33,7 @@ pub(crate) const ALLTOALLS: u8 = 6;
 /// `shmem_team_sync(SHMEM_TEAM_WORLD)`).
 pub(crate) const SYNC: u8 = 7;
 /// `shmem_finalize` (weft's runtime barrier).
-const FINALIZE: u8 = 9;
+const FINALIZE: u8 = 8;
 
 /// Calls this PE published (the low 7 bits travel in its word).
 static ENTRIES: AtomicU32 = AtomicU32::new(0);
