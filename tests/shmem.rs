@@ -5,23 +5,30 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 const WEFT: &str = env!("CARGO_BIN_EXE_weft");
 
-/// The built programs, by name and flavour.
-static BUILT: OnceLock<Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+/// The built programs, by name and flavour: one cell each, so that two tests wanting the same
+/// program wait for one build instead of writing the file while the other runs it (which
+/// fails with "Text file busy").
+type Cells = Mutex<HashMap<String, Arc<OnceLock<PathBuf>>>>;
+static BUILT: OnceLock<Cells> = OnceLock::new();
 
 /// Builds `tests/shmem/NAME.c` with `weft cc` (plus `extra` flags) once; returns the program.
 fn build(name: &str, extra: &[&str], cxx: bool) -> PathBuf {
     let key = format!("{name}{extra:?}{cxx}");
-    let built = BUILT.get_or_init(Default::default);
-    if let Some(p) = built.lock().unwrap().get(&key) {
-        return p.clone();
-    }
+    let cell = BUILT.get_or_init(Default::default).lock().unwrap().entry(key).or_default().clone();
+    cell.get_or_init(|| compile(name, extra, cxx)).clone()
+}
+
+/// Compiles one program under a private name and renames it into place, so that no process
+/// can exec a half-written file.
+fn compile(name: &str, extra: &[&str], cxx: bool) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/shmem").join(format!("{name}.c"));
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shmem");
     std::fs::create_dir_all(&dir).unwrap();
@@ -33,6 +40,7 @@ fn build(name: &str, extra: &[&str], cxx: bool) -> PathBuf {
         "-static"
     };
     let out = dir.join(format!("{name}{flavour}"));
+    let partial = dir.join(format!(".{name}{flavour}.{}", std::process::id()));
     let mut cmd = Command::new(WEFT);
     cmd.arg(if cxx { "c++" } else { "cc" });
     if cxx {
@@ -45,11 +53,11 @@ fn build(name: &str, extra: &[&str], cxx: bool) -> PathBuf {
         .args(extra)
         .arg(&src)
         .args(["-lm", "-o"])
-        .arg(&out)
+        .arg(&partial)
         .output()
         .unwrap();
     assert!(o.status.success(), "weft cc {name} failed\n{}", common::text(&o));
-    built.lock().unwrap().insert(key, out.clone());
+    std::fs::rename(&partial, &out).unwrap();
     out
 }
 
@@ -260,7 +268,11 @@ fn cc_finds_an_installed_layout() {
     for d in ["bin", "include", "lib"] {
         std::fs::create_dir_all(prefix.join(d)).unwrap();
     }
-    std::fs::copy(WEFT, prefix.join("bin/weft")).unwrap();
+    // A hard link, not a copy: a copy's write descriptor, inherited by a process another test
+    // thread forks meanwhile, would make running it fail with "Text file busy".
+    if std::fs::hard_link(WEFT, prefix.join("bin/weft")).is_err() {
+        std::fs::copy(WEFT, prefix.join("bin/weft")).unwrap();
+    }
     let header = Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/shmem/include/shmem.h");
     std::fs::copy(header, prefix.join("include/shmem.h")).unwrap();
     std::fs::write(prefix.join("lib/libweft_shmem.so"), b"").unwrap();
