@@ -159,9 +159,9 @@ fn repeated_runs() -> Res {
     let world = b.init().map_err(|e| Failure(e.to_string()))?;
     let combos: Vec<(Variant, Model)> =
         Variant::ALL.iter().flat_map(|&v| Model::ALL.iter().map(move |&m| (v, m))).collect();
-    // The most segments and KiB resident after any run of the first two rounds: later runs
-    // must not hold more (glibc keeps some of a run's heap for the next one, depending on
-    // which variants ran before, so later runs are compared with the peak).
+    // The most segments and KiB held (segment pages and heap in use) after any run of the
+    // first two rounds: later runs must not hold more. Some variants keep buffers for the
+    // next run, so later runs are compared with the peak.
     let mut peak = (0, 0);
     for run in 0..20 {
         let (variant, model) = combos[run % combos.len()];
@@ -171,12 +171,12 @@ fn repeated_runs() -> Res {
             return Err(format!("run {run} ({variant} {model}): {:?}", report.verification).into());
         }
         world.barrier()?;
-        let now = (world.info().segments.len(), common::rss_kib()?);
+        let now = (world.info().segments.len(), common::held_kib()?);
         if run < 2 * combos.len() {
             peak = (peak.0.max(now.0), peak.1.max(now.1));
         } else if now.0 > peak.0 || now.1 > peak.1 + 256 {
             return Err(format!(
-                "run {run} ({variant} {model}): {} segments, {} KiB resident; at most {} and {} KiB in the first {} runs",
+                "run {run} ({variant} {model}): {} segments, {} KiB held; at most {} and {} KiB in the first {} runs",
                 now.0,
                 now.1,
                 peak.0,

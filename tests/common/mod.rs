@@ -235,12 +235,24 @@ pub fn run_rank(var: &str, cases: &[Case], more: &[Program]) {
 /// libfabric). Only this process's mappings count, not other jobs'.
 #[allow(dead_code)]
 pub fn rss_kib() -> Result<u64, String> {
+    Ok(status_kib("RssShmem:")? + status_kib("RssAnon:")?)
+}
+
+/// What this process holds, in KiB: its resident pages of /dev/shm files (`RssShmem`) and
+/// its heap in use ([`weft_fabric::heap_in_use`]). Unlike [`rss_kib`], it leaves out what the
+/// allocator keeps after `free` and thread stacks' pages, which vary with the machine's load
+/// (resident memory rose by 0.4-0.8 MiB at random runs of repeated FT on a loaded machine
+/// while the heap in use stayed within 30 KiB), and segments on libfabric (anonymous maps).
+#[allow(dead_code)]
+pub fn held_kib() -> Result<u64, String> {
+    Ok(status_kib("RssShmem:")? + weft_fabric::heap_in_use() / 1024)
+}
+
+/// A field of /proc/self/status in KiB.
+fn status_kib(name: &str) -> Result<u64, String> {
     let s = std::fs::read_to_string("/proc/self/status").map_err(|e| e.to_string())?;
-    let field = |name: &str| {
-        s.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .ok_or_else(|| format!("no {name} in /proc/self/status"))
-    };
-    Ok(field("RssShmem:")? + field("RssAnon:")?)
+    s.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .ok_or_else(|| format!("no {name} in /proc/self/status"))
 }

@@ -46,6 +46,7 @@ mod memory;
 mod types;
 
 pub use error::{FabricError, FabricResult};
+pub use memory::heap_in_use;
 pub use open::{open, FabricChoice, OpenConfig};
 pub use types::*;
 
