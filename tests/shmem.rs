@@ -494,6 +494,8 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("forged_ctx", "shmem_ctx_putmem", "is not a context"),
         ("ctx_after_team_destroy", "shmem_ctx_putmem", "is not a context"),
         ("pe_outside_ctx_team", "shmem_ctx_int_p", "PE 1 is not in the context's team"),
+        // PE 1 exits 0 without it: PE 0's finalize cannot complete, so PE 0 must not exit 0.
+        ("gone_at_finalize", "shmem_finalize", "rank 1 died"),
     ];
     for (case, routine, what) in cases {
         let (out, took, pid) = run(&prog, 2, &[case]);

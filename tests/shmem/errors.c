@@ -167,6 +167,12 @@ int main(int argc, char **argv) {
     for (int r = 0; r < 1000; r++) shmem_ctx_int_put(ctx, x, local, 16, 1);
     shmem_ctx_quiet(ctx);
   }
+  if (strcmp(c, "gone_at_finalize") == 0) { /* PE 1 exits without shmem_finalize */
+    shmem_barrier_all();
+    if (me == 1) _exit(0);
+    shmem_finalize();
+    return 0;
+  }
   shmem_barrier_all();
   printf("errors: case %s did not fail\n", c);
   shmem_finalize();

@@ -254,7 +254,7 @@ fn shared_set(world: &World, heap: &Segment<u8>) -> crate::coll::Set {
 }
 
 /// Ends OpenSHMEM: completes this PE's operations, waits for every PE, releases the heap
-/// and the world.
+/// and the world. A PE that cannot (another PE is gone) ends with status 1 and a message.
 pub(crate) fn finalize() {
     let Some(s) = STATE.get() else { return };
     if FINALIZED.swap(true, Ordering::AcqRel) {
@@ -263,7 +263,10 @@ pub(crate) fn finalize() {
     crate::ctx::close(s);
     let finalizing = crate::watch::finalizing(s);
     if let Err(e) = s.comm.sync_nbi().and_then(|()| s.comm.barrier()) {
-        eprintln!("weft shmem: PE {}: shmem_finalize: {e}", s.me);
+        // A PE that never came (it died, or exited without `shmem_finalize`): this PE's
+        // operations may not have completed, so it must not report success.
+        abandon();
+        die("shmem_finalize", e);
     }
     drop(finalizing);
     drop(s.world_team.lock().unwrap_or_else(|p| p.into_inner()).take());
