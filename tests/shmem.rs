@@ -402,13 +402,10 @@ fn bad_variables_are_refused() {
 }
 
 /// Collective calls that take different paths wait on different words: after
-/// `WEFT_SHMEM_MISMATCH_S` the job ends naming each PE's call, instead of hanging. Shared
-/// memory only: the members' calls are read where their memory is mapped.
+/// `WEFT_SHMEM_MISMATCH_S` the job ends naming each PE's call, instead of hanging. On any
+/// fabric: the members' calls are loads where their memory is mapped, atomic reads elsewhere.
 #[test]
 fn mismatched_calls_on_different_paths_are_named() {
-    if not_on_shared_memory("members' calls are read where their memory is mapped (shared memory)") {
-        return;
-    }
     let prog = build("errors", &[], false);
     let reduction = "a reduction (sum of 4-byte signed integers)";
     let cases = [
@@ -439,8 +436,8 @@ fn mismatched_calls_on_different_paths_are_named() {
     }
 }
 
-/// A collective that hangs (its mismatch not judged: `WEFT_SHMEM_MISMATCH_S=0`, as over a
-/// network) gets the hang warning naming the routine and the PE it waits for.
+/// A collective that hangs (its mismatch not judged: `WEFT_SHMEM_MISMATCH_S=0`) gets the
+/// hang warning naming the routine and the PE it waits for.
 #[test]
 fn hung_collectives_name_the_awaited_pe() {
     let prog = build("errors", &[], false);

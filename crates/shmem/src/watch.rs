@@ -16,14 +16,15 @@
 //! still meet. A program that asked for `SHMEM_THREAD_MULTIPLE` is not judged at all: a
 //! thread of a member that is in another call may yet come to this one. A member that ran
 //! ahead into the next call gave this PE all it needs from the call it left, so no member is
-//! waited for from there. Only members whose memory this PE
-//! maps are read (a load); where one is not (a network), nothing is concluded.
+//! waited for from there. A member whose memory this PE maps is read with a load, another
+//! (over a network) with an atomic read through the fabric, which needs nothing of its CPU.
 
 use crate::coll::{Set, SyncArea};
 use crate::state::{die, Shmem};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+use weft_runtime::AtomicOp;
 
 /// Kinds of call beyond [`crate::exchange`]'s (1 to 4).
 pub(crate) const ALLTOALL: u8 = 5;
@@ -164,14 +165,20 @@ fn publish(s: &Shmem, word: u64) {
     w.store(if mine { word } else { there | SEVERAL }, Ordering::Release);
 }
 
-/// The words of the members of `set` other than this PE, `None` where one is not mapped.
-fn words(s: &Shmem, set: Set) -> Option<Vec<(u32, u64)>> {
+/// The words of the members of `set` other than this PE: a load where this PE maps the
+/// member's memory, an atomic read through the fabric elsewhere (a network); `None` if one
+/// cannot be read (the member is gone: the wait itself reports that).
+fn words(s: &Shmem, call: &str, set: Set) -> Option<Vec<(u32, u64)>> {
     let at = s.internal_word(crate::team::CALL_WORD) as *const c_void;
     (0..set.size)
         .map(|i| set.pe(i))
         .filter(|&pe| pe != s.me)
         .map(|pe| {
-            s.direct(at, 8, pe as i32).map(|a| (pe, crate::cabi::atomic_u64(a).load(Ordering::Acquire)))
+            let word = match s.direct(at, 8, pe as i32) {
+                Some(a) => crate::cabi::atomic_u64(a).load(Ordering::Acquire),
+                None => s.comm.atomic(s.sym(call, at, 8, pe as i32).cast(), AtomicOp::Load).ok()?,
+            };
+            Some((pe, word))
         })
         .collect()
 }
@@ -214,7 +221,7 @@ pub(crate) fn wait(
                 return false;
             }
             next += patience;
-            let now = words(s, set);
+            let now = words(s, call, set);
             if now.is_some() && now == seen {
                 judge(s, call, mine, now.as_deref().unwrap_or_default());
             }
