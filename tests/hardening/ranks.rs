@@ -208,7 +208,8 @@ weft::remote! {
 
 /// A third rank forges what only an operation's target may send (tokens and ids are
 /// sequential): RMA completions of the AM path, RPC results and RPC acknowledgements. Rank 0
-/// runs atomics and a call on rank 2 while rank 2 sleeps outside weft and rank 1 forges:
+/// runs atomics and a call on rank 2 while rank 2 sleeps outside weft (and runs no progress
+/// thread, which would serve the call meanwhile) and rank 1 forges:
 /// none is taken, every atomic and the call give the true values, and the call's arguments
 /// are not released before rank 2 has pulled them.
 pub(crate) fn forged_completions() -> Res {
