@@ -490,7 +490,8 @@ fn read_process_direct(pid: u32, addr: u64, dst: &mut [u8]) -> FabricResult<()> 
     Ok(())
 }
 
-/// Whether process `pid` (of this pid namespace) is still running (a zombie counts as dead).
+/// Whether process `pid` (of this pid namespace) is still running (a zombie counts as dead,
+/// once all its threads have ended).
 pub fn process_alive(pid: u32) -> bool {
     // 0 and negative numbers would name process groups.
     let Ok(p) = libc::pid_t::try_from(pid) else {
@@ -507,11 +508,33 @@ pub fn process_alive(pid: u32) -> bool {
     }
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(s) => match s.rfind(')').and_then(|i| s[i + 1..].split_whitespace().next()) {
-            Some(state) => state != "Z" && state != "X",
-            None => true,
+            Some("Z" | "X") => !group_exited(p).unwrap_or(true),
+            Some(_) | None => true,
         },
         Err(_) => false,
     }
+}
+
+/// Whether every thread of process `pid`, whose main thread has ended, has ended too: what
+/// its parent is told (`None` where pidfds are not available). A main thread that exits
+/// first shows as a zombie while the other threads still end, and the last of them tears
+/// down the memory, which can take long; a peer that took the process for dead then could
+/// exit, and be reported to the launcher, before the process that failed first.
+fn group_exited(pid: libc::pid_t) -> Option<bool> {
+    // SAFETY: pidfd_open takes a pid and flags and touches no memory.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    if fd < 0 {
+        return match std::io::Error::last_os_error().raw_os_error() {
+            Some(libc::ESRCH) => Some(true),
+            _ => None,
+        };
+    }
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: `p` is one valid pollfd for the call; the timeout 0 only looks.
+    let ready = unsafe { libc::poll(&mut p, 1, 0) };
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
+    Some(ready == 1 && p.revents & libc::POLLIN != 0)
 }
 
 /// Whether `/proc` shows this process's pid namespace (`/proc/self` is our pid).
