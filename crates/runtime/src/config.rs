@@ -12,7 +12,7 @@
 //! | `WEFT_AM_INBOX_KIB` | KiB of shared memory a rank's inbox gives its active-message rings (two per rank of the node, requests and replies): each ring gets its share, a power of two from 16 to 256 KiB, so the share per rank stays flat as a node's ranks grow | 4096 (256 KiB rings up to 8 ranks, 32 KiB at 64) |
 //! | `WEFT_AM_RING_KIB` | instead: KiB of each ring, whatever the ranks, rounded down to a power of two | unset |
 //! | `WEFT_PROGRESS_THREAD` | `auto`: a thread that sleeps while the program's threads poll or wait in weft and serves messages and pending futures when none does ([`Progress::OnDemand`]); `1`: a thread that polls whenever no program thread waits in weft (a blocking get included); `0`: none (futures poll themselves again at once) | 1 where the fabric needs target progress, else auto |
-//! | `WEFT_SPIN_US` | µs a wait spins before yielding (up to 1 ms; where it spins, until a yield loses the core for 200 µs), then sleeping | 20; 0 when more of the job's ranks run on this node than it has cores (`WEFT_NODE_CPUS`) |
+//! | `WEFT_SPIN_US` | µs a wait spins before yielding, then sleeping | 20; 0 when more of the job's ranks run on this node than it has cores (`WEFT_NODE_CPUS`) |
 //! | `WEFT_NODE_CPUS` | cores the ranks of this node share, for that test (set by `weft run` from its own affinity and quota; not a rank's own mask, which a launcher that binds ranks narrows to one core) | the node's online processors |
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |

@@ -26,9 +26,6 @@ pub(crate) enum Deps<'a> {
 
 /// How long waits yield the processor before they start sleeping.
 const YIELD_WINDOW: Duration = Duration::from_millis(1);
-/// A yield that kept the processor away this long means other work wants the core: the rest
-/// of the wait sleeps instead of yielding (see [`Backoff::snooze_until`]).
-const CONTENDED_YIELD: Duration = Duration::from_micros(200);
 /// Longest single sleep of a waiting thread.
 const MAX_SLEEP: Duration = Duration::from_millis(2);
 /// Longest sleep of [`Comm::wait_until_written`].
@@ -93,8 +90,6 @@ struct Slow {
     began: Instant,
     /// The wait has said that it hangs (once).
     warned: bool,
-    /// A yield of this wait lost the processor for [`CONTENDED_YIELD`] or more.
-    contended: bool,
 }
 
 /// First sleep on the doorbell (it doubles up to [`MAX_SLEEP`]).
@@ -150,21 +145,13 @@ impl Backoff {
             next_check: now + comm.cfg.peer_check,
             began: now,
             warned: false,
-            contended: false,
         });
         let spin = comm.cfg.spin;
         let waited = now - *s.start.get_or_insert(now);
         if waited < spin {
             std::hint::spin_loop();
-        } else if waited < spin + YIELD_WINDOW && !s.contended {
+        } else if waited < spin + YIELD_WINDOW {
             std::thread::yield_now();
-            // Where other work (another job, a busy thread) shares this core, a yield hands
-            // it a whole time slice and the waiter keeps waiting behind it, while a thread
-            // asleep on the doorbell is woken as soon as traffic comes. Such a wait sleeps
-            // from the first yield that took that long on. Not where the job's own ranks
-            // outnumber the cores (waits do not spin then): the yield most likely ran the
-            // peer awaited, and yielding to it again beats sleeping.
-            s.contended = !spin.is_zero() && now.elapsed() >= CONTENDED_YIELD;
             self.iters = self.iters.wrapping_add(63);
         } else {
             if comm.fabric.wait_incoming(s.sleep, ready) {
