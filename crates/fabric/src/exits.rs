@@ -29,11 +29,7 @@ impl ExitOrder {
         let events = vec![libc::epoll_event { events: 0, u64: 0 }; pids.len().max(1)];
         let mut order = ExitOrder { epoll, pidfds: Vec::with_capacity(pids.len()), events };
         for &pid in pids {
-            // SAFETY: pidfd_open takes a pid and flags and touches no memory.
-            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) } as libc::c_int;
-            if fd < 0 {
-                return None;
-            }
+            let fd = crate::os::pidfd_open(pid as libc::pid_t).ok()?;
             order.pidfds.push(fd);
             let mut ev =
                 libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLONESHOT) as u32, u64: pid as u64 };

@@ -521,20 +521,27 @@ pub fn process_alive(pid: u32) -> bool {
 /// down the memory, which can take long; a peer that took the process for dead then could
 /// exit, and be reported to the launcher, before the process that failed first.
 fn group_exited(pid: libc::pid_t) -> Option<bool> {
-    // SAFETY: pidfd_open takes a pid and flags and touches no memory.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
-    if fd < 0 {
-        return match std::io::Error::last_os_error().raw_os_error() {
-            Some(libc::ESRCH) => Some(true),
-            _ => None,
-        };
-    }
+    let fd = match pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) => return (e.raw_os_error() == Some(libc::ESRCH)).then_some(true),
+    };
     let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
     // SAFETY: `p` is one valid pollfd for the call; the timeout 0 only looks.
     let ready = unsafe { libc::poll(&mut p, 1, 0) };
     // SAFETY: `fd` was opened above and is closed once.
     unsafe { libc::close(fd) };
     Some(ready == 1 && p.revents & libc::POLLIN != 0)
+}
+
+/// A pidfd of process `pid` (readable once all its threads have ended), which the caller
+/// closes.
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> std::io::Result<libc::c_int> {
+    // SAFETY: pidfd_open takes a pid and flags and touches no memory.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(fd)
 }
 
 /// Whether `/proc` shows this process's pid namespace (`/proc/self` is our pid).
