@@ -457,6 +457,51 @@ fn hung_collectives_name_the_awaited_pe() {
     );
 }
 
+/// A PE waiting long in `shmem_set_lock` names the lock and the PE that holds it.
+#[test]
+fn a_lock_wait_names_the_holder() {
+    let prog = build("errors", &[], false);
+    let out = Command::new(WEFT)
+        .env("WEFT_HANG_WARN_S", "1")
+        .args(["run", "-n", "2", "--timeout", "4", "--"])
+        .arg(&prog)
+        .arg("held_lock")
+        .output()
+        .unwrap();
+    let text = common::text(&out);
+    assert_eq!(out.status.code(), Some(124), "{text}");
+    assert!(
+        text.contains("rank 1 has waited")
+            && text.contains("in shmem_set_lock (the lock at 0x")
+            && text.contains("held by PE 0; 1 tickets ahead")
+            && text.contains("for rank 0"),
+        "no warning naming the lock and PE 0\n{text}"
+    );
+}
+
+/// A child of `fork` that exits through `exit` leaves the job as it was.
+#[test]
+fn a_fork_child_exit_changes_nothing() {
+    passes("fork");
+}
+
+/// Stores that signal handlers make while `shmem_init` moves the program's data are kept:
+/// 10 jobs of 2 PEs, a timer every 100 us during init.
+#[test]
+fn signal_handlers_lose_no_store_during_init() {
+    let prog = build("signals", &[], false);
+    for round in 0..10 {
+        let (out, took, pid) = run(&prog, 2, &[]);
+        let text = common::text(&out);
+        assert!(
+            out.status.success() && text.contains("signals: 2 PEs ok"),
+            "round {round}, {took:?}\n{text}"
+        );
+        let left = common::shm_leftovers(pid);
+        assert!(left.is_empty(), "left {left:?} in /dev/shm");
+    }
+}
+
 /// Each erroneous call ends the job (status not 0) within seconds, saying which routine and
 /// what was wrong; nothing is left in /dev/shm.
 #[test]
@@ -474,6 +519,10 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("mismatched_malloc", "shmem_malloc", "different sizes"),
         ("bad_cmp", "shmem_int_wait_until", "comparison 42"),
         ("bad_stride", "shmem_int_iput", "stride 0"),
+        ("negative_strides", "shmem_int_alltoalls", "strides -2 and -3 must be at least 1"),
+        ("clear_unheld", "shmem_clear_lock", "is not held by this PE (nobody holds it)"),
+        ("clear_twice", "shmem_clear_lock", "is not held by this PE (nobody holds it)"),
+        ("holder_gone", "shmem_set_lock", "rank 0"),
         ("bad_team", "shmem_team_sync", "is not a team"),
         ("null_source", "shmem_putmem", "is NULL"),
         ("bad_active_set", "shmem_barrier", "is not within the job"),

@@ -57,6 +57,27 @@ int main(int argc, char **argv) {
     exit(3);
   }
   if (strcmp(c, "bad_team") == 0) shmem_team_sync((shmem_team_t)99);
+  if (strcmp(c, "negative_strides") == 0) shmem_int_alltoalls(SHMEM_TEAM_WORLD, x, x + 8, -2, -3, 1);
+  if (strcmp(c, "clear_unheld") == 0) {
+    static long lock;
+    shmem_clear_lock(&lock);
+  }
+  if (strcmp(c, "held_lock") == 0 || strcmp(c, "holder_gone") == 0) {
+    static long lock;
+    if (me == 0) shmem_set_lock(&lock);
+    shmem_barrier_all();
+    if (me == 0 && c[0] == 'h' && c[1] == 'o') _exit(0);
+    if (me == 0) for (;;) sleep(1);
+    shmem_set_lock(&lock);
+  }
+  if (strcmp(c, "clear_twice") == 0) {
+    static long lock;
+    if (me == 0) {
+      shmem_set_lock(&lock);
+      shmem_clear_lock(&lock);
+      shmem_clear_lock(&lock);
+    }
+  }
   static long psync[SHMEM_SYNC_SIZE];
   if (strcmp(c, "bad_active_set") == 0) shmem_barrier(0, 0, n + 1, psync);
   if (strcmp(c, "bad_root") == 0) shmem_broadcast64(x, x, 1, 5, 0, 0, n, psync);

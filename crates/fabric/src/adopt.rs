@@ -7,7 +7,9 @@
 //! keeps using its variables where they are while peers map the same file. A network fabric
 //! registers the pages in place. Dropped, the region puts private memory with the same bytes
 //! back (`restore`). A write by another thread between the copy and the move would be lost:
-//! adopt before the program's threads write its statics. weft's own statics must not be among
+//! adopt before the program's threads write its statics. A signal handler's write is not:
+//! the caller blocks asynchronous signals over the copy and the move, and weft's own threads
+//! block them always (`signals::spawn_quiet`). weft's own statics must not be among
 //! the pages (weft linked statically into the program): that is refused.
 
 use crate::os::{MapKind, Mapping};

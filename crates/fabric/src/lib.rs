@@ -84,7 +84,9 @@ pub trait Fabric: Send + Sync + 'static {
     /// Makes the main program's writable static data ([`adopt::program_data`]) a region that
     /// peers can reach once they attach it, the program keeping its variables where they are
     /// (OpenSHMEM's symmetric static data). Call it before the program's other threads write
-    /// its statics. Refused where weft is linked into the program, and by fabrics that cannot.
+    /// its statics; signal handlers may (asynchronous signals wait on the calling thread until
+    /// the data has moved, and weft's threads never take them). Refused where weft is linked
+    /// into the program, and by fabrics that cannot.
     fn adopt_program_data(&self) -> FabricResult<LocalRegion> {
         Err(FabricError::Unsupported { what: "symmetric static data on this fabric" })
     }

@@ -1,7 +1,7 @@
 //! Signals of the launcher: interrupts it turns into an orderly stop, a rank's request to end
 //! the job with a status, and signal names.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Name of a signal ("SIGKILL"), or its number.
 pub fn signal_name(sig: i32) -> String {
@@ -52,8 +52,35 @@ pub fn end_asked() -> Option<(i32, u32)> {
     }
 }
 
-/// Runs `f` when the process exits through `exit` (a return from `main` included; not when a
-/// signal or `_exit` ends it); false if it could not be registered.
+/// Most exit handlers [`at_exit`] keeps.
+const EXIT_HANDLERS: usize = 16;
+/// The handlers [`at_exit`] registered: the function, and the process that registered it.
+static EXIT_FNS: [AtomicUsize; EXIT_HANDLERS] = [const { AtomicUsize::new(0) }; EXIT_HANDLERS];
+static EXIT_PIDS: [AtomicI32; EXIT_HANDLERS] = [const { AtomicI32::new(0) }; EXIT_HANDLERS];
+static EXIT_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs, newest first, the handlers that this very process registered: a child of `fork`
+/// inherits the list, and its `exit` must change nothing of its parent's job.
+extern "C" fn run_exit_handlers() {
+    // SAFETY: getpid has no preconditions; it asks the kernel (not a cached value).
+    let me = unsafe { libc::getpid() };
+    let n = EXIT_COUNT.load(Ordering::Acquire).min(EXIT_HANDLERS);
+    for i in (0..n).rev() {
+        if EXIT_PIDS[i].load(Ordering::Acquire) != me {
+            continue;
+        }
+        let f = EXIT_FNS[i].swap(0, Ordering::AcqRel);
+        if f != 0 {
+            // SAFETY: only `at_exit` stores here, and it stores an `extern "C" fn()`.
+            let f: extern "C" fn() = unsafe { std::mem::transmute::<usize, extern "C" fn()>(f) };
+            f();
+        }
+    }
+}
+
+/// Runs `f` when the process that calls this exits through `exit` (a return from `main`
+/// included; not when a signal or `_exit` ends it); false if it could not be registered (at
+/// most 16 are kept). A child of `fork` that exits runs none of its parent's handlers.
 ///
 /// ```
 /// extern "C" fn bye() {
@@ -62,8 +89,19 @@ pub fn end_asked() -> Option<(i32, u32)> {
 /// assert!(weft_fabric::signals::at_exit(bye));
 /// ```
 pub fn at_exit(f: extern "C" fn()) -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     // SAFETY: atexit keeps a pointer to a function, which lives as long as the program.
-    unsafe { libc::atexit(f) == 0 }
+    if !*REGISTERED.get_or_init(|| unsafe { libc::atexit(run_exit_handlers) == 0 }) {
+        return false;
+    }
+    let i = EXIT_COUNT.fetch_add(1, Ordering::AcqRel);
+    if i >= EXIT_HANDLERS {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    EXIT_PIDS[i].store(unsafe { libc::getpid() }, Ordering::Release);
+    EXIT_FNS[i].store(f as usize, Ordering::Release);
+    true
 }
 
 /// Sends `pid` SIGUSR1 carrying `status` (0-255), which [`catch_interrupts`] turns into
@@ -104,4 +142,59 @@ pub fn interrupted() -> Option<i32> {
 /// How many signals [`catch_interrupts`] caught (a second one asks for haste).
 pub fn interrupts() -> u32 {
     INTERRUPTS.load(Ordering::SeqCst)
+}
+
+/// Asynchronous signals (all but those a fault raises: SIGSEGV, SIGBUS, SIGFPE, SIGILL,
+/// SIGTRAP, SIGSYS) blocked in the calling thread until this is dropped; the kernel holds
+/// them pending, and they are delivered once the old mask is back.
+#[must_use = "the signals are blocked only while this lives"]
+pub struct AsyncSignalsBlocked {
+    old: libc::sigset_t,
+}
+
+/// Blocks asynchronous signals in this thread (see [`AsyncSignalsBlocked`]).
+///
+/// ```
+/// let blocked = weft_fabric::signals::block_async_signals();
+/// // No signal handler of the program runs on this thread here...
+/// drop(blocked); // ...and any that came meanwhile runs now.
+/// ```
+pub fn block_async_signals() -> AsyncSignalsBlocked {
+    // SAFETY: sigset_t is plain data that sigfillset/sigdelset initialise; pthread_sigmask
+    // only changes this thread's mask and writes the old one into `old`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        for sig in [libc::SIGSEGV, libc::SIGBUS, libc::SIGFPE, libc::SIGILL, libc::SIGTRAP, libc::SIGSYS] {
+            libc::sigdelset(&mut set, sig);
+        }
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+        AsyncSignalsBlocked { old }
+    }
+}
+
+impl Drop for AsyncSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: puts back the mask this thread had; pending signals are delivered then.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// Starts a thread of weft's own with asynchronous signals blocked for its whole life, so
+/// that the program's signal handlers never run on it (they run on the program's threads,
+/// and not while weft moves the program's data, see [`crate::Fabric::adopt_program_data`]).
+///
+/// ```
+/// let t = weft_fabric::signals::spawn_quiet(std::thread::Builder::new(), || 7).unwrap();
+/// assert_eq!(t.join().unwrap(), 7);
+/// ```
+pub fn spawn_quiet<F, T>(builder: std::thread::Builder, f: F) -> std::io::Result<std::thread::JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    // The new thread inherits the mask of the one that creates it.
+    let _blocked = block_async_signals();
+    builder.spawn(f)
 }

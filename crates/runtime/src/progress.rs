@@ -260,6 +260,32 @@ impl Comm {
         self.wait_capped(Deps::AnyDead, "wait_until_written", crate::am::poll_set(), RMA_WAIT_SLEEP, cond)
     }
 
+    /// [`Comm::wait_until_written`] for a condition that rank `rank` makes true, or lets
+    /// another make true (the holder of a lock, say), named `what` in the hang warning. With
+    /// `Some(rank)` the wait fails once that rank has died or finalized without making it
+    /// true; with `None` it depends on no rank in particular (it fails if any dies).
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// let flags = world.alloc_segment::<u64>(1)?;
+    /// let set = || flags.local().atomic(0).load(std::sync::atomic::Ordering::Acquire) == 1;
+    /// world.wait_until_written_from(Some(0), "the lock that rank 0 holds", set)?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    pub fn wait_until_written_from(
+        &self,
+        rank: Option<u32>,
+        what: &str,
+        cond: impl FnMut() -> bool,
+    ) -> Result<()> {
+        let deps = match rank {
+            Some(r) if r >= self.size() => return Err(Error::NoSuchRank { rank: r, size: self.size() }),
+            Some(r) => Deps::Rank(r),
+            None => Deps::AnyDead,
+        };
+        self.wait_capped(deps, what, crate::am::poll_set(), RMA_WAIT_SLEEP, cond)
+    }
+
     /// Wakes the threads of `rank` (this rank included) that sleep in a wait, for example after
     /// a put or atomic that sets a flag one of them waits on. Costs one load when nobody sleeps.
     ///

@@ -257,13 +257,12 @@ impl World {
             Progress::Off => None,
             mode => {
                 let c = comm.clone();
-                let t = std::thread::Builder::new()
-                    .name(format!("weft-progress-{}", comm.rank()))
-                    .spawn(move || match mode {
-                        Progress::OnDemand => c.on_demand_loop(),
-                        _ => c.progress_loop(),
-                    })
-                    .map_err(|e| Error::Config(format!("cannot start the progress thread: {e}")))?;
+                let builder = std::thread::Builder::new().name(format!("weft-progress-{}", comm.rank()));
+                let t = weft_fabric::signals::spawn_quiet(builder, move || match mode {
+                    Progress::OnDemand => c.on_demand_loop(),
+                    _ => c.progress_loop(),
+                })
+                .map_err(|e| Error::Config(format!("cannot start the progress thread: {e}")))?;
                 let _ = comm.helper.set(t.thread().clone());
                 Some(t)
             }

@@ -351,15 +351,16 @@ pub(crate) fn alltoalls(
     (set, area): (Set, SyncArea),
     dest: *mut c_void,
     source: *const c_void,
-    strides: (usize, usize),
+    strides: (isize, isize),
     n: usize,
     elem: usize,
 ) {
     let s = st(call);
-    let (dst, sst) = strides;
-    if dst == 0 || sst == 0 {
-        die(call, format_args!("strides {dst} and {sst} must be at least 1"));
-    }
+    // Checked as the program passed them: a negative stride is named as it was given.
+    let (dst, sst) = match (usize::try_from(strides.0), usize::try_from(strides.1)) {
+        (Ok(d), Ok(s)) if d > 0 && s > 0 => (d, s),
+        _ => die(call, format_args!("strides {} and {} must be at least 1", strides.0, strides.1)),
+    };
     let me = set.index_of(s.me).unwrap_or_else(|| die(call, "this PE is not in the set")) as usize;
     let at = |block: usize, k: usize, stride: usize| -> usize {
         block

@@ -29,10 +29,6 @@ fn root(call: &str, set: Set, root: c_int) -> u32 {
 }
 
 /// A stride as the engine takes it (0 for one that is not positive: refused there).
-fn stride(st: isize) -> usize {
-    usize::try_from(st).unwrap_or(0)
-}
-
 #[no_mangle]
 pub extern "C" fn shmem_barrier(start: c_int, log_stride: c_int, size: c_int, psync: *mut c_long) {
     let (set, area) = active("shmem_barrier", start, log_stride, size, psync);
@@ -72,7 +68,7 @@ macro_rules! active_sized {
             pub extern "C" fn alltoalls(dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize, start: c_int, log: c_int, size: c_int, psync: *mut c_long) {
                 let call = concat!("shmem_alltoalls", $bits);
                 let (set, area) = active(call, start, log, size, psync);
-                coll::alltoalls(call, (set, area), dest, source, (stride(dst), stride(sst)), nelems, $z);
+                coll::alltoalls(call, (set, area), dest, source, (dst, sst), nelems, $z);
             }
             #[export_name = concat!("shmem_alltoall", $bits)]
             pub extern "C" fn alltoall(dest: *mut c_void, source: *const c_void, nelems: usize, start: c_int, log: c_int, size: c_int, psync: *mut c_long) {
@@ -123,7 +119,7 @@ macro_rules! team_typed {
             pub extern "C" fn alltoalls(t: *mut c_void, dest: *mut c_void, source: *const c_void, dst: isize, sst: isize, nelems: usize) -> c_int {
                 let call = $as;
                 let (set, area) = on_team(call, t);
-                coll::alltoalls(call, (set, area), dest, source, (stride(dst), stride(sst)), nelems, $z);
+                coll::alltoalls(call, (set, area), dest, source, (dst, sst), nelems, $z);
                 0
             }
             #[export_name = $a]

@@ -43,6 +43,8 @@ pub(crate) struct Shmem {
     pub thread_level: i32,
     /// How long a collective waits before it reads its members' calls (`crate::watch`).
     pub patience: Option<std::time::Duration>,
+    /// The locks this PE holds (by address), with their tickets (see `crate::lock`).
+    locks: Mutex<std::collections::HashMap<usize, u32>>,
 }
 
 /// Symmetric memory of one kind: a segment, where this PE's part starts in its mapping,
@@ -218,6 +220,7 @@ fn start(call: &str, thread_level: i32) -> Shmem {
         world: Mutex::new(Some(world)),
         thread_level,
         patience: crate::watch::patience(call),
+        locks: Mutex::default(),
     }
 }
 
@@ -387,6 +390,11 @@ impl Shmem {
             die(call, format_args!("{addr:p} is not aligned to {size} bytes"));
         }
         addr as usize
+    }
+
+    /// The locks this PE holds, by address, with their tickets.
+    pub fn locks_held(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<usize, u32>> {
+        self.locks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Turns a weft error into the end of the job, naming the call.

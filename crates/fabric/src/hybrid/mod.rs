@@ -190,10 +190,11 @@ impl HybridFabric {
             slot_inboxes: Mutex::default(),
         });
         let p = parts.clone();
-        let watcher = std::thread::Builder::new()
-            .name("weft-net-watch".into())
-            .spawn(move || p.watch())
-            .map_err(|e| FabricError::Os { what: format!("network watcher thread: {e}"), errno: 0 })?;
+        let watcher = crate::signals::spawn_quiet(
+            std::thread::Builder::new().name("weft-net-watch".into()),
+            move || p.watch(),
+        )
+        .map_err(|e| FabricError::Os { what: format!("network watcher thread: {e}"), errno: 0 })?;
         Ok(HybridFabric { parts, watcher: Some(watcher) })
     }
 

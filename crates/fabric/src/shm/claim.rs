@@ -113,10 +113,8 @@ impl Claim {
         };
         let listener = Arc::new(listener);
         let (l, s) = (listener.clone(), shared.clone());
-        let watcher = std::thread::Builder::new()
-            .name(format!("weft-claim-{rank}"))
-            .stack_size(64 << 10)
-            .spawn(move || watch(l, s))
+        let builder = std::thread::Builder::new().name(format!("weft-claim-{rank}")).stack_size(64 << 10);
+        let watcher = crate::signals::spawn_quiet(builder, move || watch(l, s))
             .map_err(|e| os_error("starting the claim's watcher thread", e))?;
         Ok(Claim { shared, listener: Some(listener), watcher: Some(watcher) })
     }

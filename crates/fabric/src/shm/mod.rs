@@ -289,6 +289,10 @@ impl ShmFabric {
     /// variables are never given back.
     fn adopt_data(&self) -> FabricResult<LocalRegion> {
         let (start, len) = crate::adopt::adoptable()?;
+        // A signal handler that stores to a variable between the copy and the move would
+        // lose the store: signals wait for the end of the move (weft's own threads block
+        // them for good, see `signals::spawn_quiet`).
+        let _blocked = crate::signals::block_async_signals();
         self.new_region(len, false, |name| {
             let copy =
                 os::create_shared(name, len, os::Fill::Reserved, |p| crate::adopt::copy_in(start, p, len))?;
@@ -790,6 +794,10 @@ impl Fabric for ShmFabric {
     }
 
     fn abandon(&self) {
+        // A child of `fork` is no rank: what it does on its way out is not the job's end.
+        if os::pid() != self.control(self.rank).pid() {
+            return;
+        }
         os::remove_dir(&job_dir(&self.job));
     }
 
