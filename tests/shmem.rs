@@ -557,3 +557,71 @@ fn erroneous_calls_end_the_job_with_a_message() {
         assert!(left.is_empty(), "{case}: left {left:?} in /dev/shm");
     }
 }
+
+/// A process outside the job holds 2,000 idle connections to every rank's libfabric tcp port
+/// while the ranks, limited to 1,024 descriptors, connect to each other: the job still ends
+/// correctly (the ranks shut down connections that never speak, and retry meanwhile).
+#[cfg(feature = "ofi")]
+#[test]
+fn idle_outsiders_cannot_exhaust_a_rank() {
+    use std::io::{BufRead, BufReader, Write};
+    let (prog, outsider) = (build("flood", &[], false), build("outsider", &[], false));
+    let flag = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("flood-go-{}", std::process::id()));
+    let _ = std::fs::remove_file(&flag);
+    let script = format!(
+        "ulimit -n 1024 && exec {} run -n 4 --timeout 120 -- {} {}",
+        WEFT,
+        prog.display(),
+        flag.display()
+    );
+    let mut job = Command::new("sh")
+        .args(["-c", &script])
+        .envs([
+            ("WEFT_FABRIC", "ofi"),
+            ("WEFT_SAME_HOST", "ofi"),
+            ("WEFT_OFI_PROVIDER", "tcp"),
+            ("WEFT_OFI_DOMAIN", "lo"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(job.stdout.take().unwrap()).lines();
+    let mut ports = Vec::new();
+    let mut seen = String::new();
+    while ports.len() < 4 {
+        let Some(Ok(line)) = lines.next() else { break };
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(p) = line.split(" listens on ").nth(1) {
+            ports.push(p.trim().to_string());
+        }
+    }
+    assert_eq!(ports.len(), 4, "the PEs did not say their ports\n{seen}");
+    assert!(ports.iter().all(|p| p.parse::<u16>().is_ok()), "ports: {ports:?}");
+    let mut attack = Command::new(&outsider)
+        .arg("2000")
+        .args(&ports)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    BufReader::new(attack.stdout.take().unwrap()).read_line(&mut said).unwrap();
+    assert!(said.contains("holding 8000 connections"), "the outsider: {said}");
+    std::fs::write(&flag, b"go").unwrap();
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    let status = job.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut job.stderr.take().unwrap(), &mut err).unwrap();
+    let _ = attack.stdin.take().map(|mut s| s.write_all(b"done"));
+    let _ = attack.wait();
+    let _ = std::fs::remove_file(&flag);
+    let text = format!("{seen}{}\n{err}", rest.join("\n"));
+    assert!(status.success(), "the job failed\n{text}");
+    assert!(text.contains("flood: 4 PEs ok"), "no result\n{text}");
+    assert!(
+        text.contains("never sent libfabric's connection request"),
+        "no rank said what it closed\n{text}"
+    );
+}

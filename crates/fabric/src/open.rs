@@ -27,6 +27,10 @@ pub enum FabricChoice {
         /// Register local buffers as if the provider required `FI_MR_LOCAL`
         /// (`WEFT_OFI_MR_LOCAL=1`).
         mr_local: bool,
+        /// Connections accepted on a rank's TCP port that have sent nothing for this long are
+        /// shut down (zero: never), and beyond this many at once (`WEFT_OFI_SILENT_MS`,
+        /// `WEFT_OFI_SILENT_MAX`).
+        silent: (std::time::Duration, usize),
     },
 }
 
@@ -67,6 +71,7 @@ pub struct OpenConfig<'a> {
 /// # Ok::<(), weft_fabric::FabricError>(())
 /// ```
 pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
+    raise_descriptor_limit();
     match cfg.choice {
         FabricChoice::Shm => Ok(Box::new(ShmFabric::init(ShmConfig {
             job: cfg.job.to_string(),
@@ -76,13 +81,13 @@ pub fn open(cfg: &OpenConfig<'_>) -> FabricResult<Box<dyn Fabric>> {
             init_timeout: cfg.init_timeout,
         })?)),
         #[cfg(feature = "ofi")]
-        FabricChoice::Ofi { provider, domain, same_host_shm, zcopy_bytes, mr_local } => {
+        FabricChoice::Ofi { provider, domain, same_host_shm, zcopy_bytes, mr_local, silent } => {
             let wanted = crate::ofi::Wanted {
                 provider: provider.clone(),
                 domain: domain.clone(),
                 mr_local: *mr_local,
             };
-            open_ofi(cfg, wanted, *same_host_shm, *zcopy_bytes)
+            open_ofi(cfg, wanted, *same_host_shm, *zcopy_bytes, *silent)
         }
         #[cfg(not(feature = "ofi"))]
         FabricChoice::Ofi { .. } => Err(FabricError::Config {
@@ -97,6 +102,7 @@ fn open_ofi(
     wanted: crate::ofi::Wanted,
     same_host_shm: bool,
     zcopy_bytes: Option<usize>,
+    silent: (std::time::Duration, usize),
 ) -> FabricResult<Box<dyn Fabric>> {
     use crate::boot::{LauncherBoot, Solo};
     use crate::hybrid::{HybridConfig, HybridFabric};
@@ -114,11 +120,25 @@ fn open_ofi(
             })
         }
     };
-    let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout: cfg.init_timeout, zcopy_bytes }, boot)?;
+    let ofi = OfiFabric::init(OfiConfig { wanted, op_timeout: cfg.init_timeout, zcopy_bytes, silent }, boot)?;
     // Every rank makes the same choice: region descriptors differ between the two.
     if !same_host_shm || !ofi.hosts_shared() {
         return Ok(Box::new(ofi));
     }
     let hybrid = HybridConfig { job: cfg.job.to_string(), rings: cfg.rings, init_timeout: cfg.init_timeout };
     Ok(Box::new(HybridFabric::init(ofi, hybrid)?))
+}
+
+/// Raises this process's soft limit on open file descriptors to its hard limit: a rank of a
+/// large job holds a connection per peer on a network, and outsiders' connections may take
+/// some for a while (see `ofi::guard`). A limit that cannot be raised stays as it was.
+fn raise_descriptor_limit() {
+    // SAFETY: rlimit is plain data that getrlimit fills; setrlimit only reads it.
+    unsafe {
+        let mut lim: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }

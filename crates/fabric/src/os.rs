@@ -511,7 +511,9 @@ pub fn process_alive(pid: u32) -> bool {
             Some("Z" | "X") => !group_exited(p).unwrap_or(true),
             Some(_) | None => true,
         },
-        Err(_) => false,
+        // Gone since `kill` saw it; any other error (no descriptor free, say) tells nothing
+        // against what `kill` said.
+        Err(e) => !matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ESRCH)),
     }
 }
 

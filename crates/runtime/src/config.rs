@@ -8,6 +8,8 @@
 //! | `WEFT_OFI_DOMAIN` | libfabric domain (NIC or interface, e.g. `lo`) | the provider's first |
 //! | `WEFT_OFI_ZCOPY_KIB` | with `ofi`: RPC chunks (and other memory the caller owns) from this many KiB up are registered and read by the peer in place; smaller ones are copied into registered buffers | 16 |
 //! | `WEFT_OFI_MR_LOCAL` | with `ofi`: `1` registers every local buffer an operation names, as providers that require `FI_MR_LOCAL` (verbs, efa) need, on any provider (to run that path) | 0 |
+//! | `WEFT_OFI_SILENT_MS` | with `ofi` on a provider that listens on a TCP port (tcp, sockets): a connection accepted on it that has sent nothing for this many ms (a rank's sends its connection request at once) is shut down, so processes outside the job cannot use up the rank's file descriptors; 0: never | 2000 |
+//! | `WEFT_OFI_SILENT_MAX` | with `ofi`: more silent connections than this are shut down at once, oldest first | 64 |
 //! | `WEFT_SAME_HOST` | with `ofi`: how ranks of one host reach each other, `shm` (shared memory, libfabric only to other hosts: the hybrid fabric) or `ofi` (libfabric to everyone) | shm |
 //! | `WEFT_AM_INBOX_KIB` | KiB of shared memory a rank's inbox gives its active-message rings (two per rank of the node, requests and replies): each ring gets its share, a power of two from 16 to 256 KiB, so the share per rank stays flat as a node's ranks grow | 4096 (256 KiB rings up to 8 ranks, 32 KiB at 64) |
 //! | `WEFT_AM_RING_KIB` | instead: KiB of each ring, whatever the ranks, rounded down to a power of two | unset |
@@ -164,6 +166,12 @@ fn ofi_choice() -> Result<FabricChoice> {
             })
             .transpose()?,
         mr_local: parse_bool("WEFT_OFI_MR_LOCAL")?.unwrap_or(false),
+        silent: (
+            Duration::from_millis(
+                parse::<u64>("WEFT_OFI_SILENT_MS", "a number of milliseconds")?.unwrap_or(2000),
+            ),
+            parse::<usize>("WEFT_OFI_SILENT_MAX", "a number of connections")?.unwrap_or(64),
+        ),
     })
 }
 

@@ -154,7 +154,7 @@ impl OfiFabric {
             let mut buf = [0u8; 512];
             f.encode(msg.args, &mut buf[..total]);
             let ret = self.obj.ep().inject(&buf[..total], fa, tag);
-            if ret == EAGAIN {
+            if ffi::transient(ret) {
                 self.poll_cq()?;
                 return Ok(false);
             }
@@ -181,7 +181,7 @@ impl OfiFabric {
             // SAFETY: the provider refused the send, so the context is ours again.
             drop(unsafe { Context::<Op>::from_raw(ctx) });
             self.chunks.give(slot);
-            if ret == EAGAIN {
+            if ffi::transient(ret) {
                 self.poll_cq()?;
                 return Ok(false);
             }

@@ -17,6 +17,16 @@ const API: u32 = sys::FI_VERSION(1, 17);
 
 /// `-FI_EAGAIN` as returned by data-path calls.
 pub const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
+/// `-FI_EMFILE` and `-ENFILE`: no file descriptor for a new connection (the process's or the
+/// system's limit).
+pub const EMFILE: isize = -(libc::EMFILE as isize);
+pub const ENFILE: isize = -(libc::ENFILE as isize);
+
+/// Whether a post's `ret` means "not now": a full queue, or no descriptor for a connection
+/// yet (silent outsiders' connections are being closed, see `guard`).
+pub fn transient(ret: isize) -> bool {
+    matches!(ret, EAGAIN | EMFILE | ENFILE)
+}
 const EAVAIL: isize = -(sys::FI_EAVAIL as isize);
 
 /// libfabric's text for error `code` (positive or negative).

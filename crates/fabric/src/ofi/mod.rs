@@ -19,6 +19,7 @@
 mod am;
 mod expose;
 mod fabric;
+mod guard;
 use am::frame;
 use rma::fi_op;
 mod ffi;
@@ -142,6 +143,9 @@ pub struct OfiConfig {
     /// Memory the caller owns is registered for a transfer from this many bytes up, and
     /// copied into registered buffers below (`WEFT_OFI_ZCOPY_KIB`; `None`: [`ZCOPY_BYTES`]).
     pub zcopy_bytes: Option<usize>,
+    /// Silent connections to the rank's TCP port go after this long (zero: never), and beyond
+    /// this many at once (see [`guard`]).
+    pub silent: (Duration, usize),
 }
 
 /// Default of [`OfiConfig::zcopy_bytes`].
@@ -380,6 +384,8 @@ pub struct OfiFabric {
     /// Registrations of caller memory (closed before the domain: declared before `obj`).
     exposed: expose::Exposed,
     counters: Arc<expose::Counters>,
+    /// The guard of the listening port against silent connections, where there is one.
+    guard: Option<guard::Guard>,
     // Dropped last: every registration above must close before the domain.
     obj: Objects,
 }
@@ -430,6 +436,15 @@ impl OfiFabric {
         };
         let key = u64::from_le_bytes(all[0][..8].try_into().unwrap_or_default());
         let addrs = obj.insert(&names)?;
+        let guard = match (guard::port_of(&name), cfg.silent) {
+            (Some(port), (wait, max)) if !wait.is_zero() => {
+                Some(guard::Guard::start(rank, port, wait, max).map_err(|e| FabricError::Os {
+                    what: format!("starting the port guard: {e}"),
+                    errno: 0,
+                })?)
+            }
+            _ => None,
+        };
         let fab = OfiFabric {
             rank,
             size,
@@ -482,6 +497,7 @@ impl OfiFabric {
             zcopy_bytes: cfg.zcopy_bytes.unwrap_or(ZCOPY_BYTES),
             exposed: expose::Exposed::default(),
             counters: Arc::default(),
+            guard,
             obj,
         };
         while let Some(slot) = fab.rx_slots.take() {
@@ -607,9 +623,13 @@ impl OfiFabric {
     /// Posts with `post` until the provider accepts (`-FI_EAGAIN` means its queue is full:
     /// make progress and retry), giving up after the operation timeout.
     fn post_retry(&self, dst: Rank, what: &str, mut post: impl FnMut() -> isize) -> FabricResult<()> {
-        let stalled = || format!("{what} to rank {dst}: provider queue stayed full");
+        let stalled = || {
+            let why = self.guard.as_ref().map(guard::Guard::explain).unwrap_or_default();
+            format!("{what} to rank {dst}: provider queue stayed full, or no file descriptor was free{why}")
+        };
         self.progress_until(dst, stalled, || match post() {
-            EAGAIN => Ok(None),
+            // No descriptor for a connection (those of silent outsiders go, see `guard`).
+            ret if ffi::transient(ret) => Ok(None),
             ret => self.posted(dst, ret, what).map(Some),
         })
     }
