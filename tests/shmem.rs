@@ -625,3 +625,40 @@ fn idle_outsiders_cannot_exhaust_a_rank() {
         "no rank said what it closed\n{text}"
     );
 }
+
+/// 20 successful jobs over libfabric's shm provider under `weft run`, and 20 under mpirun
+/// (with the `pmix` feature), in a private /dev/shm: `shmem_finalize` closes the provider's
+/// endpoints, so nothing of theirs is left and `weft run` removes nothing.
+#[cfg(feature = "ofi")]
+#[test]
+fn jobs_over_the_shm_provider_leave_nothing() {
+    let prog = build("setup", &[], false);
+    let env = "WEFT_FABRIC=ofi WEFT_SAME_HOST=ofi WEFT_OFI_PROVIDER=shm";
+    let mpirun = if cfg!(feature = "pmix") {
+        format!(
+            "for i in $(seq 20); do mpirun --allow-run-as-root --oversubscribe --timeout 120 -n 2 \
+             -x WEFT_FABRIC -x WEFT_SAME_HOST -x WEFT_OFI_PROVIDER {} || exit 1; done && ",
+            prog.display()
+        )
+    } else {
+        String::new()
+    };
+    let script = format!(
+        "export {env} && for i in $(seq 20); do {WEFT} run -n 2 --timeout 120 -- {} || exit 1; done && \
+         {mpirun}echo left: && ls -A /dev/shm",
+        prog.display()
+    );
+    let Some((out, text)) = in_private_dev_shm("256m", &script) else {
+        return;
+    };
+    assert!(out.status.success(), "{text}");
+    assert_eq!(
+        text.matches("setup: 2 PEs ok").count(),
+        if cfg!(feature = "pmix") { 40 } else { 20 },
+        "{text}"
+    );
+    assert!(!text.contains("removed"), "weft run removed a rank's files\n{text}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let left = stdout.split("left:\n").nth(1).expect("the listing");
+    assert!(left.trim().is_empty(), "left in /dev/shm: {left}\n{text}");
+}

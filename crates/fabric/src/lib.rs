@@ -347,6 +347,13 @@ pub trait Fabric: Send + Sync + 'static {
     /// Marks this rank as finalized: peers waiting on it get an error instead of hanging.
     fn finalize(&self);
 
+    /// After [`Fabric::finalize`], once this rank's world has ended: gives back at once what
+    /// the fabric holds outside this process (a libfabric endpoint's shared-memory region,
+    /// its listening port), even if the fabric itself lives on (a program that keeps a
+    /// handle, or OpenSHMEM's state, which lives as long as the process). Its operations
+    /// fail from then on.
+    fn release(&self) {}
+
     /// This process is about to exit without finalizing, ending the job (an error): removes
     /// what the job keeps where no launcher may clean up (shared memory: the job's
     /// directory, if it is empty; under `mpirun` nothing else would). Peers that make new

@@ -290,6 +290,9 @@ impl Drop for World {
             let _ = t.join();
         }
         self.comm.fabric.finalize();
+        // What the fabric holds outside this process goes now, even where handles (or
+        // OpenSHMEM's state) keep the fabric itself.
+        self.comm.fabric.release();
     }
 }
 

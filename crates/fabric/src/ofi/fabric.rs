@@ -427,6 +427,11 @@ impl Fabric for OfiFabric {
             && !q.replies.iter().any(from)
     }
 
+    fn release(&self) {
+        self.finalize();
+        self.close_network();
+    }
+
     fn finalize(&self) {
         if self.done.swap(true, Ordering::AcqRel) {
             return;

@@ -6,6 +6,7 @@ use crate::{FabricError, FabricResult};
 use std::ffi::{c_void, CStr, CString};
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
 use weft_ofi_sys as sys;
 
 mod domain;
@@ -125,6 +126,9 @@ pub struct Objects {
     av: *mut sys::fid_av,
     cq: *mut sys::fid_cq,
     ep: *mut sys::fid_ep,
+    /// True once the endpoint is closed ([`Objects::close_endpoint`]): held for reading by
+    /// every use of it ([`Objects::ep`]), for writing to close it.
+    ep_closed: RwLock<bool>,
     /// The CQ's wait file descriptor, or -1 (owned by the CQ).
     wait_fd: i32,
     pub neg: Negotiated,
@@ -276,6 +280,7 @@ impl Objects {
             av: null_mut(),
             cq: null_mut(),
             ep: null_mut(),
+            ep_closed: RwLock::new(false),
             wait_fd: -1,
             neg,
             info: kept,
@@ -316,8 +321,10 @@ impl Objects {
     }
 
     /// The main endpoint's data path.
-    pub fn ep(&self) -> Ep {
-        Ep { ep: self.ep, cq: self.cq, delivery_complete: self.neg.delivery_complete }
+    pub fn ep(&self) -> EpUse<'_> {
+        let closed = self.ep_closed.read().unwrap_or_else(|e| e.into_inner());
+        let ep = if *closed { null_mut() } else { self.ep };
+        EpUse { ep: Ep { ep, cq: self.cq, delivery_complete: self.neg.delivery_complete }, _closed: closed }
     }
 
     /// This endpoint's address, for peers' address vectors.
@@ -503,6 +510,23 @@ fn register_in(
     }
 }
 
+/// [`Objects::ep`]: the endpoint, which stays open while this lives (once it is closed, its
+/// operations return `-FI_ECANCELED`).
+pub struct EpUse<'a> {
+    ep: Ep,
+    _closed: RwLockReadGuard<'a, bool>,
+}
+
+impl std::ops::Deref for EpUse<'_> {
+    type Target = Ep;
+    fn deref(&self) -> &Ep {
+        &self.ep
+    }
+}
+
+/// What an operation on a closed endpoint returns.
+const CLOSED: isize = -(sys::FI_ECANCELED as isize);
+
 /// The data path of one endpoint and the CQ its transmits complete in: a copyable view of
 /// objects owned by [`Objects`] or an [`TxEndpoint`], valid while they are open.
 #[derive(Clone, Copy)]
@@ -515,6 +539,9 @@ pub struct Ep {
 impl Ep {
     /// Posts a receive for messages tagged `tag` into `buf` (registered, `desc`).
     pub fn post_recv(&self, buf: usize, len: usize, desc: usize, tag: u64, ctx: *mut c_void) -> isize {
+        if self.ep.is_null() {
+            return CLOSED;
+        }
         // SAFETY: buf..buf+len is registered memory owned by the fabric, not touched until
         // the completion for ctx is read; ctx points to a live operation context.
         unsafe {
@@ -533,12 +560,18 @@ impl Ep {
 
     /// Sends `bytes` small enough to inject: no completion, buffer reusable at return.
     pub fn inject(&self, bytes: &[u8], dst: u64, tag: u64) -> isize {
+        if self.ep.is_null() {
+            return CLOSED;
+        }
         // SAFETY: bytes is a live slice of at most inject_size bytes (the caller checks).
         unsafe { sys::fi_tinject(self.ep, bytes.as_ptr().cast(), bytes.len(), dst, tag) }
     }
 
     /// Sends `len` bytes at `buf` (registered, `desc`), completing `ctx`.
     pub fn send(&self, buf: usize, len: usize, desc: usize, dst: u64, tag: u64, ctx: *mut c_void) -> isize {
+        if self.ep.is_null() {
+            return CLOSED;
+        }
         // SAFETY: the buffer stays untouched until ctx completes (a staging slot owned by ctx).
         unsafe { sys::fi_tsend(self.ep, buf as *const c_void, len, desc as *mut c_void, dst, tag, ctx) }
     }
@@ -559,6 +592,9 @@ impl Ep {
         more: bool,
         ctx: *mut c_void,
     ) -> isize {
+        if self.ep.is_null() {
+            return CLOSED;
+        }
         let iov = sys::iovec { iov_base: buf as *mut c_void, iov_len: len };
         let mut d = desc as *mut c_void;
         let rma = sys::fi_rma_iov { addr, len, key };
@@ -600,6 +636,9 @@ impl Ep {
         key: u64,
         ctx: *mut c_void,
     ) -> isize {
+        if self.ep.is_null() {
+            return CLOSED;
+        }
         // SAFETY: buf..buf+len stays valid and untouched until ctx completes (the caller waits).
         unsafe { sys::fi_read(self.ep, buf as *mut c_void, len, desc as *mut c_void, src, addr, key, ctx) }
     }
@@ -617,6 +656,9 @@ impl Ep {
         op: sys::fi_op,
         ctx: *mut c_void,
     ) -> isize {
+        if self.ep.is_null() {
+            return CLOSED;
+        }
         let d = desc as *mut c_void;
         // SAFETY: the three words lie in a staging slot owned by ctx until it completes.
         unsafe {
@@ -681,19 +723,24 @@ impl Ep {
 impl Objects {
     /// Closes the endpoint: nothing arrives into (or leaves from) registered memory after
     /// this returns, so the registrations and the memory behind them can go. Idempotent.
-    pub fn close_endpoint(&mut self) {
-        if !self.ep.is_null() {
-            // SAFETY: the endpoint was opened once by open_info; it is closed once and its
-            // pointer cleared, so Drop does not close it again.
+    /// Waits until no thread uses the endpoint (see [`Objects::ep`]); its later operations
+    /// return `-FI_ECANCELED`.
+    pub fn close_endpoint(&self) {
+        let mut closed = self.ep_closed.write().unwrap_or_else(|e| e.into_inner());
+        if !*closed && !self.ep.is_null() {
+            // SAFETY: the endpoint was opened once by open_info and nobody uses it (the lock
+            // is held for writing); it is closed once: `closed` says so to Drop and to `ep`.
             unsafe { sys::fi_close(&mut (*self.ep).fid) };
-            self.ep = null_mut();
         }
+        *closed = true;
     }
 }
 
 impl Drop for Objects {
     fn drop(&mut self) {
-        let fids = [self.ep.cast(), self.cq.cast(), self.av.cast(), self.domain.cast(), self.fabric.cast()];
+        let closed = *self.ep_closed.get_mut().unwrap_or_else(|e| e.into_inner());
+        let ep = if closed { null_mut() } else { self.ep };
+        let fids = [ep.cast(), self.cq.cast(), self.av.cast(), self.domain.cast(), self.fabric.cast()];
         // SAFETY: each object was opened once by open_info and is closed once here, children
         // before parents.
         unsafe { close_in_order(&fids) }

@@ -873,10 +873,11 @@ impl OfiFabric {
     }
 }
 
-impl Drop for OfiFabric {
-    fn drop(&mut self) {
-        self.finalize();
-        // Let what we sent leave before the endpoint closes (bounded).
+impl OfiFabric {
+    /// After `finalize`: lets what this rank sent leave (at most 2 s), then closes its
+    /// endpoint and the endpoint contexts kept for reuse (what the provider holds outside the
+    /// process: the shm provider's region, tcp's listening port). Idempotent.
+    fn close_network(&self) {
         let start = Instant::now();
         while self.inflight.load(Ordering::Acquire) != 0 && start.elapsed() < Duration::from_secs(2) {
             if self.poll_cq().unwrap_or(0) == 0 {
@@ -886,6 +887,14 @@ impl Drop for OfiFabric {
         // The endpoint goes first: a provider may still copy arriving data into posted
         // receive buffers or regions while closing it, so they must outlive it.
         self.obj.close_endpoint();
+        self.spares.clear();
+    }
+}
+
+impl Drop for OfiFabric {
+    fn drop(&mut self) {
+        self.finalize();
+        self.close_network();
         self.regions.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }

@@ -106,6 +106,10 @@ impl Spares {
     pub fn keep(&self, c: SlotContext) {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).push(c);
     }
+    /// Closes the contexts kept.
+    pub fn clear(&self) {
+        drop(std::mem::take(&mut *self.0.lock().unwrap_or_else(|e| e.into_inner())));
+    }
     /// Contexts kept, and endpoints they hold.
     pub fn counts(&self) -> (usize, usize) {
         let v = self.0.lock().unwrap_or_else(|e| e.into_inner());
