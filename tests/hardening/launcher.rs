@@ -535,6 +535,24 @@ pub(crate) fn stopped_rank_named() -> Trial {
     Ok(())
 }
 
+/// A caller waiting for a remote function that does not return names the function, in a
+/// blocking wait and in a future's polls alike.
+pub(crate) fn slow_remote_fn_named() -> Trial {
+    let out = weft()
+        .args(["run", "-n", "2", "--timeout", "60", "--"])
+        .arg(me())
+        .env("WEFT_HARDEN_CASE", "slow_remote_fn")
+        .env("WEFT_HANG_WARN_S", "1")
+        .output()?;
+    let text = both(&out);
+    let named =
+        "in the call of remote fn hardening::ranks::harden_slow on rank 0 (it has not returned) for rank 0";
+    if !out.status.success() || text.matches(named).count() != 2 {
+        return Err(fail("the hang warnings name the remote function (twice)", &out));
+    }
+    Ok(())
+}
+
 /// A rank killed while another rank's shell waits for a child: the launcher stops the whole
 /// process group at once (it used to wait for the child, 30 s, holding the output pipe).
 pub(crate) fn rank_children_stopped() -> Trial {

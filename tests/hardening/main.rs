@@ -39,7 +39,8 @@ const CASES: &[Case] = &[
 ];
 
 fn main() {
-    let programs: [common::Program; 10] = [
+    let programs: [common::Program; 11] = [
+        ("slow_remote_fn", slow_remote_fn),
         ("pool_beyond_shm", pool_beyond_shm),
         ("partial_alloc", partial_alloc),
         ("huge_segment", huge_segment),
@@ -54,7 +55,8 @@ fn main() {
     common::run_rank("WEFT_HARDEN_CASE", CASES, &programs);
     let args = libtest_mimic::Arguments::from_args();
     let mut trials = common::trials("WEFT_HARDEN_CASE", CASES);
-    let checks: [Check; 19] = [
+    let checks: [Check; 20] = [
+        ("slow_remote_fn_named", slow_remote_fn_named),
         ("output_all_forwarded", output_all_forwarded),
         ("bad_settings", bad_settings),
         ("same_rank_twice", same_rank_twice),

@@ -60,6 +60,23 @@ pub(crate) fn stopped_rank() -> Res {
     w.barrier().map_err(Failure::from)
 }
 
+weft::remote! {
+    /// Holds its rank for `ms` milliseconds.
+    fn harden_slow(ms: u64) -> u64 { std::thread::sleep(std::time::Duration::from_millis(ms)); ms }
+}
+
+/// Rank 1 calls a remote function that holds rank 0 for 2 s, twice: waiting for the call, and
+/// blocking on its future; with `WEFT_HANG_WARN_S=1` each wait names the function.
+pub(crate) fn slow_remote_fn() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    if w.rank() == 1 {
+        ck(w.call(0, harden_slow, (2000,)).wait()? == 2000, || "the call's result".into())?;
+        ck(weft::block_on(w.call(0, harden_slow, (2001,)))? == 2001, || "the future's result".into())?;
+    }
+    w.barrier().map_err(Failure::from)
+}
+
 /// Joins the job and leaves (for the start-up checks).
 pub(crate) fn init_only() -> Res {
     let w = World::init()?;

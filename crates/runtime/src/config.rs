@@ -19,7 +19,7 @@
 //! | `WEFT_RMA` | `native` (the fabric's RMA and atomics) or `am` (the AM-based path, for testing the fallback) | native |
 //! | `WEFT_INIT_TIMEOUT_S` | seconds start-up waits for every rank | 60 |
 //! | `WEFT_PEER_CHECK_MS` | ms between checks that the peers a wait depends on are alive | 10 |
-//! | `WEFT_HANG_WARN_S` | a wait that has made no progress for this many seconds prints, once, which ranks it waits for and on what (0: never) | 60 |
+//! | `WEFT_HANG_WARN_S` | a wait that has made no progress for this many seconds prints, once, which ranks it waits for and on what (0: never) | 30 |
 //! | `WEFT_COLL_CHECK` | `strict`: every team collective starts by waiting until every member has reached it and agrees on it (kind, root, size), so a mismatch fails in the call itself on every member, roots included, at the cost of a synchronisation per call; `peer`: members compare calls only where they wait (a root that only sends may return first) | peer |
 //! | `WEFT_COLL_SMALL_BYTES` | team collectives up to this many bytes per member use the latency algorithms (one round of messages, recursive doubling), larger ones the bandwidth algorithms (ring, pairwise exchange) | 16384 |
 //! | `WEFT_VIS_PACK_BYTES` | non-contiguous puts and gets whose pieces average at most this many bytes travel packed in AMs, larger ones as one RMA per piece | 0 with load/store RMA (shared memory), else 512 |
@@ -295,7 +295,7 @@ impl Config {
         )?;
         let hang_warn_s = duration_in(
             "WEFT_HANG_WARN_S",
-            parse("WEFT_HANG_WARN_S", "a number of seconds")?.unwrap_or(60),
+            parse("WEFT_HANG_WARN_S", "a number of seconds")?.unwrap_or(30),
             0,
             "s",
             1,

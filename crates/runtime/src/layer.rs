@@ -104,6 +104,16 @@ pub trait Layer {
     /// Makes progress until `cond` holds, failing with [`crate::Error::PeerFailed`] if `rank`
     /// dies or leaves the job first (`what` names the wait in hang warnings).
     fn wait_on(&self, rank: u32, what: &str, cond: &mut dyn FnMut() -> bool) -> Result<()>;
+    /// For a future pending on `rank` since `began`: once the hang warning's time
+    /// (`WEFT_HANG_WARN_S`) has passed, says on standard error what it waits for (`what`)
+    /// and sets `warned`, so that it is said once.
+    fn warn_if_overdue(
+        &self,
+        rank: u32,
+        what: &dyn Fn() -> String,
+        began: std::time::Instant,
+        warned: &mut bool,
+    );
     /// A layer's hook has work that nothing else will trigger (a task its waker woke): ask
     /// the progress thread to run the hooks soon.
     fn want_progress(&self);
@@ -159,6 +169,20 @@ impl Layer for Comm {
     }
     fn wait_on(&self, rank: u32, what: &str, cond: &mut dyn FnMut() -> bool) -> Result<()> {
         self.wait(crate::progress::Deps::Rank(rank), what, cond)
+    }
+
+    fn warn_if_overdue(
+        &self,
+        rank: u32,
+        what: &dyn Fn() -> String,
+        began: std::time::Instant,
+        warned: &mut bool,
+    ) {
+        let waited = began.elapsed();
+        if !*warned && self.cfg.hang_warn.is_some_and(|limit| waited >= limit) {
+            *warned = true;
+            self.warn_hang(crate::progress::Deps::Rank(rank), &what(), waited);
+        }
     }
 }
 

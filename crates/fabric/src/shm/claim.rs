@@ -4,7 +4,8 @@
 //!
 //! A second process started as the same rank finds the name bound: it connects, which tells
 //! the holder, and fails at once. The holder's watcher thread, blocked in `accept`, hears it
-//! at once: it marks the claim lost ([`Claim::check`] fails from then on) and sounds the
+//! at once, once the newcomer has said which claim it wants (a process of ours that connects
+//! and says nothing, or something else, changes nothing): it marks the claim lost ([`Claim::check`] fails from then on) and sounds the
 //! alarm the runtime set ([`crate::Fabric::set_alarm`]), so the holder fails at its next
 //! wait, however short. The kernel records who connected (`SO_PEERCRED`), so a process of
 //! another user can neither pose as a duplicate nor hold the name unnoticed.
@@ -60,9 +61,26 @@ fn os_error(what: &str, e: std::io::Error) -> FabricError {
     FabricError::Os { what: what.into(), errno: e.raw_os_error().unwrap_or(0) }
 }
 
+/// What a second process started as the rank says to the holder: the claim's name.
+fn greeting(job: &str, rank: u32) -> Vec<u8> {
+    let mut g = crate::names::claim_name(job, rank).into_bytes();
+    g.push(b'\n');
+    g
+}
+
+/// Whether the process at the other end of `s` says, within a second, that it claims this
+/// rank too.
+fn says_duplicate(s: &UnixStream, job: &str, rank: u32) -> bool {
+    let want = greeting(job, rank);
+    let mut got = vec![0u8; want.len()];
+    s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
+        && std::io::Read::read_exact(&mut &*s, &mut got).is_ok()
+        && got == want
+}
+
 /// The watcher: waits for connections until the claim closes; the first from a process of
-/// this user marks the claim lost and sounds the alarm. Connections from other users are
-/// dropped unheeded.
+/// this user that says it claims the rank marks the claim lost and sounds the alarm. Other
+/// connections (other users', or a process that says anything else) are dropped unheeded.
 fn watch(listener: Arc<UnixListener>, shared: Arc<Shared>) {
     let me = os::euid();
     loop {
@@ -76,7 +94,7 @@ fn watch(listener: Arc<UnixListener>, shared: Arc<Shared>) {
             continue;
         };
         match os::peer_credentials(&s) {
-            Ok((pid, uid)) if uid == me && pid != 0 => {
+            Ok((pid, uid)) if uid == me && pid != 0 && says_duplicate(&s, &shared.job, shared.rank) => {
                 shared.by.store(pid, Ordering::Release);
                 let alarm = shared.alarm.lock().unwrap_or_else(|e| e.into_inner());
                 if let (Some(alarm), Some(e)) = (alarm.as_ref(), shared.lost()) {
@@ -142,6 +160,7 @@ fn held(job: &str, rank: u32, addr: &SocketAddr) -> FabricResult<()> {
     };
     let (pid, uid) = os::peer_credentials(&s)?;
     if uid == os::euid() {
+        let _ = std::io::Write::write_all(&mut &s, &greeting(job, rank));
         return Err(FabricError::Mismatch {
             what: format!(
                 "rank {rank} of job {job} is taken by process {pid}: two processes started with the same WEFT_RANK?"
@@ -193,6 +212,25 @@ mod tests {
         assert!(heard.to_string().contains(&std::process::id().to_string()), "{heard}");
         // Sticky: every later check fails too.
         assert!(first.check().is_err());
+        // A process of ours that connects and says nothing, or something else, is no claim.
+        let other = format!("{job}x");
+        let holder = Claim::take(&other, 3).unwrap();
+        let addr = super::address(&other, 3).unwrap();
+        for says in [&b""[..], b"hello\n"] {
+            let s = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+            std::io::Write::write_all(&mut &s, says).unwrap();
+            // The watcher closes the connection once it has judged it (within a second).
+            assert_eq!(std::io::Read::read(&mut &s, &mut [0u8; 8]).unwrap_or(0), 0);
+            holder.check().expect("a connection that does not claim the rank is no duplicate");
+        }
+        // A real duplicate after them is still heard: the watcher went on.
+        assert!(Claim::take(&other, 3).is_err());
+        let t = std::time::Instant::now();
+        while holder.check().is_ok() && t.elapsed() < std::time::Duration::from_secs(5) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let heard = holder.check().expect_err("the duplicate after the strangers must be heard");
+        assert!(heard.to_string().contains("same WEFT_RANK"), "{heard}");
         // Another rank of the job is free.
         Claim::take(&job, 4).unwrap().check().unwrap();
         // A released claim can be taken again.

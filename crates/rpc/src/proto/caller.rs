@@ -10,12 +10,21 @@ pub struct CallFuture<R> {
     /// once finished or failed early).
     live: Option<(Arc<Comm>, u64, u32)>,
     early: Option<Error>,
+    /// The remote function's name, for hang warnings.
+    name: &'static str,
+    /// Since when a poll found it pending, and whether the hang warning was given.
+    pending: Option<(std::time::Instant, bool)>,
     _r: PhantomData<fn() -> R>,
 }
 
 impl<R> CallFuture<R> {
     fn failed(e: Error) -> Self {
-        CallFuture { live: None, early: Some(e), _r: PhantomData }
+        CallFuture { live: None, early: Some(e), name: "", pending: None, _r: PhantomData }
+    }
+
+    /// What a caller waiting for the result waits on, in hang warnings.
+    fn waiting_on(&self, target: u32) -> String {
+        format!("the call of remote fn {} on rank {target} (it has not returned)", self.name)
     }
 }
 
@@ -31,7 +40,8 @@ impl<R: serde::de::DeserializeOwned> CallFuture<R> {
         let mut slot = None;
         // The callee must stay in the job until it answered: one that finalizes or dies
         // first fails the wait.
-        let waited = comm.wait_on(target, "a remote call", &mut || {
+        let what = self.waiting_on(target);
+        let waited = comm.wait_on(target, &what, &mut || {
             // Look at the table only when some result arrived since the last look, and take
             // the outcome out in that same look.
             let now = rpc.results.load(Ordering::Acquire);
@@ -99,9 +109,11 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
         if let Some(e) = self.early.take() {
             return Poll::Ready(Err(e));
         }
-        let Some((comm, id, _)) = &self.live else {
+        let Some((comm, id, target)) = &self.live else {
             return Poll::Ready(Err(Error::Misuse("call already finished")));
         };
+        let (comm, id, target) = (comm.clone(), *id, *target);
+        let comm = &comm;
         if let Err(e) = comm.poll() {
             return Poll::Ready(Err(e));
         }
@@ -111,7 +123,7 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
         };
         let done = {
             let mut calls = lock(&rpc.calls);
-            match calls.get_mut(*id) {
+            match calls.get_mut(id) {
                 Some(s) if !s.settled() => {
                     s.waker = Some(cx.waker().clone());
                     false
@@ -121,6 +133,12 @@ impl<R: serde::de::DeserializeOwned> Future for CallFuture<R> {
         };
         if done {
             return Poll::Ready(self.finish());
+        }
+        let (began, mut warned) = *self.pending.get_or_insert((std::time::Instant::now(), false));
+        if !warned {
+            let what = || self.waiting_on(target);
+            comm.warn_if_overdue(target, &what, began, &mut warned);
+            self.pending = Some((began, warned));
         }
         comm.future_pending(cx);
         Poll::Pending
@@ -240,7 +258,13 @@ fn start_call<F: RemoteFn>(
     match rpc.send_via(comm, medium, rank, call_head(CALL, F::ID, id), Value(args), th) {
         Ok(sent) => (
             Sent::new(comm, sent, rank),
-            CallFuture { live: Some((comm.arc(), id, rank)), early: None, _r: PhantomData },
+            CallFuture {
+                live: Some((comm.arc(), id, rank)),
+                early: None,
+                name: F::NAME,
+                pending: None,
+                _r: PhantomData,
+            },
         ),
         Err(e) => {
             lock(&rpc.calls).remove(id);
