@@ -34,6 +34,15 @@ const CASES: &[Case] = &[
         env: &[("WEFT_RMA", "am"), ("WEFT_PROGRESS_THREAD", "0")],
     },
     Case { name: "nested_async_calls", run: nested_async_calls, ranks: &[2, 4], env: &[] },
+    // A progress thread that polls: the on-demand one would be woken (a system call) at each
+    // of the chain's wake-ups, and with none every waiting level would poll itself each round.
+    Case {
+        name: "nested_chain_linear",
+        run: nested_chain_linear,
+        ranks: &[2],
+        env: &[("WEFT_PROGRESS_THREAD", "1")],
+    },
+    Case { name: "nested_calls_under_tokio", run: nested_calls_under_tokio, ranks: &[4], env: &[] },
     Case { name: "wrapping_indexes", run: wrapping_indexes, ranks: &[2], env: &[] },
     Case { name: "wrapping_indexes_am_path", run: wrapping_indexes, ranks: &[2], env: &[("WEFT_RMA", "am")] },
 ];

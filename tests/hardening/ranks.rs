@@ -153,6 +153,114 @@ pub(crate) fn nested_async_calls() -> Res {
     Ok(())
 }
 
+weft::remote! {
+    /// One level of a chain of nested calls between two ranks: calls the other rank one level
+    /// deeper and awaits the answer; the deepest level instead wakes itself `yields` times, each
+    /// wake-up taken while every level above it waits in its rank's task queue.
+    async fn harden_chain(depth: u64, yields: u64) -> u64 {
+        use weft::RpcExt;
+        if depth == 0 {
+            for _ in 0..yields {
+                yield_once().await;
+            }
+            return 0;
+        }
+        let w = NESTED_WORLD.get().expect("world");
+        let next = (w.rank() + 1) % w.size();
+        w.call(next, harden_chain, (depth - 1, yields)).await.map_or(u64::MAX, |d| d.saturating_add(1))
+    }
+}
+
+/// Wakes its task and returns `Pending`, once: one wake-up for the task queue.
+async fn yield_once() {
+    let mut woke = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut woke, true) {
+            return std::task::Poll::Ready(());
+        }
+        cx.waker().wake_by_ref();
+        std::task::Poll::Pending
+    })
+    .await
+}
+
+/// Wake-ups of the deepest level of [`harden_chain`] per level.
+const CHAIN_YIELDS: u64 = 50;
+
+/// A chain of nested async calls 10 times as deep, whose deepest call wakes itself 10 times as
+/// often, takes about 10 times as long: at most 30 (the margin is for loaded machines). Each
+/// wake-up used to move every task waiting in its rank's queue (half the chain), so the time
+/// grew with the square of the depth, to about 100 times. The best of up to three runs of each
+/// counts. 10,000 levels also check that a future polled inside a hook runs no hooks (each
+/// level's poll used to nest in the one before, until a stack overflowed).
+pub(crate) fn nested_chain_linear() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    let w = NESTED_WORLD.get_or_init(|| w);
+    if w.rank() == 0 {
+        let time = |depth: u64| -> Res<Duration> {
+            let t = Instant::now();
+            let got = w.call(1, harden_chain, (depth, CHAIN_YIELDS * depth)).wait()?;
+            let took = t.elapsed();
+            ck(got == depth, || format!("a chain {depth} deep gave {got}"))?;
+            Ok(took)
+        };
+        time(1_000)?; // warm-up
+        let (mut short, mut long, mut ratio) = (Duration::MAX, Duration::MAX, f64::MAX);
+        for _ in 0..3 {
+            short = short.min(time(1_000)?);
+            long = long.min(time(10_000)?);
+            ratio = long.as_secs_f64() / short.as_secs_f64();
+            if ratio <= 30.0 {
+                break;
+            }
+        }
+        ck(ratio <= 30.0, || {
+            format!("a chain 10,000 deep took {long:?}, {ratio:.0} times one 1,000 deep ({short:?})")
+        })?;
+    }
+    w.barrier().map_err(Failure::from)
+}
+
+weft::remote! {
+    /// Calls the rank two places on (a third rank) from inside a remote function.
+    async fn harden_via_third(x: u64) -> u64 {
+        use weft::RpcExt;
+        let w = NESTED_WORLD.get().expect("world");
+        let third = (w.rank() + 2) % w.size();
+        w.call(third, harden_add, (x, 1)).await.unwrap_or(u64::MAX)
+    }
+}
+
+/// 1000 calls per rank spawned on a multi-thread tokio runtime, each one's remote function
+/// awaiting a call to a third rank: every result is right. Each future's poll used to run the
+/// hooks, which polled remote functions' tasks, whose calls' polls ran the hooks again, until
+/// a tokio worker's stack overflowed (2 of 92 runs).
+pub(crate) fn nested_calls_under_tokio() -> Res {
+    use weft::RpcExt;
+    let w = World::init()?;
+    let w = NESTED_WORLD.get_or_init(|| w);
+    let (me, n) = (w.rank(), w.size());
+    let rt =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().map_err(|e| e.to_string())?;
+    let comm = w.arc();
+    let results = rt.block_on(async move {
+        let to = (me + 1) % n;
+        let tasks: Vec<_> =
+            (0..1000u64).map(|i| tokio::spawn(comm.call(to, harden_via_third, (i,)))).collect();
+        let mut out = Vec::with_capacity(tasks.len());
+        for t in tasks {
+            out.push(t.await);
+        }
+        out
+    });
+    for (i, r) in results.into_iter().enumerate() {
+        let got = r.map_err(|e| format!("task {i}: {e}"))??;
+        ck(got == i as u64 + 1, || format!("call {i} gave {got}"))?;
+    }
+    w.barrier().map_err(Failure::from)
+}
+
 /// Peak resident memory of this process (`VmHWM`), in bytes.
 pub(crate) fn peak_rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")

@@ -1,9 +1,10 @@
 //! For the layers built on the runtime (the RPC layer), not for programs: what a layer plugs
 //! into every world ([`crate::LAYERS`]; [`LayerBuilder`]: per-world state of any type,
 //! start-up steps, progress hooks that run in every wait, [`Comm::poll`] and the progress
-//! thread, outside AM handlers, so a hook may send requests, block and run user code), and
-//! what it reaches through a world ([`Layer`]: that state, registered-memory pools, reads of a
-//! peer's unregistered memory). Both are traits so that they stay out of the world's own API.
+//! thread, outside AM handlers, so a hook may send requests, block and run user code; a poll
+//! inside a hook runs no hooks, and waits nest them 8 deep at most), and what it reaches
+//! through a world ([`Layer`]: that state, registered-memory pools, reads of a peer's
+//! unregistered memory). Both are traits so that they stay out of the world's own API.
 //!
 //! ```no_run
 //! # use weft_runtime as weft;
@@ -233,17 +234,60 @@ impl RmaPool {
     }
 }
 
+/// How deep runs of the progress hooks may nest on one thread. A hook polls futures and may
+/// block, and both make progress, which runs the hooks again: remote functions awaiting calls
+/// nested each poll in the one before until the stack overflowed. So [`Comm::poll`] (a
+/// future's poll) runs them only on a thread that runs none (depth 0): a future polled by a
+/// hook gets the fabric's progress and returns `Pending` to the hook, whose loop goes on. A
+/// blocking wait runs them while fewer than this many runs are under way on its thread, and
+/// beyond that only the fabric's progress. Progress threads start at depth 0.
+pub(crate) const MAX_HOOK_DEPTH: u32 = 8;
+
+thread_local! {
+    /// How many runs of the progress hooks are under way on this thread.
+    static HOOK_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
 impl Comm {
-    /// Runs the progress hooks (never inside an AM handler). Returns the events they handled.
-    /// Inline for its first test: it runs on every poll of every wait, and waits are generic
-    /// (compiled in the caller's crate, where a plain function would be a call).
+    /// Runs the progress hooks (never inside an AM handler) on a thread that runs none already
+    /// (see [`MAX_HOOK_DEPTH`]). Returns the events they handled. Inline for its first test: it
+    /// runs on every poll of every wait, and waits are generic (compiled in the caller's crate,
+    /// where a plain function would be a call).
     #[inline]
     pub(crate) fn run_hooks(&self) -> Result<usize> {
+        self.run_hooks_below(1)
+    }
+
+    /// [`Comm::run_hooks`] for a blocking wait: nested up to [`MAX_HOOK_DEPTH`] deep.
+    #[inline]
+    pub(crate) fn run_hooks_in_wait(&self) -> Result<usize> {
+        self.run_hooks_below(MAX_HOOK_DEPTH)
+    }
+
+    /// Runs the hooks if fewer than `limit` runs of them are under way on this thread.
+    #[inline]
+    fn run_hooks_below(&self, limit: u32) -> Result<usize> {
         let internal =
             self.counts.asked() || self.any_awaited_team.load(std::sync::atomic::Ordering::Relaxed);
         if (self.ext.hooks.is_empty() && !internal) || crate::am::in_handler().is_some() {
             return Ok(0);
         }
+        self.run_nested(limit)
+    }
+
+    fn run_nested(&self, limit: u32) -> Result<usize> {
+        if HOOK_DEPTH.with(|d| d.get()) >= limit {
+            return Ok(0);
+        }
+        HOOK_DEPTH.with(|d| d.set(d.get() + 1));
+        // One run less once this one ends, by a panic too.
+        struct Nested;
+        impl Drop for Nested {
+            fn drop(&mut self) {
+                HOOK_DEPTH.with(|d| d.set(d.get() - 1));
+            }
+        }
+        let _nested = Nested;
         Ok(self.answer_asked()? + self.drive_teams() + self.run_each_hook()?)
     }
 

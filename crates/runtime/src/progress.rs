@@ -194,10 +194,10 @@ impl Slow {
 }
 
 impl Comm {
-    /// Makes progress: runs the handlers of arrived active messages and completes operations.
-    /// Returns how many events were handled. Inside an AM handler only replies are handled.
-    /// Replies come first: a call that handled replies may leave arrived requests to the
-    /// next call (poll in a loop, as every wait does).
+    /// Makes progress: runs the handlers of arrived active messages and completes operations. Returns
+    /// how many events were handled. Inside an AM handler only replies are handled; inside a progress
+    /// hook (an `async` remote function) the hooks do not run again. Replies come first: a call that
+    /// handled replies may leave arrived requests to the next call (poll in a loop, as every wait does).
     pub fn poll(&self) -> Result<usize> {
         if self.stop.load(Ordering::Relaxed) {
             // Finalized: futures polled afterwards end with the error instead of pending
@@ -400,7 +400,7 @@ impl Comm {
                 // Activity: the peer is awake and talking, keep spinning.
                 backoff.reset();
             }
-            if set == PollSet::All && self.run_hooks()? > 0 {
+            if set == PollSet::All && self.run_hooks_in_wait()? > 0 {
                 backoff.reset();
             }
             self.take_error()?;

@@ -9,12 +9,11 @@
 //!   read for unregistered memory — into its own pool, then sends `weft.rpc.ack(ack id)`; the
 //!   sender then drops what it kept alive for the transfer (the "sent" signal).
 //!
-//! A plain function called eagerly, with nothing queued before it, runs inside the handler,
-//! and its result goes back as the AM reply when it encodes eagerly (see
-//! [`RemoteFn::PLAIN`]). Handlers queue every other message: pulling, decoding and running
-//! `async` functions happen in the RPC progress hook, outside AM handlers, so those may
-//! communicate and block. Their results travel back as messages of their own (kind
-//! `RESULT_OK` / `RESULT_ERR`).
+//! A plain function called eagerly, with nothing queued before it, runs inside the handler, and
+//! its result goes back as the AM reply when it encodes eagerly (see [`RemoteFn::PLAIN`]).
+//! Handlers queue every other message: pulling, decoding and running `async` functions happen
+//! in the RPC progress hook, outside AM handlers, so those may communicate and block. Their
+//! results travel back as messages of their own (kind `RESULT_OK` / `RESULT_ERR`).
 
 use crate::archive::{self, Archive, ArchiveError, ChunkRef, ChunkSource, Locate};
 use crate::buffer::{with_decode_pool, Numbers, Received};
@@ -251,9 +250,8 @@ struct Task {
     _held: Option<Held>,
 }
 
-/// A task's waker: its flag in the task queue.
-/// Wakes a task: sets its flag, then asks the world's progress thread to run the hook that
-/// polls it (nothing else may, where the program's threads are all busy elsewhere).
+/// A task's waker: sets its flag in the task queue, then asks the world's progress thread to run
+/// the hook that polls it (nothing else may, where the program's threads are all busy elsewhere).
 struct TaskWaker(Arc<Flag>, std::sync::Weak<Comm>);
 impl Wake for TaskWaker {
     fn wake(self: Arc<Self>) {
@@ -748,19 +746,21 @@ impl Rpc {
         format!("{name} panicked on rank {rank}: {what}")
     }
 
-    /// Polls a task once (its flag already cleared); finished tasks send their result, others
-    /// wait in the queue for their waker.
+    /// Polls a task once (its flag already cleared); finished tasks free their slot and send
+    /// their result, others wait in the queue for their waker.
     fn step(&self, comm: &Comm, flag: Arc<Flag>, mut task: Task) -> Result<()> {
         let waker = Waker::from(Arc::new(TaskWaker(flag.clone(), Arc::downgrade(&comm.arc()))));
         let mut cx = Context::from_waker(&waker);
         let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             serving(comm, || task.fut.as_mut().poll(&mut cx))
         }));
+        if let Ok(Poll::Pending) = polled {
+            self.tasks.park(flag, task);
+            return Ok(());
+        }
+        self.tasks.close(&flag);
         match polled {
-            Ok(Poll::Pending) => {
-                self.tasks.park(flag, task);
-                Ok(())
-            }
+            Ok(Poll::Pending) => Ok(()),
             Ok(Poll::Ready(out)) => match task.call {
                 Some(c) => self.send_result(comm, task.src, result(RESULT_OK, c), out),
                 None => Ok(()),
