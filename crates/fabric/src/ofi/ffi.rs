@@ -5,7 +5,7 @@
 use crate::{FabricError, FabricResult};
 use std::ffi::{c_void, CStr, CString};
 use std::ptr::null_mut;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 use weft_ofi_sys as sys;
 
@@ -15,6 +15,10 @@ pub use domain::{Domain, TxEndpoint, SEP_CONTEXTS};
 
 /// libfabric API version weft asks for (1.17, Debian 12's).
 const API: u32 = sys::FI_VERSION(1, 17);
+
+/// Sleeps on a CQ's descriptor in a row that it did not end while completions came, after
+/// which it is not slept on any more (see [`Objects::wait`]).
+pub const QUIET_WAKES: u32 = 4;
 
 /// `-FI_EAGAIN` as returned by data-path calls.
 pub const EAGAIN: isize = -(sys::FI_EAGAIN as isize);
@@ -131,6 +135,8 @@ pub struct Objects {
     ep_closed: RwLock<bool>,
     /// The CQ's wait file descriptor, or -1 (owned by the CQ).
     wait_fd: i32,
+    /// Sleeps on `wait_fd` in a row that ended by their timeout with completions waiting.
+    quiet_wakes: AtomicU32,
     pub neg: Negotiated,
     /// A copy of the chosen `fi_info`, to open endpoint contexts from later.
     info: InfoList,
@@ -282,6 +288,7 @@ impl Objects {
             ep: null_mut(),
             ep_closed: RwLock::new(false),
             wait_fd: -1,
+            quiet_wakes: AtomicU32::new(0),
             neg,
             info: kept,
         };
@@ -420,8 +427,13 @@ impl Objects {
     /// milliseconds, without holding anything: other threads keep reading the queue meanwhile
     /// (libfabric's `fi_trywait` protocol). `Some(true)` when something may be ready,
     /// `Some(false)` when `ms` passed, `None` at once where the CQ has no wait descriptor.
+    ///
+    /// A provider whose descriptor stays quiet while completions arrive (the sockets
+    /// provider's, for this rank's own operations: each fetch-add waited the whole 2 ms) is
+    /// found out after [`QUIET_WAKES`] such sleeps in a row: `None` from then on (the caller
+    /// sleeps briefly instead).
     pub fn wait(&self, ms: i32) -> Option<bool> {
-        if self.wait_fd < 0 {
+        if self.wait_fd < 0 || self.quiet_wakes.load(Ordering::Relaxed) >= QUIET_WAKES {
             return None;
         }
         let mut cq_fid = self.cq.cast::<sys::fid>();
@@ -432,7 +444,19 @@ impl Objects {
         }
         let mut p = libc::pollfd { fd: self.wait_fd, events: libc::POLLIN, revents: 0 };
         // SAFETY: p is one valid pollfd; the descriptor belongs to the open CQ.
-        Some(unsafe { libc::poll(&mut p, 1, ms) } > 0)
+        let woken = unsafe { libc::poll(&mut p, 1, ms) } > 0;
+        if woken {
+            self.quiet_wakes.store(0, Ordering::Relaxed);
+            return Some(true);
+        }
+        // SAFETY: as above.
+        if unsafe { sys::fi_trywait(self.fabric, &mut cq_fid, 1) } != 0 {
+            // Something came while the descriptor said nothing.
+            self.quiet_wakes.fetch_add(1, Ordering::Relaxed);
+            return Some(true);
+        }
+        self.quiet_wakes.store(0, Ordering::Relaxed);
+        Some(false)
     }
 }
 
