@@ -93,3 +93,19 @@ srun --mpi=list 2>&1 | grep -q pmix || fail "Slurm has no PMIx plugin (srun --mp
 # What srun adds is the start-up through Slurm's PMIx server; CI runs it with shared memory
 # (the libfabric address exchange over PMIx is the code path mpirun runs with tcp).
 WEFT_TEST_LAUNCHER=srun cargo test --features cluster --test multirank "$@"
+# OpenSHMEM jobs over libfabric's shm provider leave no provider region in /dev/shm
+# (shmem_finalize closes the endpoint; issue 51): 20 of them under srun.
+cargo build -q --features cluster
+target/debug/weft cc -std=c11 tests/shmem/setup.c -o "$dir/setup"
+regions() { ls /dev/shm | grep -cE '^[0-9]+:[0-9]+:[0-9]+$' || true; }
+before=$(regions)
+for _ in $(seq 20); do
+    WEFT_FABRIC=ofi WEFT_SAME_HOST=ofi WEFT_OFI_PROVIDER=shm \
+        srun --mpi=pmix -n 2 --oversubscribe --time=2 "$dir/setup" | grep -q "setup: 2 PEs ok"
+done
+after=$(regions)
+if [ "$after" -gt "$before" ]; then
+    echo "srun: 20 OpenSHMEM jobs over the shm provider left $((after - before)) regions in /dev/shm" >&2
+    exit 1
+fi
+echo "srun: 20 OpenSHMEM jobs over the shm provider left no region in /dev/shm"
