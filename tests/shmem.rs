@@ -473,7 +473,7 @@ fn a_lock_wait_names_the_holder() {
     assert!(
         text.contains("rank 1 has waited")
             && text.contains("in shmem_set_lock (the lock at 0x")
-            && text.contains("held by PE 0; 1 tickets ahead")
+            && text.contains("held by PE 0; 1 ticket ahead")
             && text.contains("for rank 0"),
         "no warning naming the lock and PE 0\n{text}"
     );
@@ -486,7 +486,7 @@ fn a_fork_child_exit_changes_nothing() {
 }
 
 /// Stores that signal handlers make while `shmem_init` moves the program's data are kept:
-/// 10 jobs of 2 PEs, a timer every 100 us during init.
+/// 10 jobs of 2 PEs, a timer every 50 us during init (which had kept start-up sleeping for ever).
 #[test]
 fn signal_handlers_lose_no_store_during_init() {
     let prog = build("signals", &[], false);
@@ -644,7 +644,7 @@ fn jobs_over_the_shm_provider_leave_nothing() {
         String::new()
     };
     let script = format!(
-        "export {env} && for i in $(seq 20); do {WEFT} run -n 2 --timeout 120 -- {} || exit 1; done && \
+        "unset WEFT_OFI_DOMAIN; export {env} && for i in $(seq 20); do {WEFT} run -n 2 --timeout 120 -- {} || exit 1; done && \
          {mpirun}echo left: && ls -A /dev/shm",
         prog.display()
     );

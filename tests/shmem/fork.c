@@ -1,5 +1,6 @@
 /* A child of fork that calls exit() (running the exit handlers it inherited) changes nothing
- * of the job: the job's directory in /dev/shm stays, and the PEs go on. */
+ * of the job: the job's directory in /dev/shm stays, and the PEs go on. A child's OpenSHMEM
+ * call ends the child (status 1) and nothing else. */
 #include <shmem.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +39,18 @@ int main(void) {
   int status;
   if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status)) {
     printf("fork: PE %d: the child failed\n", me);
+    return 1;
+  }
+  /* A child that calls OpenSHMEM is refused (its parent's connections are not its own), and
+   * the job goes on. */
+  child = fork();
+  if (child == 0) {
+    shmem_int_p(x, 7, (me + 1) % n);
+    shmem_quiet();
+    _exit(0);
+  }
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 1) {
+    printf("fork: PE %d: a child's OpenSHMEM call was not refused\n", me);
     return 1;
   }
   struct stat st;

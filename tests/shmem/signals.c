@@ -1,5 +1,5 @@
 /* Signal handlers that store to program variables while shmem_init moves the program's data
- * into shared memory lose nothing: a timer fires every 100 us during init, and its handler
+ * into shared memory lose nothing: a timer fires every 50 us during init, and its handler
  * counts in a global (moved) and in malloc'd memory (not moved); the two must agree. The
  * large array makes the copy take milliseconds, so many signals come while it runs. */
 #define _DEFAULT_SOURCE
@@ -30,7 +30,7 @@ int main(void) {
   sa.sa_flags = SA_RESTART;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGALRM, &sa, NULL);
-  struct itimerval every = {{0, 100}, {0, 100}}, off;
+  struct itimerval every = {{0, 50}, {0, 50}}, off;
   memset(&off, 0, sizeof off);
   setitimer(ITIMER_REAL, &every, NULL);
   shmem_init();

@@ -437,6 +437,29 @@ pub fn membarrier_all_threads() -> bool {
 }
 
 /// This process's id.
+/// Sleeps `d`, to an absolute deadline on the monotonic clock: a storm of signals cannot
+/// stretch it. (`std::thread::sleep` restarts with the time left, and each restart adds the
+/// timer slack: a 50 us interval timer kept a 1 ms sleep from ever ending.)
+///
+/// ```
+/// weft_fabric::os::sleep_until_elapsed(std::time::Duration::from_micros(100));
+/// ```
+pub fn sleep_until_elapsed(d: Duration) {
+    // SAFETY: timespec is plain data that clock_gettime fills; clock_nanosleep only reads it.
+    unsafe {
+        let mut ts: libc::timespec = std::mem::zeroed();
+        if libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) != 0 {
+            return std::thread::sleep(d);
+        }
+        let nanos = ts.tv_nsec as u64 + d.subsec_nanos() as u64;
+        ts.tv_sec += d.as_secs() as libc::time_t + (nanos / 1_000_000_000) as libc::time_t;
+        ts.tv_nsec = (nanos % 1_000_000_000) as libc::c_long;
+        while libc::clock_nanosleep(libc::CLOCK_MONOTONIC, libc::TIMER_ABSTIME, &ts, std::ptr::null_mut())
+            == libc::EINTR
+        {}
+    }
+}
+
 pub fn pid() -> u32 {
     std::process::id()
 }

@@ -104,6 +104,19 @@ pub fn at_exit(f: extern "C" fn()) -> bool {
     true
 }
 
+/// Runs `f` in the child right after each `fork` of this process (it must only store to
+/// atomics or make system calls: the child has one thread, and locks may be held by threads
+/// that are not there); false if it could not be registered.
+///
+/// ```
+/// extern "C" fn forked() {}
+/// assert!(weft_fabric::signals::at_fork_child(forked));
+/// ```
+pub fn at_fork_child(f: extern "C" fn()) -> bool {
+    // SAFETY: pthread_atfork keeps a pointer to a function, which lives as long as the program.
+    unsafe { libc::pthread_atfork(None, None, Some(f)) == 0 }
+}
+
 /// Sends `pid` SIGUSR1 carrying `status` (0-255), which [`catch_interrupts`] turns into
 /// [`end_asked`]; false if the signal could not be sent.
 pub fn ask_to_end(pid: u32, status: i32) -> bool {

@@ -68,6 +68,6 @@ pub use weft_fabric::order::full_fence;
 pub use weft_fabric::pod::{LocalView, Pod};
 pub use weft_fabric::pool::Block;
 pub use weft_fabric::prefault::populate_code;
-pub use weft_fabric::signals::at_exit;
+pub use weft_fabric::signals::{at_exit, at_fork_child};
 pub use weft_fabric::{AtomicOp, Caps, Exposure, FabricStats, PeerState, Registration, Resource};
 pub use world::{Builder, Comm, Info, Stats, World, LAYERS};

@@ -72,8 +72,8 @@ pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
             None => format!("held by the PE with ticket {served}, which has not said which it is yet"),
         };
         let waiting = mine.wrapping_sub(served);
-        let what =
-            format!("shmem_set_lock (the lock at {lock:p}, {whom}; {waiting} tickets ahead of this PE's)");
+        let ahead = if waiting == 1 { "1 ticket".to_string() } else { format!("{waiting} tickets") };
+        let what = format!("shmem_set_lock (the lock at {lock:p}, {whom}; {ahead} ahead of this PE's)");
         let mut err = None;
         let moved = |cur: &mut u64, err: &mut Option<_>| match load(s) {
             Ok(v) => {

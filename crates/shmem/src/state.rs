@@ -94,6 +94,14 @@ impl Area {
 
 static STATE: OnceLock<Shmem> = OnceLock::new();
 static FINALIZED: AtomicBool = AtomicBool::new(false);
+/// Set in a child of `fork`: the parent's world is not the child's to use (its network
+/// connections are shared with the parent, and a call would corrupt the parent's traffic).
+static FORK_CHILD: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn in_fork_child() {
+    FORK_CHILD.store(true, Ordering::Relaxed);
+    FINALIZED.store(true, Ordering::Relaxed);
+}
 
 /// Ends the job after a fatal error in `call`: says what went wrong and exits with status 1,
 /// which makes the launcher stop every other PE (as `shmem_global_exit` does).
@@ -122,6 +130,9 @@ pub(crate) fn abandon() {
 pub(crate) fn st(call: &str) -> &'static Shmem {
     match STATE.get() {
         Some(s) if !FINALIZED.load(Ordering::Relaxed) => s,
+        Some(_) if FORK_CHILD.load(Ordering::Relaxed) => {
+            die(call, "a child of fork cannot use its parent's OpenSHMEM (only the PE's own process can)")
+        }
         _ => die(
             call,
             "OpenSHMEM is not initialized (call shmem_init first, and nothing after shmem_finalize)",
@@ -157,6 +168,7 @@ pub(crate) fn init(call: &str, thread_level: i32) {
         // the job: it removes the job's shared files that a launcher other than `weft run`
         // leaves.
         weft_runtime::at_exit(exit_unfinalized);
+        weft_runtime::at_fork_child(in_fork_child);
         crate::ctx::open_pool(s, call);
         // This library's code, mapped in now rather than page by page in the program's
         // first calls, which would each wait for page faults. Where the kernel cannot,

@@ -429,7 +429,14 @@ impl Fabric for OfiFabric {
 
     fn release(&self) {
         self.finalize();
-        self.close_network();
+        self.close_network(Duration::from_secs(2));
+    }
+
+    fn abandon(&self) {
+        // Exiting on an error: what the provider holds outside the process (the shm
+        // provider's region) goes too, which no launcher other than `weft run` removes. The job
+        // is failing: nothing waits for sends to leave.
+        self.close_network(Duration::ZERO);
     }
 
     fn finalize(&self) {

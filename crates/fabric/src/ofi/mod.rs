@@ -874,12 +874,12 @@ impl OfiFabric {
 }
 
 impl OfiFabric {
-    /// After `finalize`: lets what this rank sent leave (at most 2 s), then closes its
+    /// After `finalize`: lets what this rank sent leave (at most `linger`), then closes its
     /// endpoint and the endpoint contexts kept for reuse (what the provider holds outside the
     /// process: the shm provider's region, tcp's listening port). Idempotent.
-    fn close_network(&self) {
+    fn close_network(&self, linger: Duration) {
         let start = Instant::now();
-        while self.inflight.load(Ordering::Acquire) != 0 && start.elapsed() < Duration::from_secs(2) {
+        while self.inflight.load(Ordering::Acquire) != 0 && start.elapsed() < linger {
             if self.poll_cq().unwrap_or(0) == 0 {
                 std::thread::yield_now();
             }
@@ -894,7 +894,7 @@ impl OfiFabric {
 impl Drop for OfiFabric {
     fn drop(&mut self) {
         self.finalize();
-        self.close_network();
+        self.close_network(Duration::from_secs(2));
         self.regions.write().unwrap_or_else(|e| e.into_inner()).clear();
     }
 }

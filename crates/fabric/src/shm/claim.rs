@@ -72,10 +72,23 @@ fn greeting(job: &str, rank: u32) -> Vec<u8> {
 /// rank too.
 fn says_duplicate(s: &UnixStream, job: &str, rank: u32) -> bool {
     let want = greeting(job, rank);
-    let mut got = vec![0u8; want.len()];
-    s.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
-        && std::io::Read::read_exact(&mut &*s, &mut got).is_ok()
-        && got == want
+    let mut got = Vec::with_capacity(want.len());
+    // One second in all, however the bytes are spread: a connection that dribbles holds the
+    // watcher no longer than one that says nothing.
+    let end = std::time::Instant::now() + Duration::from_secs(1);
+    while got.len() < want.len() {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || s.set_read_timeout(Some(left)).is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 64];
+        let take = (want.len() - got.len()).min(buf.len());
+        match std::io::Read::read(&mut &*s, &mut buf[..take]) {
+            Ok(0) | Err(_) => return false,
+            Ok(k) => got.extend_from_slice(&buf[..k]),
+        }
+    }
+    got == want
 }
 
 /// The watcher: waits for connections until the claim closes; the first from a process of

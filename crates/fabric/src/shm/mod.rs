@@ -206,7 +206,7 @@ impl ShmFabric {
                         ),
                     });
                 }
-                std::thread::sleep(Duration::from_millis(1));
+                os::sleep_until_elapsed(Duration::from_millis(1));
             };
             if map.len() != inbox_bytes {
                 return Err(FabricError::Mismatch {
@@ -271,7 +271,7 @@ impl ShmFabric {
                     what: "waiting for every rank to map the others' inboxes".into(),
                 });
             }
-            std::thread::sleep(Duration::from_micros(200));
+            os::sleep_until_elapsed(Duration::from_micros(200));
         }
         fab.control(cfg.rank).state.store(State::Running as u32, Ordering::Release);
         // The directory stays for the job's later files; the last rank out removes it.
