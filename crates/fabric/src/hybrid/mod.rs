@@ -560,7 +560,6 @@ impl Fabric for HybridFabric {
 
     fn abandon(&self) {
         self.parts.shm.abandon();
-        self.parts.ofi.abandon();
     }
 
     fn shm_in_memory(&self) -> Option<u64> {

@@ -432,13 +432,6 @@ impl Fabric for OfiFabric {
         self.close_network(Duration::from_secs(2));
     }
 
-    fn abandon(&self) {
-        // Exiting on an error: what the provider holds outside the process (the shm
-        // provider's region) goes too, which no launcher other than `weft run` removes. The job
-        // is failing: nothing waits for sends to leave.
-        self.close_network(Duration::ZERO);
-    }
-
     fn finalize(&self) {
         if self.done.swap(true, Ordering::AcqRel) {
             return;
