@@ -554,10 +554,6 @@ impl Fabric for HybridFabric {
         self.parts.ofi.finalize();
     }
 
-    fn release(&self) {
-        self.parts.ofi.release();
-    }
-
     fn abandon(&self) {
         self.parts.shm.abandon();
     }
