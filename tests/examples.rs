@@ -7,7 +7,7 @@ use std::process::Command;
 
 /// The examples.
 const EXAMPLES: &[&str] =
-    &["hello", "ring_put", "am_pingpong", "rpc_sum", "endpoints", "async_tokio", "dist_counter"];
+    &["hello", "ring_put", "am_pingpong", "rpc_sum", "endpoints", "async_tokio", "dist_counter", "histogram"];
 
 fn example(name: &str) -> PathBuf {
     let weft = PathBuf::from(env!("CARGO_BIN_EXE_weft"));

@@ -2,6 +2,7 @@
 //! each rank being this same executable with `WEFT_TEST_CASE` naming the case to run.
 
 mod am;
+mod array;
 mod asyncp;
 mod coll;
 #[path = "../common/mod.rs"]
@@ -13,6 +14,7 @@ mod segs;
 mod state;
 
 use am::*;
+use array::*;
 use asyncp::*;
 use coll::*;
 use common::{ck, Case, Failure, Res};
@@ -28,7 +30,36 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use weft::{AmHandler, AtomicOp, Error, World};
 
+/// Distributed arrays' batches through the aggregation buffers, also on shared memory.
+const MESSAGES: (&str, &str) = ("WEFT_ARRAY_MAPPED", "messages");
+
 const CASES: &[Case] = &[
+    // On shared memory batches read and update mapped memory directly (WEFT_ARRAY_MAPPED:
+    // direct), read it only (loads), or send every item through the aggregation buffers
+    // (messages), as on networks.
+    Case { name: "array_ops", run: array_ops, ranks: &[2, 4], env: &[] },
+    Case { name: "array_ops_aggregated", run: array_ops, ranks: &[2, 4], env: &[MESSAGES] },
+    Case { name: "array_ops_loads", run: array_ops, ranks: &[2], env: &[("WEFT_ARRAY_MAPPED", "loads")] },
+    Case {
+        name: "array_ops_unaggregated",
+        run: array_ops,
+        ranks: &[2],
+        env: &[MESSAGES, ("WEFT_AGG_BYTES", "0")],
+    },
+    Case { name: "array_ops_am_path", run: array_ops, ranks: &[3], env: &[MESSAGES, ("WEFT_RMA", "am")] },
+    Case {
+        name: "array_flush_on_wait",
+        run: array_flush_on_wait,
+        ranks: &[2, 4],
+        env: &[MESSAGES, ("WEFT_AGG_DELAY_US", "60000000")],
+    },
+    Case { name: "array_delay_bound", run: array_delay_bound, ranks: &[2], env: &[MESSAGES] },
+    Case {
+        name: "array_peer_dies",
+        run: array_peer_dies,
+        ranks: &[2, 4],
+        env: &[MESSAGES, ("WEFT_AGG_DELAY_US", "60000000"), ("WEFT_PROGRESS_THREAD", "0")],
+    },
     Case { name: "put_get_sizes", run: put_get_sizes, ranks: &[2, 4], env: &[] },
     Case { name: "completion_semantics", run: completion_semantics, ranks: &[2, 4], env: &[] },
     Case { name: "gets_in_flight", run: gets_in_flight, ranks: &[2, 4], env: &[] },

@@ -118,6 +118,13 @@ pub trait Fabric: Send + Sync + 'static {
         let _ = rank;
         self.caps().load_store
     }
+    /// The 8-byte words of `region` as atomics, where this process maps it ([`Fabric::maps_peer`]):
+    /// loads, stores and CPU atomics on them reach the owner's memory with no message.
+    /// `None` where the region is not mapped here.
+    fn mapped_words<'a>(&'a self, region: &'a RemoteRegion) -> Option<&'a [std::sync::atomic::AtomicU64]> {
+        let _ = region;
+        None
+    }
     /// Starts a get of `dst.len()` bytes at `offset` of `src` that may complete later, so
     /// that many can be in flight: either done at return (the bytes in `dst`), or read into
     /// the fabric's own memory and completed with `on_complete(token)` (then

@@ -158,6 +158,16 @@ impl<T: Pod> LocalView<'_, T> {
         // and T is 8 bytes); AtomicU64 has the layout of u64; the memory outlives the borrow.
         unsafe { &*self.ptr.add(i).cast::<AtomicU64>() }
     }
+
+    /// The whole view of 8-byte elements as atomics (for code that updates many elements:
+    /// one bounds check per index, no per-element assertion on the size).
+    pub fn atomics(&self) -> &[AtomicU64] {
+        assert!(std::mem::size_of::<T>() == 8, "atomic access needs 8-byte elements");
+        // SAFETY: the view's elements are in bounds, 8 bytes and 8-aligned (as `atomic`);
+        // AtomicU64 has the layout of u64 and every access through it is atomic, so peers'
+        // concurrent RMA and atomics are no data race; the memory outlives the borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<AtomicU64>(), self.len) }
+    }
 }
 
 /// A heap buffer aligned to 16 bytes (the largest alignment of a number type), viewable as a

@@ -142,6 +142,7 @@ impl Comm {
             // Its peers' questions are requests, which a handler's waits do not deliver.
             return Err(crate::am::refused("wait_all cannot run inside an AM handler"));
         }
+        // sync_nbi flushes the layers' buffers first: their messages count below.
         self.sync_nbi()?;
         let c = &self.counts;
         let mut waiting = Vec::new();

@@ -90,6 +90,16 @@ pub enum Error {
     Remote(String),
     /// A value could not be encoded for sending (its `Serialize` implementation failed).
     Encode(String),
+    /// A global index of a distributed array out of its range (in a batch: nothing of the
+    /// batch was sent).
+    IndexOutOfRange {
+        /// The index.
+        index: usize,
+        /// Its position in the batch's indices (0 for a single operation).
+        position: usize,
+        /// The array's length.
+        len: usize,
+    },
 }
 
 impl fmt::Display for Error {
@@ -122,6 +132,10 @@ impl fmt::Display for Error {
             Error::BadPieces(s) => write!(f, "bad pieces: {s}"),
             Error::UnknownHandler { id, src } => write!(f, "unknown AM handler {id} (from rank {src})"),
             Error::TooLarge { what, len, max } => write!(f, "{what} of {len} exceeds the maximum of {max}"),
+            Error::IndexOutOfRange { index, position, len } => write!(
+                f,
+                "index {index} (item {position} of the operation's indices) is out of range for an array of {len} elements"
+            ),
             Error::Misuse(s) => write!(f, "not allowed: {s}"),
             Error::Remote(s) => write!(f, "remote side: {s}"),
             Error::Encode(s) => write!(f, "cannot encode: {s}"),

@@ -19,6 +19,13 @@
 //! ```
 
 pub use crate::am::as_handler;
+
+/// Whether this thread runs an AM handler (or code under [`as_handler`]'s rules), where
+/// requests cannot be sent.
+#[inline]
+pub fn in_handler() -> bool {
+    crate::am::in_handler().is_some()
+}
 pub use crate::dist::serving;
 use crate::{Builder, Comm, Error, Result, Segment};
 use std::any::Any;
@@ -36,12 +43,18 @@ pub type LivenessHook = Arc<dyn Fn(&Comm, &dyn Fn(u32) -> Option<Error>) -> usiz
 /// A collective step run at the end of start-up, on every rank in the same order.
 pub type StartHook = Box<dyn FnOnce(&Comm) -> Result<()> + Send + Sync>;
 
+/// A flush hook: sends what the layer holds back for the calling thread (aggregated
+/// operations). It runs at the start of every wait, `wait_all`, `sync_nbi`, [`Comm::poll`] and
+/// [`Comm::flush`], on the thread that calls them, never inside an AM handler.
+pub type FlushHook = Arc<dyn Fn(&Comm) -> Result<()> + Send + Sync>;
+
 #[derive(Default)]
 pub(crate) struct Extensions {
     pub values: Vec<Arc<dyn Any + Send + Sync>>,
     pub hooks: Vec<ProgressHook>,
     pub liveness: Vec<LivenessHook>,
     pub on_start: Vec<StartHook>,
+    pub flush: Vec<FlushHook>,
 }
 
 /// What a layer adds to a world as it is built.
@@ -56,6 +69,9 @@ pub trait LayerBuilder {
     /// progress thread and by waiting threads), so that awaited futures whose peer died or
     /// left fail instead of hanging.
     fn liveness_hook(&mut self, hook: LivenessHook) -> &mut Self;
+    /// Adds a hook that sends what the layer holds back for the calling thread, run before
+    /// every wait (see [`FlushHook`]), so that no wait waits on the layer's buffers.
+    fn flush_hook(&mut self, hook: FlushHook) -> &mut Self;
 }
 
 impl LayerBuilder for Builder {
@@ -74,6 +90,10 @@ impl LayerBuilder for Builder {
     }
     fn liveness_hook(&mut self, hook: LivenessHook) -> &mut Self {
         self.ext.liveness.push(hook);
+        self
+    }
+    fn flush_hook(&mut self, hook: FlushHook) -> &mut Self {
+        self.ext.flush.push(hook);
         self
     }
 }
@@ -118,6 +138,14 @@ pub trait Layer {
     /// A layer's hook has work that nothing else will trigger (a task its waker woke): ask
     /// the progress thread to run the hooks soon.
     fn want_progress(&self);
+    /// `rank`'s part of `seg` as atomics where this process maps it (shared memory: loads and
+    /// CPU atomics with no message, as `local().atomics()` for this rank's own part); `None`
+    /// where it does not (a network, a rank of another host).
+    fn mapped_words<'a>(
+        &'a self,
+        seg: &'a Segment<u64>,
+        rank: u32,
+    ) -> Option<&'a [std::sync::atomic::AtomicU64]>;
 }
 
 impl Layer for Comm {
@@ -167,6 +195,18 @@ impl Layer for Comm {
     }
     fn want_progress(&self) {
         Comm::want_progress(self)
+    }
+    fn mapped_words<'a>(
+        &'a self,
+        seg: &'a Segment<u64>,
+        rank: u32,
+    ) -> Option<&'a [std::sync::atomic::AtomicU64]> {
+        if rank >= self.size() || !self.fabric.maps_peer(rank) {
+            return None;
+        }
+        let region = seg.info().remote(rank).ok()?;
+        let words = self.fabric.mapped_words(region)?;
+        words.get(..seg.len())
     }
     fn wait_on(&self, rank: u32, what: &str, cond: &mut dyn FnMut() -> bool) -> Result<()> {
         self.wait(crate::progress::Deps::Rank(rank), what, cond)
@@ -249,6 +289,31 @@ thread_local! {
 }
 
 impl Comm {
+    /// Sends now what layers hold back for this thread (operations an aggregating layer
+    /// buffers); every wait, `wait_all`, `sync_nbi` and [`Comm::poll`] do it first anyway.
+    /// Inside an AM handler it does nothing (handlers send no requests).
+    ///
+    /// ```no_run
+    /// # let world = weft_runtime::World::init()?;
+    /// world.flush()?;
+    /// # Ok::<(), weft_runtime::Error>(())
+    /// ```
+    #[inline]
+    pub fn flush(&self) -> Result<()> {
+        if self.ext.flush.is_empty() || crate::am::in_handler().is_some() {
+            return Ok(());
+        }
+        self.flush_each()
+    }
+
+    #[inline(never)]
+    fn flush_each(&self) -> Result<()> {
+        for h in &self.ext.flush {
+            h(self)?;
+        }
+        Ok(())
+    }
+
     /// Runs the progress hooks (never inside an AM handler) on a thread that runs none already
     /// (see [`MAX_HOOK_DEPTH`]). Returns the events they handled. Inline for its first test: it
     /// runs on every poll of every wait, and waits are generic (compiled in the caller's crate,

@@ -165,6 +165,7 @@ impl Comm {
     /// completed by its own `sync_nbi`. Active messages and handles are not covered: a handle
     /// completes by its `wait`, an AM by the reply its handler sends.
     pub fn sync_nbi(&self) -> Result<()> {
+        self.flush()?;
         let mine: Vec<Arc<OpState>> = NBI.with(|l| {
             let mut l = l.borrow_mut();
             if l.is_empty() {

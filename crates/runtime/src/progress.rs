@@ -205,6 +205,7 @@ impl Comm {
             return Err(crate::am::FINALIZED);
         }
         self.touch();
+        self.flush()?;
         let n = self.fabric.progress(self, crate::am::poll_set())?;
         self.take_error()?;
         Ok(n + self.run_hooks()?)
@@ -368,6 +369,8 @@ impl Comm {
         if self.stop.load(Ordering::Relaxed) {
             return Err(crate::am::FINALIZED);
         }
+        // What this thread's layers hold back goes first: the wait may be for its effects.
+        self.flush()?;
         // Tested in the loop and, before a sleep, by the fabric: once it held it is not tested
         // again (a test may poll a future, which must not be polled once it is ready).
         let mut met = false;

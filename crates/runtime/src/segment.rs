@@ -256,6 +256,10 @@ impl<T: Pod> Drop for Segment<T> {
 }
 
 impl<T: Pod> Segment<T> {
+    /// What the world holds of this segment (its regions on every rank).
+    pub(crate) fn info(&self) -> &SegInfo {
+        &self.info
+    }
     /// Segment id (the same on every rank).
     pub fn id(&self) -> u32 {
         self.id

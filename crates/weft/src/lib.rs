@@ -5,9 +5,10 @@
 //! remote functions, teams and collectives, endpoints. The launcher (`weft run`) and the
 //! benchmarks (`weft bench`) are the `weft` command, in the workspace's root package.
 //!
-//! This crate re-exports the runtime layer ([`weft_runtime`]) and the RPC layer ([`rpc`]:
-//! [`remote!`] functions, [`RmaVec`], [`SerializeBuffer`]); the byte-moving layer is
-//! [`fabric`]. Start ranks with `weft run -n 4 -- ./my-program`.
+//! This crate re-exports the runtime layer ([`weft_runtime`]), the RPC layer ([`rpc`]:
+//! [`remote!`] functions, [`RmaVec`], [`SerializeBuffer`]), distributed arrays ([`array`]:
+//! [`AtomicArray`] and its aggregated batch operations) and the aggregation they ride on
+//! ([`agg`]); the byte-moving layer is [`fabric`]. Start ranks with `weft run -n 4 -- ./my-program`.
 //!
 //! ```no_run
 //! let world = weft::World::init()?;
@@ -18,6 +19,11 @@
 //! println!("rank {} got {}", world.rank(), seg.local().read(0));
 //! # Ok::<(), weft::Error>(())
 //! ```
+#[doc(inline)]
+pub use weft_agg as agg;
+#[doc(inline)]
+pub use weft_array as array;
+pub use weft_array::{AtomicArray, BatchHandle, Distribution, Mapped};
 #[doc(inline)]
 pub use weft_fabric as fabric;
 #[doc(inline)]

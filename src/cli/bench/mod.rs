@@ -1,6 +1,7 @@
 //! `weft bench`: weft's figures beside this machine's limits, measured in the same run.
 
 mod am;
+mod bale;
 mod coll;
 #[cfg(feature = "mpi")]
 pub mod coll_mpi;
@@ -72,6 +73,11 @@ pub enum Suite {
     /// row beside Open MPI's. Point-to-point programs on 2 PEs, collectives on `-n`. Not in the
     /// default set.
     Shmem,
+    /// bale's kernels on distributed arrays (histogram, index gather), each verified, in three
+    /// forms alternating in one run: aggregated batches, one blocking operation at a time,
+    /// and every rank's updates applied to a local array only (the memory limit). Updates per
+    /// rank `WEFT_BALE_UPDATES` (default 1 Mi), 100 k table entries per rank.
+    Bale,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -266,6 +272,7 @@ pub fn rank_main(args: &BenchArgs) -> Result<(), weft::Error> {
             Suite::Am => rows.extend(am::run(&ctx, &lim)?),
             Suite::Serialize => rows.extend(serialize::run(&ctx)?),
             Suite::Rpc => rows.extend(rpc::run(&ctx, &lim)?),
+            Suite::Bale => rows.extend(bale::run(&ctx)?),
             Suite::Coll => rows.extend(coll::run(&ctx, &lim)?),
             Suite::Msgrate => rows.extend(msgrate::run(&ctx, &msgrate::thread_counts())?),
             Suite::Dgemm => rows.extend(dgemm::run(&ctx, &msgrate::thread_counts())?),

@@ -379,6 +379,13 @@ impl Fabric for HybridFabric {
         self.parts.ofi.wait_reads(scope)
     }
 
+    fn mapped_words<'a>(&'a self, region: &'a RemoteRegion) -> Option<&'a [std::sync::atomic::AtomicU64]> {
+        match self.route(region.rank).ok()? {
+            Route::Shm(_) => self.parts.shm.mapped_words(region),
+            Route::Ofi => None,
+        }
+    }
+
     fn atomic(&self, dst: &RemoteRegion, offset: usize, op: AtomicOp, token: u64) -> FabricResult<Issued> {
         match self.route(dst.rank)? {
             Route::Shm(l) => self.parts.shm.atomic(&as_local(dst, l), offset, op, token),

@@ -587,6 +587,17 @@ impl Fabric for ShmFabric {
         Ok(Issued::Done(op.apply(remote_word(dst, offset)?)))
     }
 
+    fn mapped_words<'a>(&'a self, region: &'a RemoteRegion) -> Option<&'a [AtomicU64]> {
+        if !(region.addr as usize).is_multiple_of(8) {
+            return None;
+        }
+        // SAFETY: a region of this fabric is a live shared mapping of `len` bytes at `addr`
+        // (kept while regions naming it are in use, as for `remote_word`), 8-aligned
+        // (checked); AtomicU64 has u64's layout and every access through it is atomic, so
+        // the owner's and other ranks' concurrent accesses are no data race.
+        Some(unsafe { std::slice::from_raw_parts(region.addr as *const AtomicU64, region.len / 8) })
+    }
+
     fn quiet(&self) -> FabricResult<()> {
         // Every shared-memory operation completes before it returns.
         crate::order::full_fence();
