@@ -522,6 +522,7 @@ fn erroneous_calls_end_the_job_with_a_message() {
         ("negative_strides", "shmem_int_alltoalls", "strides -2 and -3 must be at least 1"),
         ("clear_unheld", "shmem_clear_lock", "is not held by this PE (nobody holds it)"),
         ("clear_twice", "shmem_clear_lock", "is not held by this PE (nobody holds it)"),
+        ("set_twice", "shmem_set_lock", "this PE already holds the lock at 0x"),
         ("holder_gone", "shmem_set_lock", "rank 0"),
         ("bad_team", "shmem_team_sync", "is not a team"),
         ("null_source", "shmem_putmem", "is NULL"),

@@ -70,6 +70,13 @@ int main(int argc, char **argv) {
     if (me == 0) for (;;) sleep(1);
     shmem_set_lock(&lock);
   }
+  if (strcmp(c, "set_twice") == 0) {
+    static long lock;
+    if (me == 0) {
+      shmem_set_lock(&lock);
+      shmem_set_lock(&lock);
+    }
+  }
   if (strcmp(c, "clear_twice") == 0) {
     static long lock;
     if (me == 0) {

@@ -477,8 +477,8 @@ impl Comm {
             _ => format!("ranks {}", ranks.join(", ")),
         };
         eprintln!(
-            "weft: rank {me} has waited {:.0} s in {what} for {whom}, which is alive but has not answered \
-             (stopped, or busy outside weft?); WEFT_HANG_WARN_S sets when this is said",
+            "weft: rank {me} has waited {:.0} s in {what} for {whom}, which is alive but has not done what \
+             this wait needs (stopped, computing, or waiting itself?); WEFT_HANG_WARN_S sets when this is said",
             waited.as_secs_f64()
         );
     }

@@ -59,6 +59,10 @@ pub extern "C" fn shmem_set_lock(lock: *mut c_long) {
     let call = "shmem_set_lock";
     let s = st(call);
     let w = word(s, call, lock);
+    if s.locks_held().contains_key(&(lock as usize)) {
+        // OpenSHMEM locks are not recursive: its ticket would wait for its own for ever.
+        die(call, format_args!("this PE already holds the lock at {lock:p} (locks are not recursive)"));
+    }
     let mine = (s.check(call, s.comm.atomic(w, AtomicOp::FetchAdd(TICKET))) >> 32) as u32;
     let load = |s: &Shmem| s.comm.atomic(w, AtomicOp::Load);
     let mut cur = s.check(call, load(s));
