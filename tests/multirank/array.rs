@@ -77,11 +77,28 @@ pub(crate) fn array_ops() -> Res {
         // Out of range: the whole batch fails before anything leaves.
         let r = s.batch_add([1, len, 2], 5);
         ck(
-            matches!(r, Err(Error::IndexOutOfRange { index, position: 1, len: l }) if index == len && l == len),
+            matches!(r, Err(Error::IndexOutOfRange { index, position: Some(1), len: l }) if index == len && l == len),
             || format!("{dist:?}: out-of-range batch gave {r:?}"),
         )?;
-        let r = s.load(len + 4);
+        // An iterator whose clone does not repeat it (shared state): an error, never a panic
+        // or a write past the array.
+        let walks = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let shifty = (0..4usize).map(move |k| {
+            walks.set(walks.get() + 1);
+            if walks.get() <= 4 {
+                k
+            } else {
+                len + k
+            }
+        });
+        let r = s.batch_load(shifty.clone());
         ck(matches!(r, Err(Error::IndexOutOfRange { .. })), || {
+            format!("{dist:?}: shifty gather gave {r:?}")
+        })?;
+        let r = s.batch_add(shifty, 1);
+        ck(matches!(r, Err(Error::IndexOutOfRange { .. })), || format!("{dist:?}: shifty add gave {r:?}"))?;
+        let r = s.load(len + 4);
+        ck(matches!(r, Err(Error::IndexOutOfRange { position: None, .. })), || {
             format!("{dist:?}: load past the end: {r:?}")
         })?;
         w.barrier()?;
@@ -205,4 +222,87 @@ pub(crate) fn array_peer_dies() -> Res {
             }),
         }
     })
+}
+
+/// A batch that reaches a rank where its array was dropped fails, naming that rank; its
+/// operations are not applied elsewhere.
+pub(crate) fn array_dropped_on_owner() -> Res {
+    let w = World::init()?;
+    let a = AtomicArray::<u64>::new(&w, 4 * w.size() as usize)?;
+    let a = if w.rank() == 1 {
+        drop(a);
+        None
+    } else {
+        Some(a)
+    };
+    w.barrier()?;
+    if let (0, Some(a)) = (w.rank(), &a) {
+        let r = a.batch_add([4, 5], 1).and_then(|h| h.wait());
+        ck(matches!(&r, Err(Error::Remote(m)) if m.contains("rank 1 does not hold the array")), || {
+            format!("adds to a rank that dropped the array gave {r:?}")
+        })?;
+        let r = a.batch_fetch_add([6], 1).and_then(|h| h.wait());
+        ck(matches!(&r, Err(Error::Remote(_))), || format!("fetch-adds there gave {r:?}"))?;
+    }
+    w.barrier()?;
+    Ok(())
+}
+
+/// A user's index iterator that panics half-way through a batch (caught): the items it had
+/// buffered still leave within the delay bound, from the helper thread, while rank 0 makes no
+/// weft call for 3 s (the panic had left the buffers' lock poisoned, and the helper skipped it
+/// for ever).
+pub(crate) fn array_panicking_iterator() -> Res {
+    let w = World::init()?;
+    let a = AtomicArray::<u64>::new(&w, 4 * w.size() as usize)?;
+    w.barrier()?;
+    if w.rank() == 0 {
+        let walks = std::rc::Rc::new(std::cell::Cell::new(0usize));
+        let panics = (4..8usize).inspect(move |_| {
+            walks.set(walks.get() + 1);
+            // The checking walk yields 4 items; the sending one panics at its third.
+            assert!(walks.get() != 7, "the user's iterator panics");
+        });
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.batch_add(panics, 1)));
+        ck(r.is_err(), || "the iterator did not panic".into())?;
+        std::thread::sleep(Duration::from_secs(3));
+    } else if w.rank() == 1 {
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        let arrived = || a.load(4).ok() == Some(1) && a.load(5).ok() == Some(1);
+        w.wait_until(|| arrived() || Instant::now() > deadline)?;
+        ck(arrived(), || "items buffered before a panic never left".into())?;
+    }
+    w.barrier()?;
+    Ok(())
+}
+
+/// A child of `fork` that calls weft gets an error at once (it would take its parent's
+/// messages: a batch waited on in a child hung the whole job), and the job goes on.
+pub(crate) fn array_fork_child() -> Res {
+    let w = World::init()?;
+    let a = AtomicArray::<u64>::new(&w, 4 * w.size() as usize)?;
+    w.barrier()?;
+    if w.rank() == 0 {
+        // SAFETY: the child only calls weft (which must refuse at once) and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let add = a.batch_add([4, 5], 1);
+            let barrier = w.barrier();
+            let refused =
+                |r: &Result<(), Error>| matches!(r, Err(Error::Misuse(m)) if m.contains("child of fork"));
+            let ok = add.is_err() && matches!(add, Err(Error::Misuse(_))) && refused(&barrier);
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
+        ck(waited == pid && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, || {
+            format!("the fork child's weft calls were not refused (status {status:#x})")
+        })?;
+        a.batch_add([4, 5], 1)?.wait()?;
+    }
+    w.barrier()?;
+    ck(a.sum()? == 2, || "the parent's batch after the child".into())?;
+    Ok(())
 }

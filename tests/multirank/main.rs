@@ -34,12 +34,12 @@ use weft::{AmHandler, AtomicOp, Error, World};
 const MESSAGES: (&str, &str) = ("WEFT_ARRAY_MAPPED", "messages");
 
 const CASES: &[Case] = &[
-    // On shared memory batches read and update mapped memory directly (WEFT_ARRAY_MAPPED:
-    // direct), read it only (loads), or send every item through the aggregation buffers
-    // (messages), as on networks.
+    // On shared memory batches read mapped memory directly (WEFT_ARRAY_MAPPED: loads, the
+    // default), read and update it directly (direct), or send every item through the
+    // aggregation buffers (messages), as on networks.
     Case { name: "array_ops", run: array_ops, ranks: &[2, 4], env: &[] },
     Case { name: "array_ops_aggregated", run: array_ops, ranks: &[2, 4], env: &[MESSAGES] },
-    Case { name: "array_ops_loads", run: array_ops, ranks: &[2], env: &[("WEFT_ARRAY_MAPPED", "loads")] },
+    Case { name: "array_ops_direct", run: array_ops, ranks: &[2], env: &[("WEFT_ARRAY_MAPPED", "direct")] },
     Case {
         name: "array_ops_unaggregated",
         run: array_ops,
@@ -54,6 +54,9 @@ const CASES: &[Case] = &[
         env: &[MESSAGES, ("WEFT_AGG_DELAY_US", "60000000")],
     },
     Case { name: "array_delay_bound", run: array_delay_bound, ranks: &[2], env: &[MESSAGES] },
+    Case { name: "array_dropped_on_owner", run: array_dropped_on_owner, ranks: &[2, 3], env: &[] },
+    Case { name: "array_panicking_iterator", run: array_panicking_iterator, ranks: &[2], env: &[MESSAGES] },
+    Case { name: "array_fork_child", run: array_fork_child, ranks: &[2], env: &[MESSAGES] },
     Case {
         name: "array_peer_dies",
         run: array_peer_dies,

@@ -126,6 +126,21 @@ impl Replies {
             wire::close(&mut self.buf, at);
         }
     }
+    /// Adds `item` to a reply record of another kind (`kind`, an id from [`Kind::id`]) with
+    /// `key`: an answer the requester's reply function for that kind takes (a failure, say).
+    pub fn item_of(&mut self, kind: u16, key: u64, item: &[u8]) -> std::result::Result<(), &'static str> {
+        let own = self.kind;
+        if kind == own {
+            return self.item(key, item);
+        }
+        self.close();
+        self.kind = kind;
+        let r = self.item(key, item);
+        self.close();
+        self.kind = own;
+        r
+    }
+
     /// Adds `item` to the reply record with `key` (of the kind being applied).
     #[inline(always)]
     pub fn item(&mut self, key: u64, item: &[u8]) -> std::result::Result<(), &'static str> {

@@ -3,7 +3,7 @@
 use crate::buffers::ThreadBufs;
 use crate::Agg;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, TryLockError, Weak};
 use std::time::Duration;
 use weft_runtime::layer::Layer;
 use weft_runtime::Comm;
@@ -60,10 +60,16 @@ fn run(agg: Arc<Agg>, world: Weak<Comm>) {
                 next = Some(next.map_or(due, |n| n.min(due)));
                 continue;
             }
-            let Ok(mut g) = tb.bufs.try_lock() else {
-                // Its thread is adding items: it sends what fills, and waits flush.
-                next = Some(next.map_or(now + RETRY_NS, |n| n.min(now + RETRY_NS)));
-                continue;
+            let mut g = match tb.bufs.try_lock() {
+                Ok(g) => g,
+                // A panic in a batch (a user's iterator) left it: the buffers are whole
+                // (items go in whole), so they are sent as they are.
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(TryLockError::WouldBlock) => {
+                    // Its thread is adding items: it sends what fills, and waits flush.
+                    next = Some(next.map_or(now + RETRY_NS, |n| n.min(now + RETRY_NS)));
+                    continue;
+                }
             };
             if !tb.pending() {
                 continue;

@@ -61,6 +61,33 @@ impl Element for i64 {
     }
 }
 
+/// A request that is closed when dropped unless kept.
+struct Opened<'a> {
+    requests: &'a crate::batch::Requests,
+    id: u32,
+    keep: bool,
+}
+
+impl Drop for Opened<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.requests.close(self.id);
+        }
+    }
+}
+
+/// The error of an index iterator that yielded other indices (or more) than its clone, which
+/// was checked: what went before it was applied.
+#[cold]
+fn unlike_its_clone(index: usize, position: usize, len: usize) -> Error {
+    if index >= len {
+        return Error::IndexOutOfRange { index, position: Some(position), len };
+    }
+    Error::Misuse(
+        "a batch's index iterator yielded more indices than its clone did (Clone must repeat the sequence)",
+    )
+}
+
 /// `op` on a local atomic: the value before.
 fn apply_local(a: &AtomicU64, op: AtomicOp) -> u64 {
     match op {
@@ -110,18 +137,18 @@ pub struct AtomicArray<T: Element> {
 /// How batch operations reach elements whose owner's memory this process maps (ranks of this
 /// node on shared memory). Elsewhere items always travel to their owners, aggregated.
 ///
-/// Measured here (2 and 4 ranks on 2 cores, 10 runs, `bench-results/2026-11-29-bale/`):
-/// histogram updates by direct CPU atomics were 2.4-4.8x the owners applying messages, gathers
-/// straight from mapped memory 4.5-7.6x the messages. Owners that apply updates themselves
-/// keep their cache lines (what many ranks on many sockets may favour): `Loads` does that for
-/// updates.
+/// Measured here (2 and 4 ranks on 2 cores, `bench-results/2026-11-29-bale/`): gathers read
+/// straight from mapped memory 4.5-7.6x faster than through messages in every run. Histogram
+/// updates by direct CPU atomics were 2.4-4.8x the owners applying messages in 10 quiet runs,
+/// but 0.6-0.8x in runs beside other work, and owners that apply updates themselves keep their
+/// cache lines as ranks and sockets grow: the default reads directly and sends updates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Mapped {
     /// Loads straight from the mapped memory, updates as messages to the owners.
+    #[default]
     Loads,
     /// Loads and atomics straight on the mapped memory: no message.
-    #[default]
     Direct,
     /// Everything as aggregated messages that the owners apply.
     Messages,
@@ -203,13 +230,13 @@ impl<T: Element> AtomicArray<T> {
 
     /// The rank that holds global index `i` and its offset in that rank's part.
     pub fn locate(&self, i: usize) -> Result<(u32, usize)> {
-        self.check(i, 0)
+        self.check(i)
     }
 
     #[inline]
-    fn check(&self, i: usize, position: usize) -> Result<(u32, usize)> {
+    fn check(&self, i: usize) -> Result<(u32, usize)> {
         if i >= self.len() {
-            return Err(Error::IndexOutOfRange { index: i, position, len: self.len() });
+            return Err(Error::IndexOutOfRange { index: i, position: None, len: self.len() });
         }
         Ok(self.part.layout.locate(i))
     }
@@ -235,7 +262,7 @@ impl<T: Element> AtomicArray<T> {
 
     /// One operation on element `i`: on this rank a CPU atomic, elsewhere a remote atomic.
     fn op(&self, i: usize, op: AtomicOp) -> Result<u64> {
-        let (rank, off) = self.check(i, 0)?;
+        let (rank, off) = self.check(i)?;
         if rank == self.comm.rank() {
             return Ok(apply_local(&self.part.seg.local().atomics()[off], op));
         }
@@ -296,7 +323,7 @@ impl<T: Element> AtomicArray<T> {
     }
 
     /// How this array's batches treat elements whose owner's memory this process maps (shared
-    /// memory), overriding `WEFT_ARRAY_MAPPED` (default [`Mapped::Direct`]).
+    /// memory), overriding `WEFT_ARRAY_MAPPED` (default [`Mapped::Loads`]).
     ///
     /// ```no_run
     /// # use weft_runtime as weft;
@@ -316,7 +343,7 @@ impl<T: Element> AtomicArray<T> {
         let mut n = 0usize;
         for (position, i) in it.enumerate() {
             if i >= len {
-                return Err(Error::IndexOutOfRange { index: i, position, len });
+                return Err(Error::IndexOutOfRange { index: i, position: Some(position), len });
             }
             n = position + 1;
         }
@@ -346,10 +373,12 @@ impl<T: Element> AtomicArray<T> {
     {
         let it = indices.into_iter();
         let n = self.check_all(it.clone())?;
+        let comm = &*self.comm;
+        // A finalized world (or a child of fork) refuses batches here, whatever their path.
+        comm.poll()?;
         if n == 0 {
             return Ok(BatchHandle::new(self.comm.clone(), None, None));
         }
-        let comm = &*self.comm;
         let size = comm.size();
         let mapped: Vec<Option<&[AtomicU64]>> = if direct {
             (0..size).map(|r| comm.mapped_words(&self.part.seg, r)).collect()
@@ -361,6 +390,10 @@ impl<T: Element> AtomicArray<T> {
             // Every owner's memory is here: no message at all.
             let mut results = if positioned { vec![0u64; n] } else { Vec::new() };
             for (pos, i) in it.enumerate() {
+                // The checked walk's clone must have yielded the same indices.
+                if i >= layout.len || pos >= n {
+                    return Err(unlike_its_clone(i, pos, layout.len));
+                }
                 let (rank, off) = layout.locate(i);
                 let v = op(&mapped[rank as usize].unwrap_or(&[])[off]);
                 if positioned {
@@ -373,6 +406,8 @@ impl<T: Element> AtomicArray<T> {
         let requests = &Arrays::of(comm)?.requests;
         let mut sent = vec![0u64; size as usize];
         let id = requests.open(size, if positioned { n } else { 0 });
+        // Closed on every way out but success (an error, a panic in the user's iterator).
+        let mut opened = Opened { requests, id, keep: false };
         let key = (self.id as u64) << 32 | id as u64;
         let kind_id = kind.id();
         let pre = prefix.map(u64::to_le_bytes);
@@ -380,6 +415,9 @@ impl<T: Element> AtomicArray<T> {
         let mut here = if positioned && direct { vec![0u64; n] } else { Vec::new() };
         let r = agg.batch(comm, |b| {
             for (pos, i) in it.enumerate() {
+                if i >= layout.len || pos >= n {
+                    return Err(unlike_its_clone(i, pos, layout.len));
+                }
                 let (rank, off) = layout.locate(i);
                 if let Some(words) = mapped[rank as usize] {
                     let v = op(&words[off]);
@@ -401,17 +439,16 @@ impl<T: Element> AtomicArray<T> {
             // This rank's own items now (they need no wait to leave).
             b.send_own()
         });
-        if let Err(e) = r {
-            requests.close(id);
-            return Err(e);
-        }
+        r?;
+        opened.keep = true;
         requests.seal(id, &sent);
         Ok(BatchHandle::new(self.comm.clone(), Some(id), (!here.is_empty()).then_some(here)))
     }
 
     /// Adds `v` to the element at each index (an index may repeat: each occurrence adds).
-    /// Every index is checked first; the operations for each rank travel aggregated. The
-    /// handle completes once all were applied.
+    /// Every index is checked first, on a clone of the iterator (which must yield the same
+    /// indices again); nothing is applied if one is out of range. The handle completes once
+    /// all were applied.
     pub fn batch_add<I>(&self, indices: I, v: T) -> Result<BatchHandle<()>>
     where
         I: IntoIterator<Item = usize>,

@@ -31,6 +31,14 @@ pub(crate) static FETCH_ADD: Kind =
     Kind { name: "weft.array.fetch_add", apply: apply_fetch_add, reply: reply_values };
 #[linkme::distributed_slice(KINDS)]
 pub(crate) static LOAD: Kind = Kind { name: "weft.array.load", apply: apply_load, reply: reply_values };
+/// The answer of an owner that does not hold the array a record names (dropped there first):
+/// the count of items it could not apply.
+#[linkme::distributed_slice(KINDS)]
+pub(crate) static FAILED: Kind = Kind {
+    name: "weft.array.failed",
+    apply: |_, _, _, _, _| Err("a failure sent as a request"),
+    reply: reply_failed,
+};
 
 fn u64_at(b: &[u8]) -> u64 {
     u64::from_le_bytes(b[..8].try_into().expect("8 bytes"))
@@ -39,10 +47,9 @@ fn u32_at(b: &[u8]) -> u32 {
     u32::from_le_bytes(b[..4].try_into().expect("4 bytes"))
 }
 
-/// The local atomics of the array a key names.
-fn part_of(c: &Comm, key: u64) -> std::result::Result<Arc<crate::Part>, &'static str> {
-    let arrays = Arrays::of(c).map_err(|_| "no array layer")?;
-    arrays.part((key >> 32) as u32).ok_or("an array this rank does not have (dropped, or never made)")
+/// What this rank holds of the array a key names (`None`: dropped here, or never made).
+fn part_of(c: &Comm, key: u64) -> Option<Arc<crate::Part>> {
+    Arrays::of(c).ok()?.part((key >> 32) as u32)
 }
 
 /// Applies `f(atomic, value)` to each offset item after a value prefix; acknowledges them all.
@@ -59,9 +66,11 @@ fn apply_each(
     let v = u64_at(items);
     let offs = &items[8..];
     let n = (offs.len() / 8) as u32;
+    let Some(part) = part_of(c, key) else {
+        return replies.item_of(FAILED.id(), key, &n.to_le_bytes());
+    };
     // Every item is acknowledged, applied or not, so that the sender's count adds up.
     replies.item(key, &n.to_le_bytes())?;
-    let part = part_of(c, key)?;
     let local = part.seg.local();
     let atoms = local.atomics();
     let mut bad = false;
@@ -98,9 +107,11 @@ fn apply_positioned(
     if !items.len().is_multiple_of(12) {
         return Err("a record of positioned offsets is cut short");
     }
-    let part = part_of(c, key);
-    let local = part.as_ref().ok().map(|p| p.seg.local());
-    let atoms = local.as_ref().map(|l| l.atomics()).unwrap_or(&[]);
+    let Some(part) = part_of(c, key) else {
+        return r.item_of(FAILED.id(), key, &((items.len() / 12) as u32).to_le_bytes());
+    };
+    let local = part.seg.local();
+    let atoms = local.atomics();
     let mut bad = false;
     let mut out = [0u8; 12];
     for ch in items.chunks_exact(12) {
@@ -117,7 +128,6 @@ fn apply_positioned(
         out[4..].copy_from_slice(&v.to_le_bytes());
         r.item(key, &out)?;
     }
-    part?;
     if bad {
         return Err("an offset past the array's part");
     }
@@ -145,6 +155,16 @@ fn reply_count(c: &Comm, src: u32, key: u64, items: &[u8]) -> Applied {
     Ok(())
 }
 
+fn reply_failed(c: &Comm, src: u32, key: u64, items: &[u8]) -> Applied {
+    if items.len() != 4 {
+        return Err("a failure that is not one count");
+    }
+    let arrays = Arrays::of(c).map_err(|_| "no array layer")?;
+    let why = format!("rank {src} does not hold the array the batch names (dropped there first?)");
+    arrays.requests.failed(key as u32, src, u32_at(items) as u64, Error::Remote(why));
+    Ok(())
+}
+
 fn reply_values(c: &Comm, src: u32, key: u64, items: &[u8]) -> Applied {
     if !items.len().is_multiple_of(12) {
         return Err("a record of values is cut short");
@@ -167,6 +187,18 @@ struct Req {
 }
 
 impl Req {
+    /// A rank that answered more items than it was sent (a rank that lies): the batch fails
+    /// rather than wait for ever or complete on false answers.
+    fn check_overanswered(&mut self) {
+        if self.error.is_none() {
+            if let Some(r) = self.outstanding.iter().position(|&o| o < 0) {
+                self.error = Some(Error::Remote(format!(
+                    "rank {r} answered more items of an array batch than it was sent"
+                )));
+            }
+        }
+    }
+
     fn done(&self) -> bool {
         self.error.is_some() || (self.sealed && self.outstanding.iter().all(|&n| n == 0))
     }
@@ -209,6 +241,7 @@ impl Requests {
                 *o += s as i64;
             }
             r.sealed = true;
+            r.check_overanswered();
         }
     }
 
@@ -224,6 +257,9 @@ impl Requests {
         if let Some(o) = r.outstanding.get_mut(src as usize) {
             *o -= n as i64;
         }
+        if r.sealed {
+            r.check_overanswered();
+        }
         for ch in values.chunks_exact(12) {
             if let Some(slot) = r.results.get_mut(u32_at(ch) as usize) {
                 *slot = u64_at(&ch[4..]);
@@ -233,6 +269,19 @@ impl Requests {
             if let Some(w) = r.waker.take() {
                 w.wake();
             }
+        }
+    }
+
+    /// `n` items of `id` sent to `src` were not applied there: the batch fails with `e`.
+    fn failed(&self, id: u32, src: u32, n: u64, e: Error) {
+        let mut m = self.lock();
+        let Some(r) = m.get_mut(&id) else { return };
+        if let Some(o) = r.outstanding.get_mut(src as usize) {
+            *o -= n as i64;
+        }
+        r.error.get_or_insert(e);
+        if let Some(w) = r.waker.take() {
+            w.wake();
         }
     }
 
@@ -332,8 +381,10 @@ impl<R: Outcome> BatchHandle<R> {
     }
 
     /// Waits until every operation of the batch was applied at its owner (this thread's
-    /// buffers are sent first) and returns the results. Fails with `PeerFailed` if an owner
-    /// died or left first.
+    /// buffers are sent first) and returns the results. Fails with `PeerFailed` if an owner it
+    /// sent items to died or left first; items applied straight to mapped memory (see
+    /// [`crate::Mapped`]) were done when the batch call returned, on a dead owner's memory too.
+    /// Fails with `Remote` if an owner no longer holds the array.
     pub fn wait(mut self) -> Result<R> {
         let Some(id) = self.id else { return Ok(self.finish(Vec::new())) };
         let comm = self.comm.clone();

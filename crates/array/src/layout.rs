@@ -69,7 +69,9 @@ impl Layout {
             Distribution::BlockCyclic(b) => (b, true),
         };
         let blocks = len.div_ceil(block);
-        let local_max = if cyclic { blocks.div_ceil(p) * block } else { block };
+        let local_max = if cyclic { blocks.div_ceil(p).checked_mul(block) } else { Some(block) };
+        let too_large = Error::TooLarge { what: "array part (elements)", len, max: isize::MAX as usize / 8 };
+        let local_max = local_max.filter(|&m| m <= isize::MAX as usize / 8).ok_or(too_large)?;
         let max = len as u64;
         Ok(Layout {
             len,
@@ -148,6 +150,8 @@ mod tests {
                 assert_eq!(f.divmod(n), (n / d, n % d), "{n} / {d}");
             }
         }
+        assert!(Layout::new((1 << 63) + 1, 1, Distribution::BlockCyclic(1 << 63)).is_err());
+        assert!(Layout::new(usize::MAX, 2, Distribution::Block).is_err());
         let big = FastDiv::new(3, u64::MAX);
         assert_eq!(big.divmod(u64::MAX), (u64::MAX / 3, u64::MAX % 3));
     }

@@ -81,8 +81,8 @@ fn install(b: &mut Builder) {
             .as_deref()
             .map(str::trim)
         {
-            Some("loads") => Mapped::Loads,
-            None | Some("direct") => Mapped::Direct,
+            None | Some("loads") => Mapped::Loads,
+            Some("direct") => Mapped::Direct,
             Some("messages") => Mapped::Messages,
             Some(v) => {
                 return Err(weft_runtime::Error::Config(format!(

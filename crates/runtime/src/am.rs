@@ -223,7 +223,11 @@ impl Comm {
         payload: AmPayload<'_>,
     ) -> Result<()> {
         let medium = if let AmPayload::Medium(p) = payload { p.len() } else { 0 };
-        if dst >= self.size() || args.len() > self.caps.am_max_args || medium > self.caps.am_max_medium {
+        if dst >= self.size()
+            || args.len() > self.caps.am_max_args
+            || medium > self.caps.am_max_medium
+            || in_fork_child()
+        {
             return Err(self.bad_am(dst, args.len(), medium));
         }
         let msg = AmOut { handler: h, class, args, payload };
@@ -249,7 +253,9 @@ impl Comm {
     /// The error for an AM that [`Comm::send_am`] refuses.
     #[cold]
     fn bad_am(&self, dst: u32, nargs: usize, medium: usize) -> Error {
-        if dst >= self.size() {
+        if in_fork_child() {
+            FORK_CHILD
+        } else if dst >= self.size() {
             Error::NoSuchRank { rank: dst, size: self.size() }
         } else if nargs > self.caps.am_max_args {
             Error::TooLarge { what: "AM argument count", len: nargs, max: self.caps.am_max_args }
@@ -298,6 +304,32 @@ impl EventSink for Comm {
 
 /// What a call on a world whose `World` was dropped (finalized) returns.
 pub(crate) const FINALIZED: Error = Error::Misuse("this world was finalized (its World was dropped)");
+
+/// What a call in a child of `fork` returns: the child shares its parent's rings and mappings,
+/// and would take the parent's messages.
+pub(crate) const FORK_CHILD: Error =
+    Error::Misuse("weft cannot be used in a child of fork (it would take its parent's messages)");
+
+/// Set in a child of `fork` of a process that started a world.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn forked() {
+    FORKED.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Has the child of `fork` note that it is one (once per process).
+pub(crate) fn watch_fork() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        weft_fabric::signals::at_fork_child(forked);
+    });
+}
+
+/// Whether this process is a child of `fork` of one that started a world.
+#[inline(always)]
+pub(crate) fn in_fork_child() -> bool {
+    FORKED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// Handlers the runtime itself registers before the program's (ids `0..COUNT`).
 pub(crate) mod internal {

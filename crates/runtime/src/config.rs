@@ -27,7 +27,7 @@
 //! | `WEFT_COLL_SCRATCH_KIB` | KiB of shared memory each member of a team gives the team's message slots (one per member, a power of two from 16 to 256 KiB), so a rank's share per team stays flat as teams grow; messages longer than a slot go in chunks | 4096 (256 KiB slots up to 16 members, 32 KiB at 128) |
 //! | `WEFT_COLL_TUNE` | `1`: blocking broadcasts, reductions and alltoalls from 64 KiB up (below `WEFT_COLL_DIRECT_BYTES`) time both ways of moving their messages (slots or direct read) and take the faster, trying the other now and then | 1 where the fabric can read peer memory, unless `WEFT_COLL_DIRECT_BYTES` is set |
 //! | `WEFT_AGG_BYTES` | aggregation (`weft-agg`: batch operations of distributed arrays and maps): bytes of a destination's buffer, sent when full; 0 sends every operation alone | 16384, at most the fabric's largest medium AM |
-//! | `WEFT_ARRAY_MAPPED` | batch operations of distributed arrays on elements whose owner's memory this process maps (shared memory): `direct` reads and updates there with the CPU's own loads and atomics, `loads` only reads there and sends updates to the owner aggregated, `messages` sends everything to the owner like the others | direct |
+//! | `WEFT_ARRAY_MAPPED` | batch operations of distributed arrays on elements whose owner's memory this process maps (shared memory): `direct` reads and updates there with the CPU's own loads and atomics, `loads` only reads there and sends updates to the owner aggregated, `messages` sends everything to the owner like the others | loads |
 //! | `WEFT_AGG_DELAY_US` | aggregation: µs an operation may wait in a buffer of a thread that stopped calling weft before a helper thread sends it | 100 |
 
 use crate::startup::Identity;

@@ -95,8 +95,8 @@ pub enum Error {
     IndexOutOfRange {
         /// The index.
         index: usize,
-        /// Its position in the batch's indices (0 for a single operation).
-        position: usize,
+        /// Its position in a batch's indices (`None` for a single operation).
+        position: Option<usize>,
         /// The array's length.
         len: usize,
     },
@@ -132,10 +132,13 @@ impl fmt::Display for Error {
             Error::BadPieces(s) => write!(f, "bad pieces: {s}"),
             Error::UnknownHandler { id, src } => write!(f, "unknown AM handler {id} (from rank {src})"),
             Error::TooLarge { what, len, max } => write!(f, "{what} of {len} exceeds the maximum of {max}"),
-            Error::IndexOutOfRange { index, position, len } => write!(
+            Error::IndexOutOfRange { index, position: Some(p), len } => write!(
                 f,
-                "index {index} (item {position} of the operation's indices) is out of range for an array of {len} elements"
+                "index {index} (item {p} of the batch's indices) is out of range for an array of {len} elements"
             ),
+            Error::IndexOutOfRange { index, position: None, len } => {
+                write!(f, "index {index} is out of range for an array of {len} elements")
+            }
             Error::Misuse(s) => write!(f, "not allowed: {s}"),
             Error::Remote(s) => write!(f, "remote side: {s}"),
             Error::Encode(s) => write!(f, "cannot encode: {s}"),

@@ -204,6 +204,9 @@ impl Comm {
             // for ever (no progress thread runs any more).
             return Err(crate::am::FINALIZED);
         }
+        if crate::am::in_fork_child() {
+            return Err(crate::am::FORK_CHILD);
+        }
         self.touch();
         self.flush()?;
         let n = self.fabric.progress(self, crate::am::poll_set())?;
@@ -368,6 +371,9 @@ impl Comm {
     ) -> Result<()> {
         if self.stop.load(Ordering::Relaxed) {
             return Err(crate::am::FINALIZED);
+        }
+        if crate::am::in_fork_child() {
+            return Err(crate::am::FORK_CHILD);
         }
         // What this thread's layers hold back goes first: the wait may be for its effects.
         self.flush()?;

@@ -196,6 +196,7 @@ impl World {
         user: Vec<HandlerEntry>,
         mut ext: crate::layer::Extensions,
     ) -> Result<World> {
+        crate::am::watch_fork();
         let caps = fabric.caps();
         if !cfg.progress_chosen && caps.target_progress {
             cfg.progress = Progress::Always;
