@@ -129,6 +129,8 @@ pub(crate) fn nested_async_calls() -> Res {
     use weft::RpcExt;
     let w = World::init()?;
     let w = NESTED_WORLD.get_or_init(|| w);
+    // Every rank's remote functions find the world before any call can reach them.
+    w.barrier()?;
     let (me, n) = (w.rank(), w.size());
     for round in 0..20u64 {
         std::thread::scope(|s| {
@@ -197,6 +199,8 @@ pub(crate) fn nested_chain_linear() -> Res {
     use weft::RpcExt;
     let w = World::init()?;
     let w = NESTED_WORLD.get_or_init(|| w);
+    // Every rank's remote functions find the world before any call can reach them.
+    w.barrier()?;
     if w.rank() == 0 {
         let time = |depth: u64| -> Res<Duration> {
             let t = Instant::now();
@@ -240,6 +244,8 @@ pub(crate) fn nested_calls_under_tokio() -> Res {
     use weft::RpcExt;
     let w = World::init()?;
     let w = NESTED_WORLD.get_or_init(|| w);
+    // Every rank's remote functions find the world before any call can reach them.
+    w.barrier()?;
     let (me, n) = (w.rank(), w.size());
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().map_err(|e| e.to_string())?;

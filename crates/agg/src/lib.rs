@@ -354,8 +354,26 @@ impl Agg {
 
     /// Applies the records of `msg` from `src`; returns the reply records.
     fn apply(&self, comm: &Comm, src: u32, msg: &[u8]) -> Vec<u8> {
-        let kinds = table();
         let mut replies = Replies::new(self.max.load(Ordering::Relaxed), msg.len());
+        self.each_record(comm, src, msg, "an unknown kind", |k, rec| {
+            replies.start(rec.kind);
+            (k.apply)(comm, src, rec.key, rec.items, &mut replies)
+        });
+        replies.close();
+        replies.buf
+    }
+
+    /// Runs `f` on each record of `msg` from `src` with its kind; a malformed record ends the
+    /// message, an `Err` of `f` only its record (each is counted and said once).
+    fn each_record(
+        &self,
+        comm: &Comm,
+        src: u32,
+        msg: &[u8],
+        unknown: &str,
+        mut f: impl FnMut(&Kind, wire::Record<'_>) -> std::result::Result<(), &'static str>,
+    ) {
+        let kinds = table();
         for r in wire::records(msg) {
             let rec = match r {
                 Ok(rec) => rec,
@@ -365,16 +383,13 @@ impl Agg {
                 }
             };
             let Some(k) = kinds.get(rec.kind as usize) else {
-                self.malformed(src, comm.rank(), "an unknown kind");
+                self.malformed(src, comm.rank(), unknown);
                 break;
             };
-            replies.start(rec.kind);
-            if let Err(why) = (k.apply)(comm, src, rec.key, rec.items, &mut replies) {
+            if let Err(why) = f(k, rec) {
                 self.malformed(src, comm.rank(), why);
             }
         }
-        replies.close();
-        replies.buf
     }
 
     /// The items a rank sends itself: applied and answered in place, no message.
@@ -389,22 +404,8 @@ impl Agg {
     }
 
     fn take_replies(&self, comm: &Comm, src: u32, msg: &[u8]) {
-        let kinds = table();
-        for r in wire::records(msg) {
-            let rec = match r {
-                Ok(rec) => rec,
-                Err(why) => {
-                    self.malformed(src, comm.rank(), why);
-                    break;
-                }
-            };
-            let Some(k) = kinds.get(rec.kind as usize) else {
-                self.malformed(src, comm.rank(), "an unknown kind in a reply");
-                break;
-            };
-            if let Err(why) = (k.reply)(comm, src, rec.key, rec.items) {
-                self.malformed(src, comm.rank(), why);
-            }
-        }
+        self.each_record(comm, src, msg, "an unknown kind in a reply", |k, rec| {
+            (k.reply)(comm, src, rec.key, rec.items)
+        });
     }
 }

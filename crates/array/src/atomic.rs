@@ -88,24 +88,6 @@ fn unlike_its_clone(index: usize, position: usize, len: usize) -> Error {
     )
 }
 
-/// `op` on a local atomic: the value before.
-fn apply_local(a: &AtomicU64, op: AtomicOp) -> u64 {
-    match op {
-        AtomicOp::Load => a.load(Relaxed),
-        AtomicOp::Store(v) => a.swap(v, Relaxed),
-        AtomicOp::FetchAdd(v) => a.fetch_add(v, Relaxed),
-        AtomicOp::FetchAnd(v) => a.fetch_and(v, Relaxed),
-        AtomicOp::FetchOr(v) => a.fetch_or(v, Relaxed),
-        AtomicOp::FetchXor(v) => a.fetch_xor(v, Relaxed),
-        AtomicOp::Swap(v) => a.swap(v, Relaxed),
-        AtomicOp::CompareSwap { expected, new } => {
-            match a.compare_exchange(expected, new, Relaxed, Relaxed) {
-                Ok(v) | Err(v) => v,
-            }
-        }
-    }
-}
-
 /// `len` integers spread over the ranks of a world by a [`Distribution`]; any rank reads and
 /// updates any element atomically, one at a time or in aggregated batches.
 ///
@@ -264,7 +246,7 @@ impl<T: Element> AtomicArray<T> {
     fn op(&self, i: usize, op: AtomicOp) -> Result<u64> {
         let (rank, off) = self.check(i)?;
         if rank == self.comm.rank() {
-            return Ok(apply_local(&self.part.seg.local().atomics()[off], op));
+            return Ok(op.apply(&self.part.seg.local().atomics()[off]));
         }
         self.comm.atomic(self.part.seg.at(rank, off), op)
     }
