@@ -250,11 +250,12 @@ pub(crate) fn array_dropped_on_owner() -> Res {
 
 /// A user's index iterator that panics half-way through a batch (caught): the items it had
 /// buffered still leave within the delay bound, from the helper thread, while rank 0 makes no
-/// weft call for 3 s (the panic had left the buffers' lock poisoned, and the helper skipped it
-/// for ever).
+/// weft call until rank 1 has checked and raised a flag in rank 0's memory (the panic had left
+/// the buffers' lock poisoned, and the helper skipped it for ever).
 pub(crate) fn array_panicking_iterator() -> Res {
     let w = World::init()?;
     let a = AtomicArray::<u64>::new(&w, 4 * w.size() as usize)?;
+    let checked = w.alloc_segment::<u64>(1)?;
     w.barrier()?;
     if w.rank() == 0 {
         let walks = std::rc::Rc::new(std::cell::Cell::new(0usize));
@@ -265,12 +266,18 @@ pub(crate) fn array_panicking_iterator() -> Res {
         });
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| a.batch_add(panics, 1)));
         ck(r.is_err(), || "the iterator did not panic".into())?;
-        std::thread::sleep(Duration::from_secs(3));
+        // No weft call (no flush) until rank 1 says it has looked.
+        let flag = checked.local();
+        while flag.atomic(0).load(std::sync::atomic::Ordering::Acquire) == 0 {
+            std::thread::yield_now();
+        }
     } else if w.rank() == 1 {
-        let deadline = Instant::now() + Duration::from_millis(1500);
+        let deadline = Instant::now() + Duration::from_secs(30);
         let arrived = || a.load(4).ok() == Some(1) && a.load(5).ok() == Some(1);
         w.wait_until(|| arrived() || Instant::now() > deadline)?;
-        ck(arrived(), || "items buffered before a panic never left".into())?;
+        let got = arrived();
+        w.put(checked.at(0, 0), &[1])?;
+        ck(got, || "items buffered before a panic never left".into())?;
     }
     w.barrier()?;
     Ok(())
