@@ -43,6 +43,7 @@ mod fallback;
 pub mod layer;
 mod ops;
 mod progress;
+mod progress_thread;
 mod rma;
 mod segment;
 mod startup;
