@@ -40,6 +40,7 @@ mod dist;
 pub mod endpoint;
 mod error;
 mod fallback;
+mod global_ptr;
 pub mod layer;
 mod ops;
 mod progress;
